@@ -1,0 +1,2 @@
+//! Raw verbs ping-pong (being built).
+fn main() {}

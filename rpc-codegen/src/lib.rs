@@ -1,0 +1,2 @@
+//! Code generation for rdma-rpc (being built).
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! rdma-rpc's RPC layer (being built).
+#![forbid(unsafe_code)]

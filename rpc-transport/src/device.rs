@@ -1,0 +1,245 @@
+//! Devices: listing, opening, and what an opened device can create.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use crate::addr::Gid;
+use crate::cq::CompletionQueue;
+use crate::dispatch::dispatch;
+use crate::error::{Error, Result};
+use crate::event::AsyncEvent;
+use crate::pd::ProtectionDomain;
+use crate::qp_state::Mtu;
+use crate::soft::{self, SoftConfig};
+
+/// Which implementation of the verbs runs underneath.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProviderKind {
+    /// The built-in userspace provider (RC over TCP, UD over UDP).
+    Soft,
+    /// libibverbs, over a real NIC or the kernel's rxe/siw (feature `rdma`).
+    Verbs,
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProviderKind::Soft => "soft",
+            ProviderKind::Verbs => "verbs",
+        })
+    }
+}
+
+/// A device as listed, before it is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Name to pass to [`Device::open`].
+    pub name: String,
+    /// Provider that drives it.
+    pub provider: ProviderKind,
+}
+
+/// Limits of an opened device (a subset of `struct ibv_device_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceAttr {
+    /// Largest registrable region in bytes.
+    pub max_mr_size: u64,
+    /// Queue pairs.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// Scatter/gather entries per WR.
+    pub max_sge: u32,
+    /// Completion queues.
+    pub max_cq: u32,
+    /// Entries per completion queue.
+    pub max_cqe: u32,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Shared receive queues.
+    pub max_srq: u32,
+    /// Work requests per SRQ.
+    pub max_srq_wr: u32,
+    /// Incoming RDMA Reads/atomics in flight per QP.
+    pub max_qp_rd_atom: u32,
+    /// Whether 64-bit atomics are supported.
+    pub atomics: bool,
+}
+
+/// State of a port (subset of `struct ibv_port_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// Whether the port is active.
+    pub active: bool,
+    /// Current MTU.
+    pub active_mtu: Mtu,
+    /// Largest supported MTU.
+    pub max_mtu: Mtu,
+    /// Local identifier (0 on RoCE and soft).
+    pub lid: u16,
+    /// Number of GID table entries.
+    pub gid_tbl_len: u32,
+}
+
+#[derive(Clone)]
+pub(crate) enum DeviceImp {
+    Soft(Arc<soft::Device>),
+    #[cfg(feature = "rdma")]
+    Verbs(Arc<crate::verbs::Device>),
+}
+
+/// An opened device (ibverbs' `ibv_context`). Cloning shares the same context.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) imp: DeviceImp,
+}
+
+impl Device {
+    /// Every device this build can open: the soft device, and with feature `rdma`
+    /// every device libibverbs lists.
+    pub fn list() -> Result<Vec<DeviceInfo>> {
+        #[allow(unused_mut)]
+        let mut out = vec![DeviceInfo {
+            name: soft::DEVICE_NAME.to_string(),
+            provider: ProviderKind::Soft,
+        }];
+        #[cfg(feature = "rdma")]
+        out.extend(
+            crate::verbs::Device::list()?
+                .into_iter()
+                .map(|name| DeviceInfo {
+                    name,
+                    provider: ProviderKind::Verbs,
+                }),
+        );
+        Ok(out)
+    }
+
+    /// Opens a device by name. `soft0` opens a new soft device on 127.0.0.1 (each
+    /// open is a separate soft NIC with its own address).
+    pub fn open(name: &str) -> Result<Device> {
+        if name == soft::DEVICE_NAME {
+            return Device::open_soft(SoftConfig::default());
+        }
+        #[cfg(feature = "rdma")]
+        {
+            return Ok(Device {
+                imp: DeviceImp::Verbs(crate::verbs::Device::open(name)?),
+            });
+        }
+        #[allow(unreachable_code)]
+        Err(Error::NoDevice(name.to_string()))
+    }
+
+    /// The verbs provider's first device when the `rdma` feature is built and a
+    /// device is present, else a soft device on 127.0.0.1.
+    pub fn open_default() -> Result<Device> {
+        #[cfg(feature = "rdma")]
+        if let Some(name) = crate::verbs::Device::list()
+            .ok()
+            .and_then(|l| l.into_iter().next())
+        {
+            let dev = Device::open(&name)?;
+            tracing::info!(provider = "verbs", device = %name, "opened RDMA device");
+            return Ok(dev);
+        }
+        let dev = Device::open_soft(SoftConfig::default())?;
+        tracing::info!(provider = "soft", device = dev.name(), "opened RDMA device");
+        Ok(dev)
+    }
+
+    /// Opens a soft device with explicit settings (address, port, UD fault injection).
+    pub fn open_soft(config: SoftConfig) -> Result<Device> {
+        Ok(Device {
+            imp: DeviceImp::Soft(soft::Device::open(config)?),
+        })
+    }
+
+    /// Which provider drives this device.
+    pub fn provider(&self) -> ProviderKind {
+        match self.imp {
+            DeviceImp::Soft(_) => ProviderKind::Soft,
+            #[cfg(feature = "rdma")]
+            DeviceImp::Verbs(_) => ProviderKind::Verbs,
+        }
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        dispatch!(&self.imp, DeviceImp, d => d.name())
+    }
+
+    /// Device limits.
+    pub fn attr(&self) -> DeviceAttr {
+        dispatch!(&self.imp, DeviceImp, d => d.attr())
+    }
+
+    /// State of port `port` (1-based).
+    pub fn port_attr(&self, port: u8) -> Result<PortAttr> {
+        dispatch!(&self.imp, DeviceImp, d => d.port_attr(port))
+    }
+
+    /// GID table entry `index` of port `port`.
+    pub fn gid(&self, port: u8, index: u8) -> Result<Gid> {
+        dispatch!(&self.imp, DeviceImp, d => d.gid(port, index))
+    }
+
+    /// The GID index to use for RoCE v2 / soft traffic on port 1 (soft: 0; verbs: the
+    /// first IPv4-mapped entry, else 0).
+    pub fn preferred_gid_index(&self) -> u8 {
+        dispatch!(&self.imp, DeviceImp, d => d.preferred_gid_index())
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        let imp = dispatch!(&self.imp, DeviceImp, d => d.alloc_pd().map(|p| p.into()))?;
+        Ok(ProtectionDomain::new(imp, self.clone()))
+    }
+
+    /// Creates a completion queue with room for at least `cqe` completions.
+    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {
+        let imp = dispatch!(&self.imp, DeviceImp, d => d.create_cq(cqe).map(|c| c.into()))?;
+        Ok(CompletionQueue::new(imp))
+    }
+
+    /// The next pending asynchronous event, if any (never blocks).
+    pub fn try_async_event(&self) -> Option<AsyncEvent> {
+        dispatch!(&self.imp, DeviceImp, d => d.try_async_event())
+    }
+
+    /// Waits under tokio for the next asynchronous event.
+    pub async fn async_event(&self) -> Result<AsyncEvent> {
+        let fd = dispatch!(&self.imp, DeviceImp, d => d.async_event_fd());
+        // SAFETY: the descriptor belongs to the device context `self` holds, which
+        // outlives this local registration.
+        let afd = unsafe { crate::cq::register_readable(fd) }
+            .map_err(|e| Error::verb("ibv_get_async_event", e))?;
+        loop {
+            if let Some(ev) = self.try_async_event() {
+                return Ok(ev);
+            }
+            let mut guard = afd
+                .readable()
+                .await
+                .map_err(|e| Error::verb("ibv_get_async_event", e))?;
+            if let Some(ev) = self.try_async_event() {
+                return Ok(ev);
+            }
+            guard.clear_ready();
+        }
+    }
+
+    /// File descriptor that is readable when an asynchronous event is pending.
+    pub fn async_event_fd(&self) -> RawFd {
+        dispatch!(&self.imp, DeviceImp, d => d.async_event_fd())
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.name())
+            .field("provider", &self.provider())
+            .finish()
+    }
+}

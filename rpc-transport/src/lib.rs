@@ -1,0 +1,66 @@
+//! Provider-neutral RDMA verbs for rdma-rpc, with two providers underneath.
+//!
+//! The object model follows libibverbs: a [`Device`] (opened context) allocates
+//! [`ProtectionDomain`]s and [`CompletionQueue`]s; a PD registers
+//! [`MemoryRegion`]s and creates [`QueuePair`]s (RC or UD), [`SharedReceiveQueue`]s
+//! and [`AddressHandle`]s. Work requests ([`SendWr`], [`RecvWr`]) name memory by
+//! [`Sge`]s, complete as [`WorkCompletion`]s with ibverbs' [`WcStatus`] values, and
+//! QPs move through ibverbs' state machine ([`QpState`]) with the same required
+//! attributes per transition.
+//!
+//! # Providers
+//! * `soft` (always built, the default): a userspace RDMA device. RC QPs run over TCP,
+//!   UD QPs over UDP; keys, bounds, access rights, RNR, flushes and CQ overrun are
+//!   enforced as hardware does. Progress happens inside `poll` and `post` calls, with
+//!   one helper thread per device only for what must happen while nobody polls.
+//! * `verbs` (feature `rdma`): libibverbs over a real NIC or the kernel's rxe.
+//!
+//! # Features
+//! * `rdma`: build the verbs provider (needs libibverbs-dev, librdmacm-dev,
+//!   libclang-dev and pkg-config).
+//!
+//! # Safety model
+//! Posting is `unsafe`: the caller promises that memory named by a WR stays owned and
+//! untouched until its completion is polled. The message layer built on top owns its
+//! buffers until completion, which keeps its own API safe.
+
+mod access;
+mod addr;
+mod ah;
+mod cq;
+mod device;
+mod dispatch;
+mod error;
+mod event;
+mod mr;
+mod mr_buffer;
+mod pd;
+mod qp;
+mod qp_state;
+pub mod soft;
+mod srq;
+#[cfg(feature = "rdma")]
+mod verbs;
+mod wc;
+mod wr;
+
+pub use access::AccessFlags;
+pub use addr::{Gid, QpEndpoint};
+pub use ah::{AddressHandle, AhAttr, GlobalRoute};
+pub use cq::CompletionQueue;
+pub use device::{Device, DeviceAttr, DeviceInfo, PortAttr, ProviderKind};
+pub use error::{Error, PostError, Result};
+pub use event::{AsyncEvent, ObjectId};
+pub use mr::{MemoryRegion, RemoteMr};
+pub use pd::ProtectionDomain;
+pub use qp::{QpCap, QpInitAttr, QueuePair};
+pub use qp_state::{
+    ack_timeout_us, rnr_timer_us, transition_allowed, Mtu, QpAttr, QpState, QpType,
+};
+pub use soft::SoftConfig;
+pub use srq::{SharedReceiveQueue, SrqInitAttr};
+pub use wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+
+/// Bytes at the head of every UD receive buffer reserved for the Global Routing Header.
+pub const GRH_LEN: usize = 40;

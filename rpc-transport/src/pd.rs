@@ -1,0 +1,117 @@
+//! Protection domains: the scope of keys, and the factory of MRs, QPs, SRQs and AHs.
+
+use std::sync::Arc;
+
+use crate::access::AccessFlags;
+use crate::ah::{AddressHandle, AhAttr, AhImp};
+use crate::device::Device;
+use crate::dispatch::dispatch;
+use crate::error::{Error, Result};
+use crate::mr::{MemoryRegion, MrImp};
+use crate::mr_buffer::MrBuffer;
+use crate::qp::{create_qp, QpInitAttr, QueuePair};
+use crate::soft;
+use crate::srq::{SharedReceiveQueue, SrqImp, SrqInitAttr};
+
+pub(crate) enum PdImp {
+    Soft(Arc<soft::Pd>),
+    #[cfg(feature = "rdma")]
+    Verbs(Arc<crate::verbs::Pd>),
+}
+
+/// A protection domain (`ibv_pd`). Objects created from it keep it alive.
+pub struct ProtectionDomain {
+    pub(crate) imp: PdImp,
+    device: Device,
+}
+
+impl ProtectionDomain {
+    pub(crate) fn new(imp: PdImp, device: Device) -> Self {
+        ProtectionDomain { imp, device }
+    }
+
+    /// The device it belongs to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Allocates `len` zeroed, page-aligned bytes and registers them with `access`.
+    pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            // ibv_reg_mr returns EINVAL for this combination.
+            return Err(Error::InvalidArgument(
+                "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE".into(),
+            ));
+        }
+        let buf = Arc::new(MrBuffer::zeroed(len));
+        let imp = match &self.imp {
+            PdImp::Soft(pd) => MrImp::Soft(pd.register(buf.clone(), access)?),
+            #[cfg(feature = "rdma")]
+            PdImp::Verbs(pd) => MrImp::Verbs(pd.register(buf.clone(), access)?),
+        };
+        Ok(MemoryRegion::new(imp, buf, access))
+    }
+
+    /// Creates a queue pair in the RESET state.
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair> {
+        let imp = create_qp(&self.imp, init)?;
+        Ok(QueuePair::new(imp, init, self))
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(&self, attr: &SrqInitAttr) -> Result<SharedReceiveQueue> {
+        let imp = match &self.imp {
+            PdImp::Soft(pd) => SrqImp::Soft(pd.create_srq(attr)?),
+            #[cfg(feature = "rdma")]
+            PdImp::Verbs(pd) => SrqImp::Verbs(pd.create_srq(attr)?),
+        };
+        Ok(SharedReceiveQueue::new(imp, *attr))
+    }
+
+    /// Creates an address handle for UD sends.
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle> {
+        let imp = match &self.imp {
+            PdImp::Soft(pd) => AhImp::Soft(pd.create_ah(attr)?),
+            #[cfg(feature = "rdma")]
+            PdImp::Verbs(pd) => AhImp::Verbs(pd.create_ah(attr)?),
+        };
+        Ok(AddressHandle::new(imp, *attr))
+    }
+
+    pub(crate) fn clone_handle(&self) -> ProtectionDomain {
+        let imp = dispatch!(&self.imp, PdImp, p => p.clone().into());
+        ProtectionDomain {
+            imp,
+            device: self.device.clone(),
+        }
+    }
+}
+
+impl Clone for ProtectionDomain {
+    fn clone(&self) -> Self {
+        self.clone_handle()
+    }
+}
+
+impl From<Arc<soft::Pd>> for PdImp {
+    fn from(p: Arc<soft::Pd>) -> Self {
+        PdImp::Soft(p)
+    }
+}
+
+#[cfg(feature = "rdma")]
+impl From<Arc<crate::verbs::Pd>> for PdImp {
+    fn from(p: Arc<crate::verbs::Pd>) -> Self {
+        PdImp::Verbs(p)
+    }
+}
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtectionDomain")
+            .field("device", &self.device)
+            .finish()
+    }
+}

@@ -1,0 +1,237 @@
+//! Queue pairs: creation, state transitions and posting.
+
+use std::sync::Arc;
+
+use crate::access::AccessFlags;
+use crate::addr::QpEndpoint;
+use crate::ah::AhAttr;
+use crate::cq::{CompletionQueue, CqImp};
+use crate::dispatch::dispatch;
+use crate::error::{Error, Result};
+use crate::pd::{PdImp, ProtectionDomain};
+use crate::qp_state::{Mtu, QpAttr, QpState, QpType};
+use crate::soft;
+use crate::srq::{SharedReceiveQueue, SrqImp};
+use crate::wr::{RecvWr, SendWr};
+
+/// Queue sizes (`struct ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCap {
+    /// Outstanding send WRs.
+    pub max_send_wr: u32,
+    /// Outstanding receive WRs (ignored with an SRQ).
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Largest inline payload.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCap {
+    fn default() -> Self {
+        QpCap {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        }
+    }
+}
+
+/// Creation attributes (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInitAttr<'a> {
+    /// RC or UD.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: &'a CompletionQueue,
+    /// CQ for receive completions.
+    pub recv_cq: &'a CompletionQueue,
+    /// Take receives from this SRQ instead of an own receive queue.
+    pub srq: Option<&'a SharedReceiveQueue>,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// Every send WR completes with a CQE, whatever its `SIGNALED` flag.
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// Default capacities, selective signaling, no SRQ.
+    pub fn new(
+        qp_type: QpType,
+        send_cq: &'a CompletionQueue,
+        recv_cq: &'a CompletionQueue,
+    ) -> Self {
+        QpInitAttr {
+            qp_type,
+            send_cq,
+            recv_cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
+}
+
+pub(crate) enum QpImp {
+    Soft(Arc<soft::Qp>),
+    #[cfg(feature = "rdma")]
+    Verbs(Arc<crate::verbs::Qp>),
+}
+
+/// Creates the provider QP once every object in `init` is known to come from the
+/// same provider as the PD.
+pub(crate) fn create_qp(pd: &PdImp, init: &QpInitAttr<'_>) -> Result<QpImp> {
+    let srq = init.srq.map(|s| &s.imp);
+    match (pd, &init.send_cq.imp, &init.recv_cq.imp, srq) {
+        (PdImp::Soft(pd), CqImp::Soft(s), CqImp::Soft(r), None) => Ok(QpImp::Soft(pd.create_qp(
+            init.qp_type,
+            s,
+            r,
+            None,
+            &init.cap,
+            init.sq_sig_all,
+        )?)),
+        (PdImp::Soft(pd), CqImp::Soft(s), CqImp::Soft(r), Some(SrqImp::Soft(q))) => Ok(
+            QpImp::Soft(pd.create_qp(init.qp_type, s, r, Some(q), &init.cap, init.sq_sig_all)?),
+        ),
+        #[cfg(feature = "rdma")]
+        (PdImp::Verbs(pd), CqImp::Verbs(s), CqImp::Verbs(r), None) => Ok(QpImp::Verbs(
+            pd.create_qp(init.qp_type, s, r, None, &init.cap, init.sq_sig_all)?,
+        )),
+        #[cfg(feature = "rdma")]
+        (PdImp::Verbs(pd), CqImp::Verbs(s), CqImp::Verbs(r), Some(SrqImp::Verbs(q))) => Ok(
+            QpImp::Verbs(pd.create_qp(init.qp_type, s, r, Some(q), &init.cap, init.sq_sig_all)?),
+        ),
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::ProviderMismatch),
+    }
+}
+
+/// A queue pair (`ibv_qp`). It keeps its PD, CQs and SRQ alive.
+pub struct QueuePair {
+    pub(crate) imp: QpImp,
+    qp_type: QpType,
+    pd: ProtectionDomain,
+    _cqs: (CqImp, CqImp),
+    _srq: Option<SrqImp>,
+}
+
+impl QueuePair {
+    pub(crate) fn new(imp: QpImp, init: &QpInitAttr<'_>, pd: &ProtectionDomain) -> Self {
+        QueuePair {
+            imp,
+            qp_type: init.qp_type,
+            pd: pd.clone(),
+            _cqs: (init.send_cq.imp.clone(), init.recv_cq.imp.clone()),
+            _srq: init.srq.map(|s| s.imp.clone()),
+        }
+    }
+
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        dispatch!(&self.imp, QpImp, q => q.qp_num())
+    }
+
+    /// RC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// Current state (a QP moves to ERR by itself on fatal errors).
+    pub fn state(&self) -> QpState {
+        dispatch!(&self.imp, QpImp, q => q.state())
+    }
+
+    /// Capacities actually granted.
+    pub fn cap(&self) -> QpCap {
+        dispatch!(&self.imp, QpImp, q => q.cap())
+    }
+
+    /// The protection domain it belongs to.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// Moves the QP to `to`, applying the `Some` fields of `attr`. Transitions the
+    /// verbs state machine lacks, and missing required attributes, are errors.
+    pub fn modify(&self, to: QpState, attr: &QpAttr) -> Result<()> {
+        attr.check_transition(self.qp_type, self.state(), to)?;
+        dispatch!(&self.imp, QpImp, q => q.modify(to, attr))
+    }
+
+    /// This QP as a peer must name it, with `psn` as its initial send PSN.
+    pub fn endpoint(&self, psn: u32) -> Result<QpEndpoint> {
+        let dev = self.pd.device();
+        Ok(QpEndpoint {
+            lid: dev.port_attr(1)?.lid,
+            qpn: self.qp_num(),
+            psn,
+            gid: dev.gid(1, dev.preferred_gid_index())?,
+        })
+    }
+
+    /// RESET → INIT → RTR → RTS for an RC QP, connecting it to `remote`. `local_psn`
+    /// must be the PSN published in this QP's own endpoint.
+    pub fn connect_rc(
+        &self,
+        remote: &QpEndpoint,
+        local_psn: u32,
+        access: AccessFlags,
+    ) -> Result<()> {
+        let dev = self.pd.device();
+        let mtu = dev.port_attr(1)?.active_mtu.min(Mtu::Mtu4096);
+        let ah = AhAttr::from_endpoint(remote, dev.preferred_gid_index());
+        self.modify(QpState::Init, &QpAttr::rc_init(access))?;
+        self.modify(
+            QpState::Rtr,
+            &QpAttr::rc_rtr(ah, remote.qpn, remote.psn, mtu),
+        )?;
+        self.modify(QpState::Rts, &QpAttr::rc_rts(local_psn))
+    }
+
+    /// RESET → INIT → RTR → RTS for a UD QP with Q_Key `qkey`.
+    pub fn activate_ud(&self, qkey: u32, psn: u32) -> Result<()> {
+        self.modify(QpState::Init, &QpAttr::ud_init(qkey))?;
+        self.modify(QpState::Rtr, &QpAttr::default())?;
+        self.modify(QpState::Rts, &QpAttr::ud_rts(psn))
+    }
+
+    /// Posts a list of send WRs in one call (one doorbell). On a synchronous refusal
+    /// the WRs before the failing index were posted ([`Error::Post`]).
+    ///
+    /// # Safety
+    /// Every SGE of a WR without `INLINE` must name memory of a live memory region of
+    /// this PD that stays registered and that the program does not write (for RDMA
+    /// Read and atomics: neither reads nor writes) until the WR's completion is polled,
+    /// or, for an unsignaled WR, until a later signaled WR of this QP completes (or the
+    /// QP is destroyed). Inline SGEs must be readable for the duration of the call.
+    pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
+        // SAFETY: forwarded contract.
+        dispatch!(&self.imp, QpImp, q => unsafe { q.post_send(wrs) })
+    }
+
+    /// Posts a list of receive WRs in one call.
+    ///
+    /// # Safety
+    /// Every SGE must name memory of a live memory region of this PD that the program
+    /// neither reads nor writes, and that stays registered, until the receive's
+    /// completion is polled (or the QP is destroyed).
+    pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        // SAFETY: forwarded contract.
+        dispatch!(&self.imp, QpImp, q => unsafe { q.post_recv(wrs) })
+    }
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qp_num", &self.qp_num())
+            .field("type", &self.qp_type)
+            .field("state", &self.state())
+            .finish()
+    }
+}

@@ -1,0 +1,1 @@
+//! The verbs provider over libibverbs (feature `rdma`). Being built.

@@ -1,0 +1,2 @@
+//! Shared helpers for rdma-rpc's integration tests.
+#![forbid(unsafe_code)]
