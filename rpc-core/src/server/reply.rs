@@ -26,6 +26,12 @@ impl<M: Message + Send + 'static> EncodeMessage for M {
     }
 }
 
+impl std::fmt::Debug for dyn EncodeMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EncodeMessage({} bytes)", self.encoded_len())
+    }
+}
+
 /// A boxed response message.
 pub type BoxMessage = Box<dyn EncodeMessage>;
 
