@@ -346,6 +346,7 @@ fn dead_peer_moves_qp_to_err_with_qp_fatal() {
 #[test]
 fn sends_before_refused_and_cq_overrun_is_an_error() {
     let s = side(QpType::Rc);
+    // SAFETY: an empty gather list names no memory.
     let err = unsafe { s.qp.post_send(&[SendWr::new(1, SendOp::Send, &[])]) }.unwrap_err();
     assert!(matches!(err, Error::Post { index: 0, .. }));
 
