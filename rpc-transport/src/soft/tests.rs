@@ -471,7 +471,6 @@ fn srq_feeds_many_qps_in_epoll_mode_and_raises_its_limit() {
         })
         .unwrap();
     let smr = spd.alloc_mr(64 * 64, ALL).unwrap();
-    let cmr = cpd.alloc_mr(64, ALL).unwrap();
     let recvs: Vec<_> = (0..64).map(|i| [smr.sge(i * 64, 64)]).collect();
     let wrs: Vec<_> = recvs
         .iter()
