@@ -578,3 +578,21 @@ fn large_read_and_write_are_served_while_the_target_sleeps() {
     assert_eq!(lb.to_vec(4096, 4096), vec![0xab; 4096]);
     assert!(lb.to_vec(8192, LEN - 8192) == data[4096..LEN - 4096]);
 }
+
+#[test]
+fn an_idle_connection_does_not_spend_its_retry_budget() {
+    let (a, b) = (side(QpType::Rc), side(QpType::Rc));
+    // timeout 1: 8 us x 8 tries; idle time must not count against it.
+    connect(&a, &b, 7, 1, 1);
+    connect(&b, &a, 7, 1, 14);
+    let until = Instant::now() + Duration::from_millis(5);
+    while Instant::now() < until {
+        let _ = a.cq.poll(&mut []);
+        let _ = b.cq.poll(&mut []);
+    }
+    post_recv(&b, 1, 0, 64);
+    post(&a, SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 8)]));
+    // The ACK needs b's progress, which the helper may only give after ~1 ms, far
+    // beyond this budget: poll b as well so the peer answers promptly.
+    assert!(wait(&b.cq, &[&a.cq]).is_ok());
+}
