@@ -592,8 +592,10 @@ fn an_idle_connection_does_not_spend_its_retry_budget() {
     }
     post_recv(&b, 1, 0, 64);
     post(&a, SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 8)]));
-    assert!(wait(&b.cq, &[&a.cq]).is_ok());
-    assert!(wait(&a.cq, &[&b.cq]).is_ok());
+    let r = wait(&b.cq, &[&a.cq]);
+    assert!(r.is_ok(), "{r:?}");
+    let s = wait(&a.cq, &[&b.cq]);
+    assert!(s.is_ok(), "{s:?}");
 }
 
 #[test]

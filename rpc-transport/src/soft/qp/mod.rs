@@ -5,7 +5,8 @@ pub(crate) mod wqe;
 
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::access::AccessFlags;
@@ -106,6 +107,8 @@ pub struct Qp {
     sq_sig_all: bool,
     /// Mirror of `inner.state` so `state()` takes no lock.
     state: AtomicU8,
+    /// Something a timer must look after (see `helper`).
+    busy: AtomicBool,
     // One lock per QP: taken by the thread posting to it and by whoever makes progress
     // on it (the poller of one of its CQs, or the helper when nobody polls); in the
     // common case both are the same thread, so it is uncontended.
@@ -170,6 +173,7 @@ impl Pd {
             cap: *cap,
             sq_sig_all,
             state: AtomicU8::new(QpState::Reset as u8),
+            busy: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 state: QpState::Reset,
                 attr: Attrs::default(),
@@ -246,10 +250,12 @@ impl Qp {
                 g.rc = None;
                 g.sq.clear();
                 g.rq.clear();
+                self.set_busy(false);
             }
             QpState::Err => {
                 g.attr = attrs;
                 self.enter_err(&mut g, None, false);
+                self.set_busy(false);
                 return Ok(());
             }
             QpState::Rtr if self.qp_type == QpType::Rc && from == QpState::Init => {
@@ -261,7 +267,8 @@ impl Qp {
                 let conn = RcConn::new(self, addr, gid, &attrs);
                 g.rc = Some(Box::new(conn));
                 self.set_state(&mut g, to);
-                rc::start(self, &mut g);
+                let waiting = rc::start(self, &mut g);
+                self.set_busy(waiting);
                 return Ok(());
             }
             QpState::Rts if self.qp_type == QpType::Rc && from == QpState::Rtr => {
@@ -350,9 +357,32 @@ impl Qp {
         let mut g = self.lock();
         self.check_cqs(&mut g);
         match self.qp_type {
-            QpType::Rc => rc::progress(self, &mut g, now, read),
+            QpType::Rc => {
+                let needs = rc::progress(self, &mut g, now, read);
+                self.set_busy(needs || g.sq.len() > 0);
+                needs
+            }
             QpType::Ud => false,
         }
+    }
+
+    /// Records whether a timer must look after this QP, telling the helper on change.
+    pub(crate) fn set_busy(&self, busy: bool) {
+        if self.busy.swap(busy, Ordering::SeqCst) != busy {
+            self.dev.helper.set_busy(busy);
+        }
+    }
+
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// The RC socket, if connected.
+    pub(crate) fn rc_fd(&self) -> Option<RawFd> {
+        let g = self.lock();
+        g.rc.as_ref()
+            .and_then(|rc| rc.sock.as_ref())
+            .map(|s| s.as_raw_fd())
     }
 
     /// Whether one of this QP's CQs was polled within `ns`.
@@ -418,7 +448,8 @@ impl Qp {
             }
         }
         if self.qp_type == QpType::Rc {
-            rc::kick(self, &mut g, self.dev.now_ns());
+            let needs = rc::kick(self, &mut g, self.dev.now_ns());
+            self.set_busy(needs || g.sq.len() > 0);
         }
         result
     }
@@ -492,6 +523,9 @@ impl Drop for Qp {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.qpn);
+        if self.busy.load(Ordering::SeqCst) {
+            self.dev.helper.set_busy(false);
+        }
         if self.qp_type == QpType::Ud {
             self.send_cq.ud_detach();
             if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {

@@ -139,16 +139,19 @@ pub(crate) fn attach(qp: &Qp, rc: &mut RcConn, sock: TcpStream) {
     let _ = sock.set_nonblocking(true);
     let fd = sock.as_raw_fd();
     rc.sock = Some(sock);
+    qp.dev.helper.watch_qp(fd, qp.qpn);
     qp.send_cq.watch(fd, qp.qpn);
     qp.recv_cq.watch(fd, qp.qpn);
     bump(&qp.dev.stats.rc_connections);
 }
 
 /// Called on INIT → RTR: connect now, or claim a connection the helper parked.
-pub(crate) fn start(qp: &Qp, g: &mut Inner) {
+///
+/// Returns whether a connection attempt must be retried later.
+pub(crate) fn start(qp: &Qp, g: &mut Inner) -> bool {
     let now = qp.dev.now_ns();
     let Some(rc) = g.rc.as_deref_mut() else {
-        return;
+        return false;
     };
     if rc.st.connector {
         try_connect(qp, rc, now);
@@ -158,6 +161,7 @@ pub(crate) fn start(qp: &Qp, g: &mut Inner) {
     if rc.sock.is_none() {
         qp.defer();
     }
+    rc.sock.is_none() && rc.st.connector
 }
 
 fn try_connect(qp: &Qp, rc: &mut RcConn, now: u64) {
@@ -219,12 +223,15 @@ pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> bool {
     finish(qp, g, r)
 }
 
-/// Progress right after a post: send what was posted, without reading.
-pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) {
+/// Progress right after a post: send what was posted, without reading. Returns
+/// whether the QP wants another visit.
+pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) -> bool {
     let r = drive(qp, g, now, false);
-    if finish(qp, g, r) {
+    let needs = finish(qp, g, r);
+    if needs {
         qp.defer();
     }
+    needs
 }
 
 fn finish(qp: &Qp, g: &mut Inner, r: (Result<(), Fault>, bool)) -> bool {
