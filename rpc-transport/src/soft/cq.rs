@@ -57,6 +57,8 @@ pub struct Cq {
     armed: AtomicU8,
     notify: EventFd,
     epoll: Epoll,
+    // Taken by this CQ's poller for the whole progress pass (and briefly at QP
+    // creation): uncontended unless the same CQ is polled from two threads at once.
     members: Mutex<Members>,
     deferred: Mutex<Vec<u32>>,
     has_deferred: AtomicBool,

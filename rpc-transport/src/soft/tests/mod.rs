@@ -8,6 +8,7 @@ use crate::{
     QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendWr, SoftConfig, WorkCompletion,
 };
 
+mod alloc;
 mod errors;
 mod rc;
 mod srq_cq;

@@ -80,3 +80,43 @@ fn ud_loss_is_deterministic_and_counted() {
     let st = a.dev.soft_stats().unwrap();
     assert_eq!((st.ud_dropped_injected, st.ud_sent), (5, 0));
 }
+
+/// Sends datagrams with immediates `0..n` and returns the immediates in arrival order.
+fn arrivals(faults: UdFaults, n: u32, expect: usize) -> Vec<u32> {
+    let (a, b) = ud_pair(faults);
+    let ah =
+        a.pd.create_ah(&AhAttr::from_endpoint(&b.qp.endpoint(0).unwrap(), 0))
+            .unwrap();
+    for i in 0..expect as u64 {
+        post_recv(&b, i, (i as usize % 16) * 128, 128);
+    }
+    let dest = UdDest {
+        ah: &ah,
+        remote_qpn: b.qp.qp_num(),
+        remote_qkey: 0x1111,
+    };
+    for i in 0..n {
+        post(
+            &a,
+            SendWr::new(u64::from(i), SendOp::SendWithImm { imm: i }, &[]).ud(dest),
+        );
+        assert!(wait(&a.cq, &[]).is_ok());
+    }
+    (0..expect)
+        .map(|_| wait(&b.cq, &[]).imm_data.unwrap())
+        .collect()
+}
+
+#[test]
+fn ud_reorder_swaps_neighbours_and_duplicate_doubles() {
+    let reorder = UdFaults {
+        reorder: 1.0,
+        ..UdFaults::default()
+    };
+    assert_eq!(arrivals(reorder, 4, 4), [1, 0, 3, 2]);
+    let dup = UdFaults {
+        duplicate: 1.0,
+        ..UdFaults::default()
+    };
+    assert_eq!(arrivals(dup, 3, 6), [0, 0, 1, 1, 2, 2]);
+}
