@@ -19,3 +19,13 @@
 
 mod common;
 
+mod atomics;
+mod cq;
+mod protection;
+mod qp_state;
+mod rdma;
+mod rnr;
+mod send_recv;
+mod srq;
+mod two_process;
+mod ud;
