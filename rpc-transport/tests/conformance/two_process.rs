@@ -83,12 +83,13 @@ fn rc_child() {
     let region = b.host.mr_all(8192);
     let rbuf = b.host.mr_all(64);
     region.write(4096, &pattern(READ_LEN, 2));
-    // SAFETY: `rbuf` is read only after completion (it stays empty: zero-byte send).
-    unsafe { post_recv(&b.qp, 1, &[rbuf.sge(0, 64)]) };
     say("ep", &b.qp.endpoint(PSN_B).expect("endpoint").to_string());
     say("mr", &mr_to_text(&region.remote()));
     let ep_a = endpoint(&hear("ep"));
     connect(&b.qp, PSN_B, &ep_a, &opts);
+    // Receives may be posted from INIT on; the parent sends only after "ready".
+    // SAFETY: `rbuf` is read only after completion (it stays empty: zero-byte send).
+    unsafe { post_recv(&b.qp, 1, &[rbuf.sge(0, 64)]) };
     say("ready", "");
 
     let wc = wait_wc(&b.rcq, "the parent's Send-with-Imm");

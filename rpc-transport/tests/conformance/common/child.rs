@@ -147,8 +147,11 @@ impl Drop for ChildProc {
     }
 }
 
+/// The value of record `key` in `line`. The tag is searched for, not expected at the
+/// start: libtest prints `test <name> ... ` without a newline before the test runs.
 fn parse(line: &str, key: &str) -> Option<String> {
-    let rest = line.strip_prefix(TAG)?.strip_prefix(key)?;
+    let at = line.find(TAG)?;
+    let rest = line[at + TAG.len()..].strip_prefix(key)?;
     Some(rest.strip_prefix(' ')?.to_string())
 }
 
