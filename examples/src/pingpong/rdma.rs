@@ -160,6 +160,9 @@ pub(crate) fn client(device: &str, p: Params, oob: &mut Oob) -> Result<(Provider
     link.connect(oob, false)?;
     let mut rtts = ping_pong(&link, p)?;
     let elapsed = stream(&link, p)?;
+    // Keep the QP until the server has seen its last send acknowledged: destroying it
+    // at once could drop that acknowledgement (ibv_rc_pingpong syncs the same way).
+    oob.expect_word("RDMA-DONE")?;
     let bytes = u64::from(p.iters) * u64::from(p.size);
     Ok((link.dev.provider(), Summary::new(&mut rtts, bytes, elapsed)))
 }
@@ -259,5 +262,5 @@ pub(crate) fn serve(device: &str, p: Params, oob: &mut Oob) -> Result<()> {
             }
         }
     }
-    Ok(())
+    oob.send_word("RDMA-DONE")
 }
