@@ -366,7 +366,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError> {
             }
             let nak = match e[0] {
                 1 if e[1] <= 31 => Nak::Rnr(e[1]),
-                2 | 3 | 4 if e[1] != 0 => return Err(WireError::Reserved),
+                2..=4 if e[1] != 0 => return Err(WireError::Reserved),
                 2 => Nak::InvalidRequest,
                 3 => Nak::RemoteAccess,
                 4 => Nak::RemoteOp,

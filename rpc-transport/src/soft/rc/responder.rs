@@ -267,7 +267,7 @@ pub(super) fn on_atomic(
     if !in_order(cx, seq) {
         return Ok(());
     }
-    if !cx.attr.access.contains(AccessFlags::REMOTE_ATOMIC) || va % 8 != 0 {
+    if !cx.attr.access.contains(AccessFlags::REMOTE_ATOMIC) || !va.is_multiple_of(8) {
         fatal(cx, seq, Nak::InvalidRequest);
         return Ok(());
     }
