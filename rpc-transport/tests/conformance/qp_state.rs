@@ -2,8 +2,8 @@
 //! states that allow it.
 
 use rpc_transport::{
-    AccessFlags, AhAttr, Error, Mtu, PostError, QpAttr, QpInitAttr, QpState, QpType, SendOp,
-    SendWr, WcStatus,
+    AccessFlags, AhAttr, CompletionQueue, Error, Mtu, PostError, QpAttr, QpEndpoint, QpInitAttr,
+    QpState, QpType, QueuePair, RecvWr, SendOp, SendWr, WcStatus,
 };
 
 use crate::common::rc::create_rc_qp;
@@ -55,22 +55,21 @@ fn moving_to_err_flushes_outstanding_sends() {
     }
 }
 
-/// An RC QP in RESET on a fresh host.
-fn reset_qp(
-    host: &Host,
-) -> (
-    rpc_transport::QueuePair,
-    [rpc_transport::CompletionQueue; 2],
-) {
+/// An RC QP in RESET on `host`, with the CQs it uses.
+fn reset_qp(host: &Host) -> (QueuePair, [CompletionQueue; 2]) {
     let cqs = [host.cq(16), host.cq(16)];
     let qp = create_rc_qp(host, &cqs[0], &cqs[1], None, &RcOpts::default());
     (qp, cqs)
 }
 
+/// Complete INIT -> RTR attributes (towards a QP number nobody uses).
 fn rtr_attr(host: &Host) -> QpAttr {
-    let ep = rpc_transport::QpEndpoint {
+    let ep = QpEndpoint {
         qpn: 1,
-        gid: host.dev.gid(1, host.dev.preferred_gid_index()).unwrap(),
+        gid: host
+            .dev
+            .gid(1, host.dev.preferred_gid_index())
+            .expect("ibv_query_gid"),
         ..Default::default()
     };
     let ah = AhAttr::from_endpoint(&ep, host.dev.preferred_gid_index());
@@ -118,7 +117,7 @@ fn transitions_outside_the_state_machine_are_refused() {
 fn transitions_missing_a_required_attribute_are_refused() {
     let host = Host::open();
     let (qp, cqs) = reset_qp(&host);
-    let missing = |qp: &rpc_transport::QueuePair, to, attr: &QpAttr, name: &str| {
+    let missing = |qp: &QueuePair, to, attr: &QpAttr, name: &str| {
         let from = qp.state();
         let err = qp.modify(to, attr).expect_err("missing attribute");
         assert!(
@@ -183,5 +182,60 @@ fn posting_sends_before_rts_is_refused() {
             ),
             "post_send in {state:?}: expected InvalidState, got {err:?}"
         );
+    }
+}
+
+#[test]
+fn receives_are_refused_in_reset_and_accepted_from_init() {
+    let host = Host::open();
+    let (qp, _cqs) = reset_qp(&host);
+    let dst = host.mr_all(64);
+    let sge = [dst.sge(0, 64)];
+    let wr = [RecvWr {
+        wr_id: 1,
+        sg_list: &sge,
+    }];
+    // SAFETY: `dst` outlives the QP's use of it; it is never read.
+    let err = unsafe { qp.post_recv(&wr) }.expect_err("post_recv in RESET");
+    assert!(
+        matches!(
+            err,
+            Error::Post {
+                index: 0,
+                reason: PostError::InvalidState
+            }
+        ),
+        "post_recv in RESET: expected InvalidState, got {err:?}"
+    );
+    qp.modify(QpState::Init, &QpAttr::rc_init(AccessFlags::empty()))
+        .expect("RESET -> INIT");
+    // SAFETY: as above.
+    unsafe { qp.post_recv(&wr) }.expect("post_recv in INIT");
+}
+
+#[test]
+fn wrs_behind_a_failed_wr_are_flushed() {
+    let p = RcPair::new();
+    let src = p.a.host.mr_all(4096);
+    let dst = p.b.host.mr_all(4096);
+    for i in 0..3u64 {
+        // SAFETY: `dst` outlives the test and is never read.
+        unsafe { post_recv(&p.b.qp, i, &[dst.sge(i as usize * 64, 64)]) };
+    }
+    let bad = [src.sge(4090, 64)]; // runs past the end of `src`
+    let good = [src.sge(0, 64)];
+    let wrs = [
+        SendWr::new(1, SendOp::Send, &bad),
+        SendWr::new(2, SendOp::Send, &good),
+        SendWr::new(3, SendOp::Send, &good),
+    ];
+    // SAFETY: `src` outlives the completions waited for below and is not written.
+    unsafe { p.a.qp.post_send(&wrs) }.expect("post_send");
+
+    let wcs = wait_wcs(&p.a.scq, 3, "the failed WR and the two behind it");
+    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(wcs[0].status, WcStatus::LocProtErr, "{:?}", wcs[0]);
+    for wc in &wcs[1..] {
+        assert_eq!(wc.status, WcStatus::WrFlushErr, "{wc:?}");
     }
 }
