@@ -174,16 +174,19 @@ fn ud_child() {
 /// Not a test of its own: the child side of the tests above, which start this binary
 /// again with `--ignored --exact two_process::child_process_entry` and
 /// `RDMA_RPC_CONFORMANCE_CHILD` naming the role. Marked `#[ignore]` so that an
-/// ordinary run lists it as ignored instead of counting an empty pass.
+/// ordinary run lists it as ignored instead of counting an empty pass; a run with
+/// `--include-ignored` (the SoftRoCE VM suite does that) reaches it without the
+/// variable, and then it says so and does nothing.
 #[test]
 #[ignore = "child side of the two_process tests, which run it themselves"]
 fn child_process_entry() {
-    let role = child::role().unwrap_or_else(|| {
-        panic!(
-            "only the two_process tests run this, with ${} set",
+    let Some(role) = child::role() else {
+        println!(
+            "child_process_entry: ${} unset, so not started as a child: nothing to do",
             child::CHILD_ENV
-        )
-    });
+        );
+        return;
+    };
     match role.as_str() {
         "rc" => rc_child(),
         "ud" => ud_child(),
