@@ -345,11 +345,12 @@ impl Qp {
 
     /// Makes progress; `true` if the QP wants to be visited again soon even without
     /// socket readiness (pending output, an owed ACK, a timer).
-    pub(crate) fn progress(&self, now: u64) -> bool {
+    /// `read`: also read the socket (else only timers and pending output).
+    pub(crate) fn progress(&self, now: u64, read: bool) -> bool {
         let mut g = self.lock();
         self.check_cqs(&mut g);
         match self.qp_type {
-            QpType::Rc => rc::progress(self, &mut g, now),
+            QpType::Rc => rc::progress(self, &mut g, now, read),
             QpType::Ud => false,
         }
     }
@@ -373,6 +374,13 @@ impl Qp {
     pub(crate) unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         let mut g = self.lock();
         self.check_cqs(&mut g);
+        if g.sq.len() == 0 {
+            // The retry budget counts from the moment there is something to wait for.
+            let now = self.dev.now_ns();
+            if let Some(rc) = g.rc.as_mut() {
+                rc.st.progress_at = now;
+            }
+        }
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(reason) = self.check_send(&g, wr) {

@@ -204,8 +204,8 @@ impl Cx<'_> {
 
 /// Progress from a poll (or the helper): read, process, send. `true` if the QP wants
 /// to be visited again without socket readiness.
-pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64) -> bool {
-    let r = drive(qp, g, now, true);
+pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> bool {
+    let r = drive(qp, g, now, read);
     finish(qp, g, r)
 }
 
@@ -292,18 +292,19 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
     if state == QpState::Err {
         // An ERR QP answers nothing; keep the socket drained and finish sending what
         // was already encoded (such as the NAK that moved it here).
-        let eof = loop {
-            match rx.fill(sock) {
-                Ok(Some((0, _))) | Err(_) => break true,
-                Ok(Some((_, full))) => {
-                    rx.clear();
-                    if !full {
-                        break false;
+        let eof = read
+            && loop {
+                match rx.fill(sock) {
+                    Ok(Some((0, _))) | Err(_) => break true,
+                    Ok(Some((_, full))) => {
+                        rx.clear();
+                        if !full {
+                            break false;
+                        }
                     }
+                    Ok(None) => break false,
                 }
-                Ok(None) => break false,
-            }
-        };
+            };
         let _ = tx.flush(sock);
         if eof {
             return (Err(Fault::Broken), false);
