@@ -49,6 +49,9 @@ pub(crate) fn generate(
                 }
             }
 
+            // Method names come from the proto: clippy's naming conventions
+            // (`is_*`/`to_*`/`into_*` take `self` in certain ways) do not apply.
+            #[allow(clippy::wrong_self_convention)]
             impl<T> #client_ident<T> {
                 #new_doc
                 pub fn new(inner: T) -> Self {

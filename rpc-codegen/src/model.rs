@@ -29,9 +29,9 @@ pub(crate) struct ServiceModel {
 
 /// One unary RPC.
 pub(crate) struct MethodModel {
-    /// `SayHello`: what the server matches on.
+    /// `SayHello`.
     pub(crate) proto_name: String,
-    /// `/helloworld.Greeter/SayHello`.
+    /// `/helloworld.Greeter/SayHello`: what the client sends and the server matches on.
     pub(crate) path: String,
     /// The trait method: `say_hello` (`r#type` for keywords).
     pub(crate) server_ident: Ident,

@@ -22,6 +22,9 @@ pub(crate) fn generate(
     } = service;
     let mod_doc = doc(&format!("Server for the `{full_name}` service."));
     let server_name = server_ident.to_string();
+    // Clippy judges method names (`new` must return `Self`, `is_*`/`to_*`/`into_*`
+    // take `self` in certain ways), and these come from the proto, not the user's Rust.
+    let lint_allows = quote!(#[allow(clippy::new_ret_no_self, clippy::wrong_self_convention)]);
     let server_doc = doc(&format!(
         "Serves a [`{trait_ident}`] implementation: add it to a `Server` with `add_service`."
     ));
@@ -39,6 +42,7 @@ pub(crate) fn generate(
         #mod_attrs
         pub mod #server_mod {
             #docs
+            #lint_allows
             #[#codegen::async_trait]
             pub trait #trait_ident: Send + Sync + 'static {
                 #(#trait_methods)*
@@ -87,12 +91,15 @@ pub(crate) fn generate(
                 }
 
                 fn call(&mut self, call: #codegen::ServerCall) -> Self::Future {
-                    match call.method() {
+                    match call.path() {
                         #(#arms)*
-                        method => {
-                            let status = #codegen::Status::unimplemented(format!(
-                                "method {method} not found in service {SERVICE_NAME}"
-                            ));
+                        _ => {
+                            let message = if call.service() == SERVICE_NAME {
+                                format!("method {} not found in service {SERVICE_NAME}", call.method())
+                            } else {
+                                format!("service {} not found (this is {SERVICE_NAME})", call.service())
+                            };
+                            let status = #codegen::Status::unimplemented(message);
                             Box::pin(async move { Err(status) })
                         }
                     }
@@ -126,6 +133,8 @@ fn trait_method(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
     }
 }
 
+/// Matches the full path, as tonic does, so a server reached under another
+/// service's name answers UNIMPLEMENTED rather than running a same-named method.
 /// Decodes before boxing the future, so a body that does not decode costs no
 /// allocation; calls the trait by its full path, so an RPC named like a `Service`
 /// or `Arc` method (`call`, `clone`) cannot be resolved to the wrong function.
@@ -135,13 +144,13 @@ fn dispatch_arm(
     codegen: &TokenStream,
 ) -> TokenStream {
     let MethodModel {
-        proto_name,
+        path,
         server_ident,
         input,
         ..
     } = m;
     quote! {
-        #proto_name => {
+        #path => {
             let request = match call.into_request::<#input>() {
                 Ok(request) => request,
                 Err(status) => return Box::pin(async move { Err(status) }),
