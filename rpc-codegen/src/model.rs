@@ -51,11 +51,17 @@ impl ServiceModel {
         let full_name = naming::full_service_name(&service.package, &service.proto_name);
         let trait_ident = naming::ident(&service.name)?;
         let stem = naming::module_stem(&service.name);
-        let methods = service
+        // Every method's problem at once, so a build is not fixed one error at a time.
+        let (methods, errors): (Vec<_>, Vec<_>) = service
             .methods
             .iter()
             .map(|m| MethodModel::new(&full_name, m))
-            .collect::<Result<Vec<_>, _>>()?;
+            .partition(Result::is_ok);
+        if !errors.is_empty() {
+            let errors: Vec<String> = errors.into_iter().filter_map(Result::err).collect();
+            return Err(errors.join("\nrpc-codegen: "));
+        }
+        let methods: Vec<MethodModel> = methods.into_iter().filter_map(Result::ok).collect();
         check_unique(&full_name, &methods, |m| &m.server_ident, "server trait")?;
         check_unique(&full_name, &methods, |m| &m.client_ident, "client")?;
         let name = trait_ident.to_string();
