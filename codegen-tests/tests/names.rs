@@ -29,23 +29,34 @@ fn service_names_are_package_dot_service() {
     assert_eq!(match_server::SERVICE_NAME, "naming.Match");
 }
 
+/// A greeter that is never called: these tests are about types and names.
+struct G;
+
+#[rpc_core::async_trait]
+impl helloworld::greeter_server::Greeter for G {
+    async fn say_hello(
+        &self,
+        _: Request<helloworld::HelloRequest>,
+    ) -> Result<Response<helloworld::HelloReply>, Status> {
+        Err(Status::unimplemented("unused"))
+    }
+}
+
 #[test]
 fn named_service_is_what_the_router_routes_on() {
     fn name<S: NamedService>(_: &S) -> &'static str {
         S::NAME
     }
-    struct G;
-    #[rpc_core::async_trait]
-    impl helloworld::greeter_server::Greeter for G {
-        async fn say_hello(
-            &self,
-            _: Request<helloworld::HelloRequest>,
-        ) -> Result<Response<helloworld::HelloReply>, Status> {
-            Err(Status::unimplemented("unused"))
-        }
-    }
     let server = helloworld::greeter_server::GreeterServer::new(G);
     assert_eq!(name(&server), "helloworld.Greeter");
+}
+
+#[test]
+fn generated_servers_are_what_the_server_builder_accepts() {
+    let _router = rpc_core::transport::Server::builder()
+        .add_service(helloworld::greeter_server::GreeterServer::new(G))
+        .add_service(SessionServer::new(Recorder))
+        .add_service(match_server::MatchServer::new(Recorder));
 }
 
 /// The shape a tonic user expects: `connect` on a `Channel` client, `new` on any
