@@ -159,3 +159,29 @@ fn the_server_is_cheap_to_clone_and_shares_the_implementation() {
     assert_eq!(Arc::strong_count(&greeter), 3);
     assert_eq!(format!("{server:?}"), "GreeterServer { .. }");
 }
+
+struct Nothing;
+
+#[rpc_core::async_trait]
+impl codegen_tests::multi::placeholder_server::Placeholder for Nothing {}
+
+#[tokio::test]
+async fn a_service_without_methods_answers_everything_unimplemented() {
+    use codegen_tests::multi::placeholder_server::PlaceholderServer;
+    let mut server = PlaceholderServer::new(Nothing);
+    let call = server_call("/multi.Placeholder/Anything", &[], MetadataMap::new()).unwrap();
+    // `ServerReply` is not `Debug` (`dyn EncodeMessage` is not), hence no `unwrap_err`.
+    let status = server
+        .ready()
+        .await
+        .unwrap()
+        .call(call)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::Unimplemented);
+    assert_eq!(
+        status.message(),
+        "method Anything not found in service multi.Placeholder"
+    );
+}

@@ -28,6 +28,12 @@ pub(crate) fn generate(
         doc("Connects to `dst` (`rdma://host:port`) and returns a client over the new channel.");
     let new_doc = doc("Wraps a transport service: a `Channel`, or any `tower::Service<OutgoingCall<M>>` (a mock, a middleware stack).");
     let methods = service.methods.iter().map(|m| method(m, codegen));
+    // A service without methods (yet) has a client that never uses its transport.
+    let unused = if service.methods.is_empty() {
+        quote!(#[allow(dead_code)])
+    } else {
+        TokenStream::new()
+    };
 
     quote! {
         #mod_doc
@@ -36,6 +42,7 @@ pub(crate) fn generate(
             #docs
             #[derive(Debug, Clone)]
             pub struct #client_ident<T> {
+                #unused
                 inner: #codegen::Grpc<T>,
             }
 

@@ -32,10 +32,7 @@ pub(crate) fn generate(
         "The service's full name, `{full_name}`, which calls are routed on."
     ));
     let trait_methods = service.methods.iter().map(|m| trait_method(m, codegen));
-    let arms = service
-        .methods
-        .iter()
-        .map(|m| dispatch_arm(m, trait_ident, codegen));
+    let dispatch = dispatch(service, codegen);
 
     quote! {
         #mod_doc
@@ -91,18 +88,7 @@ pub(crate) fn generate(
                 }
 
                 fn call(&mut self, call: #codegen::ServerCall) -> Self::Future {
-                    match call.path() {
-                        #(#arms)*
-                        _ => {
-                            let message = if call.service() == SERVICE_NAME {
-                                format!("method {} not found in service {SERVICE_NAME}", call.method())
-                            } else {
-                                format!("service {} not found (this is {SERVICE_NAME})", call.service())
-                            };
-                            let status = #codegen::Status::unimplemented(message);
-                            Box::pin(async move { Err(status) })
-                        }
-                    }
+                    #dispatch
                 }
             }
 
@@ -130,6 +116,33 @@ fn trait_method(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
             &self,
             request: #codegen::Request<#input>,
         ) -> Result<#codegen::Response<#output>, #codegen::Status>;
+    }
+}
+
+/// The body of `Service::call`: one arm per method, anything else UNIMPLEMENTED
+/// (with no methods, no `match` at all, which clippy would flag).
+fn dispatch(service: &ServiceModel, codegen: &TokenStream) -> TokenStream {
+    let unimplemented = quote! {
+        let message = if call.service() == SERVICE_NAME {
+            format!("method {} not found in service {SERVICE_NAME}", call.method())
+        } else {
+            format!("service {} not found (this is {SERVICE_NAME})", call.service())
+        };
+        let status = #codegen::Status::unimplemented(message);
+        Box::pin(async move { Err(status) })
+    };
+    if service.methods.is_empty() {
+        return unimplemented;
+    }
+    let arms = service
+        .methods
+        .iter()
+        .map(|m| dispatch_arm(m, &service.trait_ident, codegen));
+    quote! {
+        match call.path() {
+            #(#arms)*
+            _ => { #unimplemented }
+        }
     }
 }
 
