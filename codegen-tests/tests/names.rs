@@ -67,6 +67,23 @@ fn clients_have_connect_and_new() {
     let _new = kv::key_value_client::KeyValueClient::<Channel>::new;
 }
 
+fn assert_send<T: Send>(_: &T) {}
+
+/// Calls can be `tokio::spawn`ed.
+#[test]
+fn client_calls_are_send() {
+    let transport = Loopback::new(helloworld::greeter_server::GreeterServer::new(G));
+    let mut client = helloworld::greeter_client::GreeterClient::new(transport);
+    let call = client.say_hello(helloworld::HelloRequest::default());
+    assert_send(&call);
+}
+
+/// Over the real transport too (compiled, not run: connecting needs a peer).
+fn _channel_calls_are_send(mut client: echo::echo_client::EchoClient<Channel>) {
+    let call = client.unary_echo(Request::new(echo::EchoRequest::default()));
+    assert_send(&call);
+}
+
 /// The real transport satisfies the generated methods' bounds (compiled, not run).
 async fn _calls_compile_over_a_channel(
     mut client: echo::echo_client::EchoClient<Channel>,

@@ -102,3 +102,22 @@ fn extern_paths_and_codegen_path() {
     assert!(file.contains("::my_rpc::codegen::Grpc<T>"), "{file}");
     assert!(!file.contains("rpc_core"), "{file}");
 }
+
+#[test]
+fn compiled_well_known_types_are_referred_to_by_package() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rpc-codegen-builder/wkt_compiled");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    rpc_codegen::configure()
+        .compile_well_known_types()
+        .out_dir(&dir)
+        .compile_protos(&["wkt.proto"], &["tests/protos"])
+        .unwrap();
+    let wkt = fs::read_to_string(dir.join("wkt.rs")).unwrap();
+    assert!(
+        wkt.contains("Response<super::super::google::protobuf::Timestamp>"),
+        "{wkt}"
+    );
+    let google = fs::read_to_string(dir.join("google.protobuf.rs")).unwrap();
+    assert!(google.contains("pub struct Timestamp"));
+}
