@@ -33,6 +33,7 @@ impl Default for Builder {
                 codegen_path: "::rpc_core::codegen".to_owned(),
                 client_mod_attributes: ModAttributes::default(),
                 server_mod_attributes: ModAttributes::default(),
+                disable_comments: Vec::new(),
             },
             prost: prost_build::Config::new(),
             out_dir: None,
@@ -160,10 +161,14 @@ impl Builder {
         self
     }
 
-    /// Leaves out the proto comments of the messages matching the paths (for example
-    /// when they contain indented text that rustdoc would run as a doctest).
+    /// Leaves out the proto comments of the messages, services and methods matching
+    /// the paths (`.pkg.Service`, `.pkg.Service.Method`), for example when they
+    /// contain indented text that rustdoc would run as a doctest.
     pub fn disable_comments(mut self, paths: &[impl AsRef<str>]) -> Self {
         self.prost.disable_comments(paths);
+        self.settings
+            .disable_comments
+            .extend(paths.iter().map(|p| p.as_ref().to_owned()));
         self
     }
 

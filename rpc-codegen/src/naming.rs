@@ -39,6 +39,18 @@ pub(crate) fn method_path(full_service_name: &str, method_proto_name: &str) -> S
     format!("/{full_service_name}/{method_proto_name}")
 }
 
+/// Whether a builder path (`.` for everything, `.pkg` or `pkg` for a package and
+/// its subpackages, `pkg.Service`, `pkg.Service.Method`; the leading dot optional,
+/// as in prost-build's paths) matches the fully qualified `name`.
+pub(crate) fn path_matches(path: &str, name: &str) -> bool {
+    let path = path.trim_start_matches('.');
+    path.is_empty()
+        || name == path
+        || name
+            .strip_prefix(path)
+            .is_some_and(|rest| rest.starts_with('.'))
+}
+
 /// The client method name for an RPC whose Rust name is `name` (see [`CLIENT_RESERVED`]).
 pub(crate) fn client_method_name(name: &str) -> String {
     if CLIENT_RESERVED.contains(&name) {
@@ -97,6 +109,16 @@ mod tests {
             method_path(&full_service_name("", "Greeter"), "X"),
             "/Greeter/X"
         );
+    }
+
+    #[test]
+    fn paths_match_whole_segments() {
+        assert!(path_matches(".", "a.b.S"));
+        assert!(path_matches(".a", "a.b.S"));
+        assert!(path_matches("a.b.S", "a.b.S"));
+        assert!(path_matches("a.b.S", "a.b.S.Method"));
+        assert!(!path_matches("a.b.S", "a.b.Service"));
+        assert!(!path_matches(".a.b", "a.bc.S"));
     }
 
     #[test]

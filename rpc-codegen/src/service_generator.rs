@@ -6,7 +6,7 @@ use std::rc::Rc;
 use proc_macro2::TokenStream;
 
 use crate::model::ServiceModel;
-use crate::{client, server};
+use crate::{client, naming, server};
 
 /// Attributes to put on generated modules of the services a path matches.
 #[derive(Debug, Clone, Default)]
@@ -17,19 +17,12 @@ impl ModAttributes {
         self.0.push((path, attribute));
     }
 
-    /// Attributes whose path matches `full_name` (`pkg.Service`): `.` matches every
-    /// service, `.pkg` or `pkg` a package and its subpackages, `pkg.Service` one
-    /// service; the leading dot is optional, as in prost-build's paths.
+    /// Attributes whose path matches `full_name` (`pkg.Service`), as
+    /// [`naming::path_matches`] says.
     fn for_service(&self, full_name: &str) -> Result<TokenStream, String> {
         let mut out = TokenStream::new();
         for (path, attribute) in &self.0 {
-            let path = path.trim_start_matches('.');
-            let matches = path.is_empty()
-                || full_name == path
-                || full_name
-                    .strip_prefix(path)
-                    .is_some_and(|rest| rest.starts_with('.'));
-            if matches {
+            if naming::path_matches(path, full_name) {
                 let tokens: TokenStream = attribute
                     .parse()
                     .map_err(|e| format!("attribute `{attribute}` does not parse: {e}"))?;
@@ -49,6 +42,8 @@ pub(crate) struct Settings {
     pub(crate) codegen_path: String,
     pub(crate) client_mod_attributes: ModAttributes,
     pub(crate) server_mod_attributes: ModAttributes,
+    /// Paths of services and methods whose proto comments are left out.
+    pub(crate) disable_comments: Vec<String>,
 }
 
 /// Appends one client and/or server module per service to prost-build's output.
@@ -89,8 +84,31 @@ impl RpcServiceGenerator {
     }
 }
 
+impl RpcServiceGenerator {
+    /// prost-build applies `disable_comments` to messages only; services follow the
+    /// same paths (`.pkg.Service`, `.pkg.Service.Method`).
+    fn drop_disabled_comments(&self, service: &mut prost_build::Service) {
+        let disabled = |name: &str| {
+            self.settings
+                .disable_comments
+                .iter()
+                .any(|p| naming::path_matches(p, name))
+        };
+        let full_name = naming::full_service_name(&service.package, &service.proto_name);
+        if disabled(&full_name) {
+            service.comments = Default::default();
+        }
+        for method in &mut service.methods {
+            if disabled(&format!("{full_name}.{}", method.proto_name)) {
+                method.comments = Default::default();
+            }
+        }
+    }
+}
+
 impl prost_build::ServiceGenerator for RpcServiceGenerator {
-    fn generate(&mut self, service: prost_build::Service, buf: &mut String) {
+    fn generate(&mut self, mut service: prost_build::Service, buf: &mut String) {
+        self.drop_disabled_comments(&mut service);
         match self.try_generate(&service) {
             Ok(tokens) => {
                 buf.push_str(&tokens.to_string());

@@ -121,3 +121,35 @@ fn compiled_well_known_types_are_referred_to_by_package() {
     let google = fs::read_to_string(dir.join("google.protobuf.rs")).unwrap();
     assert!(google.contains("pub struct Timestamp"));
 }
+
+#[test]
+fn comments_can_be_disabled_for_services_and_methods() {
+    let file = generate(
+        "no_comments",
+        rpc_codegen::configure().disable_comments(&[".kv.KeyValue.Scan", ".kv.GetRequest"]),
+        "../proto/kv.proto",
+        "kv",
+    );
+    assert!(!file.contains("Lists entries in key order"), "{file}");
+    assert!(file.contains("/// Calls `/kv.KeyValue/Scan`."), "{file}");
+    assert!(
+        file.contains("/// Reads the value stored under a key."),
+        "{file}"
+    );
+    assert!(
+        file.contains("/// A key-value store with byte-string keys"),
+        "{file}"
+    );
+
+    let file = generate(
+        "no_service_comments",
+        rpc_codegen::configure().disable_comments(&["kv"]),
+        "../proto/kv.proto",
+        "kv",
+    );
+    assert!(
+        !file.contains("/// A key-value store with byte-string keys"),
+        "{file}"
+    );
+    assert!(!file.contains("/// Reads the value"), "{file}");
+}
