@@ -46,9 +46,15 @@
 //!   one `async fn` per RPC; `greeter_server::GreeterServer<T>`, the
 //!   `tower::Service` to add to a server; `greeter_server::SERVICE_NAME`.
 //!
+//! The server matches the full path (`/helloworld.Greeter/SayHello`): any other call
+//! is `UNIMPLEMENTED`, a body that does not decode `INVALID_ARGUMENT`.
+//!
 //! Generated code names only `::rpc_core::codegen` (see [`Builder::codegen_path`]),
 //! `::prost` and, for well-known types, `::prost_types`. Proto comments become
-//! rustdoc.
+//! rustdoc. Each package is one file, formatted with prettyplease (`_.rs` for files
+//! without a package); nest the modules that include them as the packages nest
+//! (`a.b.c` in `mod a { mod b { mod c { .. } } }`), since references between
+//! packages are relative (`super::super::..`), as with tonic.
 //!
 //! # Naming rules
 //!

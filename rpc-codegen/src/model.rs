@@ -46,24 +46,26 @@ pub(crate) struct MethodModel {
 }
 
 impl ServiceModel {
-    /// Builds the model, or says why this service cannot be generated.
-    pub(crate) fn new(service: &prost_build::Service) -> Result<ServiceModel, String> {
+    /// Builds the model, or says why this service cannot be generated: every
+    /// method's problem at once, so a build is not fixed one error at a time.
+    pub(crate) fn new(service: &prost_build::Service) -> Result<ServiceModel, Vec<String>> {
         let full_name = naming::full_service_name(&service.package, &service.proto_name);
-        let trait_ident = naming::ident(&service.name)?;
+        let trait_ident = naming::ident(&service.name).map_err(|e| vec![e])?;
         let stem = naming::module_stem(&service.name);
-        // Every method's problem at once, so a build is not fixed one error at a time.
-        let (methods, errors): (Vec<_>, Vec<_>) = service
-            .methods
-            .iter()
-            .map(|m| MethodModel::new(&full_name, m))
-            .partition(Result::is_ok);
-        if !errors.is_empty() {
-            let errors: Vec<String> = errors.into_iter().filter_map(Result::err).collect();
-            return Err(errors.join("\nrpc-codegen: "));
+        let mut methods = Vec::new();
+        let mut errors = Vec::new();
+        for method in &service.methods {
+            match MethodModel::new(&full_name, method) {
+                Ok(m) => methods.push(m),
+                Err(e) => errors.push(e),
+            }
         }
-        let methods: Vec<MethodModel> = methods.into_iter().filter_map(Result::ok).collect();
-        check_unique(&full_name, &methods, |m| &m.server_ident, "server trait")?;
-        check_unique(&full_name, &methods, |m| &m.client_ident, "client")?;
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        check_unique(&full_name, &methods, |m| &m.server_ident, "server trait")
+            .and_then(|()| check_unique(&full_name, &methods, |m| &m.client_ident, "client"))
+            .map_err(|e| vec![e])?;
         let name = trait_ident.to_string();
         let name = name.trim_start_matches("r#");
         Ok(ServiceModel {

@@ -58,8 +58,12 @@ pub(crate) struct RpcServiceGenerator {
 }
 
 impl RpcServiceGenerator {
-    fn try_generate(&self, service: &prost_build::Service) -> Result<TokenStream, String> {
+    fn try_generate(&self, service: &prost_build::Service) -> Result<TokenStream, Vec<String>> {
         let model = ServiceModel::new(service)?;
+        self.tokens(&model).map_err(|e| vec![e])
+    }
+
+    fn tokens(&self, model: &ServiceModel) -> Result<TokenStream, String> {
         let codegen: TokenStream = self
             .settings
             .codegen_path
@@ -71,14 +75,14 @@ impl RpcServiceGenerator {
                 .settings
                 .client_mod_attributes
                 .for_service(&model.full_name)?;
-            out.extend(client::generate(&model, &codegen, &attrs));
+            out.extend(client::generate(model, &codegen, &attrs));
         }
         if self.settings.build_server {
             let attrs = self
                 .settings
                 .server_mod_attributes
                 .for_service(&model.full_name)?;
-            out.extend(server::generate(&model, &codegen, &attrs));
+            out.extend(server::generate(model, &codegen, &attrs));
         }
         Ok(out)
     }
@@ -114,7 +118,7 @@ impl prost_build::ServiceGenerator for RpcServiceGenerator {
                 buf.push_str(&tokens.to_string());
                 buf.push('\n');
             }
-            Err(e) => self.errors.borrow_mut().push(e),
+            Err(errors) => self.errors.borrow_mut().extend(errors),
         }
     }
 }
