@@ -1,0 +1,67 @@
+//! The code rpc-codegen generates for the repository's protos (`proto/`) and for this
+//! crate's own (`protos/`, which cover every case the generator must handle), plus a
+//! [`loopback`] transport that connects a generated client to a generated server in
+//! process, for the tests in `tests/`.
+//!
+//! Modules mirror the proto packages, as they must for cross-package references
+//! (`a.b.c` refers to `common` as `super::super::super::common`).
+#![forbid(unsafe_code)]
+
+pub mod loopback;
+
+// Generated messages carry only the docs their protos have (all generated service
+// items are documented).
+
+/// `proto/helloworld.proto`.
+#[allow(missing_docs)]
+pub mod helloworld {
+    rpc_core::include_proto!("helloworld");
+}
+
+/// `proto/echo.proto`.
+#[allow(missing_docs)]
+pub mod echo {
+    rpc_core::include_proto!("echo");
+}
+
+/// `proto/kv.proto`.
+#[allow(missing_docs)]
+pub mod kv {
+    rpc_core::include_proto!("kv");
+}
+
+/// `protos/common/types.proto`: imported by `a.b.c`.
+#[allow(missing_docs)]
+pub mod common {
+    rpc_core::include_proto!("common");
+}
+
+/// Nested packages.
+pub mod a {
+    /// Nested packages.
+    pub mod b {
+        /// `protos/a/b/c/store.proto`.
+        #[allow(missing_docs)]
+        pub mod c {
+            rpc_core::include_proto!("a.b.c");
+        }
+    }
+}
+
+/// `protos/naming.proto`: keywords and helper names.
+#[allow(missing_docs)]
+pub mod naming {
+    rpc_core::include_proto!("naming");
+}
+
+/// `protos/multi.proto`: two services in one file.
+#[allow(missing_docs)]
+pub mod multi {
+    rpc_core::include_proto!("multi");
+}
+
+/// `protos/nopackage.proto`: no `package` line, so `_.rs`.
+#[allow(missing_docs)]
+pub mod nopackage {
+    rpc_core::include_proto!("_");
+}
