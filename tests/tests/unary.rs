@@ -1,0 +1,180 @@
+//! End-to-end unary calls over the soft provider: one process, server on a task.
+
+use std::time::{Duration, Instant};
+
+use rpc_core::client::Grpc;
+use rpc_core::transport::{Channel, Endpoint, Server};
+use rpc_core::{Code, Request};
+use tests::{init_tracing, path, serve_echo, Echo, NotEcho};
+use tokio::sync::oneshot;
+
+async fn echo_server(builder: Server) -> (String, oneshot::Sender<()>) {
+    init_tracing();
+    let (tx, rx) = oneshot::channel::<()>();
+    let (addr, _task) = serve_echo(builder, async move {
+        let _ = rx.await;
+    })
+    .await;
+    (format!("rdma://{addr}"), tx)
+}
+
+async fn echo(ch: &Channel, id: u64, data: Vec<u8>) -> Result<Echo, rpc_core::Status> {
+    let mut g = Grpc::new(ch.clone());
+    let r = g
+        .unary::<Echo, Echo>(Request::new(Echo { id, data }), path("Echo"))
+        .await?;
+    Ok(r.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_round_trips() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let r = echo(&ch, 7, b"hello".to_vec()).await.unwrap();
+    assert_eq!(
+        r,
+        Echo {
+            id: 7,
+            data: b"hello".to_vec()
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_calls_with_256_in_flight_each_get_their_own_reply() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let workers = 256u64;
+    let per = 10_000 / workers + 1;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let ch = ch.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per {
+                let id = w * per + i;
+                let data = id.to_be_bytes().repeat((id % 64) as usize);
+                let r = echo(&ch, id, data.clone()).await.unwrap();
+                assert_eq!(r.id, id);
+                assert_eq!(r.data, data);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+// Passes with the soft provider once an RC QP restarts its retry clock when its send
+// queue goes from empty to busy: today a QP idle for longer than its retry budget
+// (~0.5 s) fails its next send with RETRY_EXC_ERR, and encoding 64 MiB in a debug
+// build is such a pause. See `a_connection_idle_for_a_second_still_works`.
+#[ignore = "needs the soft provider's retry-clock fix"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64_mib_message_round_trips() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let data: Vec<u8> = (0..64 << 20)
+        .map(|i: u32| (i * 7 + i / 4096) as u8)
+        .collect();
+    let r = echo(&ch, 1, data.clone()).await.unwrap();
+    assert!(r.data == data, "64 MiB payload corrupted");
+    // The connection is still good for small calls afterwards.
+    assert_eq!(echo(&ch, 2, vec![1]).await.unwrap().id, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_method_or_service_is_unimplemented() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let mut g = Grpc::new(ch);
+    for p in [path("Nope"), path("Other")] {
+        let e = g
+            .unary::<Echo, Echo>(Request::new(Echo::default()), p)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented, "{p}: {e:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_request_is_invalid_argument() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let mut g = Grpc::new(ch);
+    let bad = NotEcho {
+        junk: vec![1, 2, 3],
+    };
+    let e = g
+        .unary::<NotEcho, Echo>(Request::new(bad), path("Echo"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_over_the_limit_is_resource_exhausted() {
+    let (uri, _stop) = echo_server(Server::builder().max_message_size(1 << 20)).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let e = echo(&ch, 1, vec![0; 2 << 20]).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert_eq!(echo(&ch, 2, vec![0; 1000]).await.unwrap().id, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_ends_the_call_and_travels_to_the_server() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let mut g = Grpc::new(ch.clone());
+
+    let mut req = Request::new(Echo {
+        id: 10_000,
+        data: vec![],
+    }); // sleeps 10 s
+    req.set_timeout(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let e = g.unary::<Echo, Echo>(req, path("Sleep")).await.unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+
+    let mut req = Request::new(Echo::default());
+    req.set_timeout(Duration::from_secs(30));
+    let seen = g.unary::<Echo, Echo>(req, path("Deadline")).await.unwrap();
+    let ms = seen.into_inner().id;
+    assert!(ms > 20_000 && ms <= 30_000, "server saw {ms} ms left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_calls_give_back_their_credits_and_slots() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ep = Endpoint::from_shared(uri).unwrap().credits(4);
+    let ch = ep.connect().await.unwrap();
+    // Far more abandoned calls than credits: each must come back for the next.
+    for i in 0..200u64 {
+        let fut = echo(&ch, i, vec![0; (i as usize % 3) * 10_000]);
+        // Drop it after it has (probably) posted, before its reply.
+        let _ = tokio::time::timeout(Duration::from_micros(50), fut).await;
+    }
+    for i in 0..20 {
+        assert_eq!(echo(&ch, i, vec![3; 100]).await.unwrap().id, i);
+    }
+}
+
+#[ignore = "needs the soft provider's retry-clock fix"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_idle_for_a_second_still_works() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    assert_eq!(echo(&ch, 1, vec![]).await.unwrap().id, 1);
+    // Idleness is the condition under test, not a synchronisation.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(echo(&ch, 2, vec![]).await.unwrap().id, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4_mib_message_round_trips_in_fragments() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let data: Vec<u8> = (0..4 << 20).map(|i: u32| (i ^ (i >> 11)) as u8).collect();
+    let r = echo(&ch, 1, data.clone()).await.unwrap();
+    assert!(r.data == data, "4 MiB payload corrupted");
+}
