@@ -178,3 +178,28 @@ async fn a_4_mib_message_round_trips_in_fragments() {
     let r = echo(&ch, 1, data.clone()).await.unwrap();
     assert!(r.data == data, "4 MiB payload corrupted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_slow_calls_do_not_hold_credits() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Endpoint::from_shared(uri)
+        .unwrap()
+        .credits(4)
+        .connect()
+        .await
+        .unwrap();
+    // Each call would sleep a minute on the server; the client gives up on each.
+    for i in 0..20u64 {
+        let mut g = Grpc::new(ch.clone());
+        let mut req = Request::new(Echo {
+            id: 60_000,
+            data: vec![],
+        });
+        req.set_timeout(Duration::from_millis(20));
+        let e = g.unary::<Echo, Echo>(req, path("Sleep")).await.unwrap_err();
+        assert_eq!(e.code(), Code::DeadlineExceeded, "call {i}");
+    }
+    let t0 = Instant::now();
+    assert_eq!(echo(&ch, 1, vec![]).await.unwrap().id, 1);
+    assert!(t0.elapsed() < Duration::from_secs(5));
+}

@@ -13,7 +13,8 @@ use crate::status::Status;
 /// Limits of a client connection (the credits and frame size come from the handshake).
 #[derive(Debug, Clone, Copy)]
 pub struct ClientConfig {
-    /// Frames the client may have unanswered (receives the server reserved for it).
+    /// Frames the client may have unanswered (receives the server reserved for it),
+    /// one of which is kept for CANCEL frames: `credits - 1` calls can be in flight.
     pub credits: u32,
     /// Largest frame in bytes (the slot size both sides agreed on).
     pub frame_size: usize,
@@ -122,9 +123,10 @@ impl<W> ClientConn<W> {
     /// A connection with `cfg.credits` tokens.
     ///
     /// # Panics
-    /// If `cfg.frame_size` is below [`MIN_FRAME`] or `credits` is 0.
+    /// If `cfg.frame_size` is below [`MIN_FRAME`] or `credits` is below 2 (one is
+    /// kept for CANCEL frames).
     pub fn new(cfg: ClientConfig) -> Self {
-        assert!(cfg.frame_size >= MIN_FRAME && cfg.credits > 0);
+        assert!(cfg.frame_size >= MIN_FRAME && cfg.credits >= 2);
         ClientConn {
             cfg,
             tokens: cfg.credits,
@@ -159,8 +161,10 @@ impl<W> ClientConn<W> {
     }
 
     /// Reserves a token for a later [`ClientConn::start_call`] (tower's `poll_ready`).
+    /// The last free token is kept for CANCEL frames, so that a caller giving up can
+    /// always tell the server, even when every other credit waits on a slow handler.
     pub fn reserve(&mut self) -> bool {
-        if self.tokens == 0 {
+        if self.tokens <= 1 {
             return false;
         }
         self.tokens -= 1;
@@ -309,15 +313,22 @@ impl<W> ClientConn<W> {
     }
 
     /// Writes the next pending frame (request fragment, RFR or CANCEL) into `out`,
-    /// if there is one and a free token.
+    /// if there is one and a free token (data frames leave the last token to CANCELs).
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<Transmit> {
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
-        while self.tokens > 0 {
+        let mut visits = self.transmit.len();
+        while self.tokens > 0 && visits > 0 {
+            visits -= 1;
             let id = self.transmit.pop_front()?;
             let Some(call) = self.calls.get_mut(&id) else {
                 continue;
             };
+            if !call.cancel && self.tokens <= 1 {
+                // Only a CANCEL may take the last token; look further.
+                self.transmit.push_back(id);
+                continue;
+            }
             let t = if call.cancel {
                 call.cancel = false;
                 Transmit {
@@ -390,6 +401,14 @@ impl<W> ClientConn<W> {
     fn on_response(&mut self, id: u32, frame: &[u8]) -> Option<Completion<W>> {
         let cfg = self.cfg;
         let call = self.calls.get_mut(&id).expect("caller checked");
+        if call.waiter.is_none() {
+            // Retired (cancelled or timed out): its CANCEL, sent after the request and
+            // so reaching the server after it, already released anything the server
+            // still held for this reply.
+            self.stats.late_replies += 1;
+            call.phase = Phase::Done;
+            return None;
+        }
         if !matches!(call.phase, Phase::Waiting | Phase::Sending { .. }) {
             self.stats.malformed += 1;
             return None;
@@ -408,14 +427,6 @@ impl<W> ClientConn<W> {
         };
         let chunk = frame.len() - head.body_start();
         let rest = head.body_len as usize - chunk;
-        if call.waiter.is_none() {
-            self.stats.late_replies += 1;
-            if rest > 0 {
-                // The server holds the rest of a reply nobody wants: let it go.
-                self.queue_cancel(id);
-            }
-            return None;
-        }
         let metadata = match MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT) {
             Ok(m) => m,
             Err(s) => {
@@ -543,8 +554,12 @@ impl<W> ClientConn<W> {
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
+        let was_done = matches!(call.phase, Phase::Done);
         call.waiter = None;
-        if matches!(call.phase, Phase::Sending { .. } | Phase::Pulling { .. }) {
+        if !was_done && self.dead.is_none() {
+            // Mid-request or mid-response the server holds buffers; while waiting it
+            // runs the handler. Either way a CANCEL lets it stop and answer at once,
+            // which brings the call's credit back without waiting for the handler.
             self.queue_cancel(id);
         }
         self.maybe_forget(id);

@@ -91,6 +91,8 @@ pub struct ServerConn {
     calls: HashMap<u32, SCall>,
     answers: VecDeque<(u32, Answer)>,
     buffered: usize,
+    /// Running calls the client cancelled (the driver may stop their handlers).
+    cancelled: VecDeque<u32>,
     stats: ServerStats,
 }
 
@@ -106,6 +108,7 @@ impl ServerConn {
             calls: HashMap::new(),
             answers: VecDeque::new(),
             buffered: 0,
+            cancelled: VecDeque::new(),
             stats: ServerStats::default(),
         }
     }
@@ -148,12 +151,23 @@ impl ServerConn {
                 None
             }
             Kind::Cancel => {
-                if matches!(
-                    self.calls.get(&id),
-                    Some(SCall::Receiving { .. } | SCall::Responding { .. })
-                ) {
-                    self.forget(id);
-                    self.stats.cancelled += 1;
+                match self.calls.get(&id) {
+                    Some(SCall::Receiving { .. } | SCall::Responding { .. }) => {
+                        self.forget(id);
+                        self.stats.cancelled += 1;
+                    }
+                    Some(SCall::Running) => {
+                        // The request's answer goes now; the handler's later
+                        // `respond` finds the call gone and sends nothing.
+                        self.calls.remove(&id);
+                        self.stats.cancelled += 1;
+                        self.cancelled.push_back(id);
+                        self.answers.push_back((
+                            id,
+                            Answer::Status(Status::cancelled("cancelled by the client")),
+                        ));
+                    }
+                    None => {}
                 }
                 self.answers.push_back((id, Answer::Cr));
                 None
@@ -302,6 +316,12 @@ impl ServerConn {
             Some(SCall::Responding { body, .. }) => self.buffered -= body.len(),
             _ => {}
         }
+    }
+
+    /// The next running call the client cancelled: its handler's work is wasted, and
+    /// its answer has already been queued.
+    pub fn poll_cancelled(&mut self) -> Option<u32> {
+        self.cancelled.pop_front()
     }
 
     /// Whether [`ServerConn::poll_transmit`] has an answer to write.

@@ -21,6 +21,8 @@
 //! posts for answers); each client frame takes one, and the token comes back when the
 //! answer's receive slot has been reposted at the client. So neither side can ever
 //! send into an empty receive queue (no RNR), and no credit-return traffic exists.
+//! The client keeps its last free token for `CANCEL` frames, so a caller that gives
+//! up can always tell the server, even while every other credit waits on a handler.
 //!
 //! # Frames (bytes at the head of the slot, big endian)
 //!
@@ -29,7 +31,7 @@
 //! | 1 | c→s | `REQ` | [`RequestHead`] (16 bytes), path, metadata, first body chunk |
 //! | 2 | c→s | `REQ_FRAG` | `offset:u32`, next body chunk; answered by `CR` or an early `RESP` |
 //! | 3 | c→s | `RFR` | nothing: "send the next fragment of the response" |
-//! | 4 | c→s | `CANCEL` | nothing: forget the call; answered by `CR` |
+//! | 4 | c→s | `CANCEL` | nothing: forget the call; answered by `CR` (a running call's `REQ` is then answered at once with `CANCELLED`) |
 //! | 5 | s→c | `RESP` | [`ResponseHead`] (10 bytes), status message, metadata, first body chunk |
 //! | 6 | s→c | `RESP_FRAG` | `offset:u32`, next body chunk (answers an `RFR`) |
 //! | 7 | s→c | `CR` | nothing: the credit return that answers a frame with no other answer |

@@ -100,11 +100,13 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
     let dev = shared_device(s.device.as_deref())?;
     let pd = dev.alloc_pd()?;
     // One CQ for sends and receives, so one poller sees everything of the connection.
-    let cq = Arc::new(dev.create_cq(2 * s.credits + 16)?);
+    // One credit more than calls in flight: the engine keeps it for CANCEL frames.
+    let ask = s.credits + 1;
+    let cq = Arc::new(dev.create_cq(2 * ask + 16)?);
     let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
     init.cap = QpCap {
-        max_send_wr: s.credits,
-        max_recv_wr: s.credits,
+        max_send_wr: ask,
+        max_recv_wr: ask,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
@@ -115,7 +117,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
         flags: 0,
         endpoint: qp.endpoint(psn)?,
         slot_size: s.slot_size as u32,
-        credits: s.credits,
+        credits: ask,
         max_message: s.max_message as u64,
     };
     handshake::send(&mut tcp, &hello).await?;
@@ -125,9 +127,9 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
             "server refused the connection (no receive credits left)",
         ));
     }
-    let credits = reply.credits.min(s.credits);
+    let credits = reply.credits.min(ask);
     let slot = reply.slot_size as usize;
-    if credits == 0 || slot < crate::engine::MIN_FRAME {
+    if credits < 2 || slot < crate::engine::MIN_FRAME {
         return Err(Error::new(format!(
             "server offered {credits} credits of {slot}-byte slots"
         )));

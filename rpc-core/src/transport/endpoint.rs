@@ -77,8 +77,8 @@ impl Endpoint {
         self
     }
 
-    /// Frames the client may have unanswered (the server may grant fewer): the
-    /// number of small calls in flight at once.
+    /// Calls (more exactly: frames) in flight at once on the connection; the server
+    /// may grant fewer. One more credit is asked for CANCEL frames.
     pub fn credits(mut self, n: u32) -> Self {
         self.settings.credits = n.max(1);
         self

@@ -63,7 +63,8 @@ impl From<std::io::Error> for Error {
 
 /// Default frame (slot) size: one slot holds small calls whole.
 pub(crate) const DEFAULT_SLOT_SIZE: usize = 8 * 1024;
-/// Default credits per connection (= unanswered frames, = concurrent small calls).
+/// Default calls in flight per connection. The handshake asks for one credit more:
+/// the engine keeps the last one for CANCEL frames.
 pub(crate) const DEFAULT_CREDITS: u32 = 256;
 /// Default largest message, each way (the issue asks for at least 64 MiB).
 pub(crate) const DEFAULT_MAX_MESSAGE: usize = 64 * 1024 * 1024 + 1024 * 1024;

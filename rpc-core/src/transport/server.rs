@@ -63,7 +63,7 @@ impl Default for Server {
             settings: ServerSettings {
                 credits: DEFAULT_CREDITS,
                 slot_size: DEFAULT_SLOT_SIZE,
-                pool_slots: 16 * DEFAULT_CREDITS,
+                pool_slots: 16 * (DEFAULT_CREDITS + 1),
                 max_message: DEFAULT_MAX_MESSAGE,
                 mode: CompletionMode::default(),
                 device: None,
@@ -84,7 +84,8 @@ impl Server {
         Server::default()
     }
 
-    /// Most credits granted to one connection.
+    /// Most calls in flight on one connection (its credits, less the one clients keep
+    /// for CANCEL frames).
     pub fn credits_per_connection(mut self, n: u32) -> Self {
         self.settings.credits = n.max(1);
         self
@@ -316,7 +317,8 @@ async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
     let hello = handshake::recv(&mut tcp).await?;
     let s = &sh.settings;
-    let credits = hello.credits.min(s.credits).max(1);
+    // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames.
+    let credits = hello.credits.min(s.credits + 1).max(2);
     let granted = {
         let mut g = lock(&sh.granted);
         let ok = *g + credits <= sh.pool_slots;

@@ -164,7 +164,7 @@ fn deadline_ends_the_call_and_the_late_reply_is_dropped_and_counted() {
 fn deadline_travels_in_the_request_head() {
     let mut out = vec![0u8; 512];
     let mut c = crate::engine::ClientConn::<()>::new(crate::engine::ClientConfig {
-        credits: 1,
+        credits: 2,
         frame_size: 512,
         max_send_message: 1000,
         max_recv_message: 1000,
@@ -192,7 +192,7 @@ fn deadline_travels_in_the_request_head() {
         .handle_frame(now, t.imm, &out[..t.len])
         .expect("dispatched");
     assert_eq!(inc.timeout, Some(Duration::from_millis(250)));
-    assert!(!c.reserve(), "one credit, in use");
+    assert!(!c.reserve(), "one credit in use, the other kept for CANCEL");
 }
 
 #[test]
@@ -392,4 +392,44 @@ fn reorder_and_loss_never_panic_and_every_call_ends() {
             }
         }
     }
+}
+
+#[test]
+fn cancelling_a_waiting_call_brings_its_credit_back_before_the_handler_ends() {
+    let mut s = Sim::new(
+        3,
+        512,
+        MB,
+        Knobs {
+            app_delay: 100_000,
+            ..Knobs::default()
+        },
+    );
+    let a = s.try_call(1, "/p.S/Slow", vec![1], None).unwrap().unwrap();
+    let b = s.try_call(2, "/p.S/Slow", vec![2], None).unwrap().unwrap();
+    assert!(
+        s.try_call(3, "/p.S/Slow", vec![3], None).is_none(),
+        "two in use, one for CANCEL"
+    );
+    for _ in 0..3 {
+        s.step();
+    }
+    s.client.cancel(a);
+    s.client.cancel(b);
+    for _ in 0..10 {
+        s.step();
+    }
+    assert_eq!(
+        s.client.free_tokens(),
+        3,
+        "credits back long before the handlers end"
+    );
+    assert_eq!(s.server.stats().cancelled, 2);
+    assert_eq!(
+        s.client.stats().late_replies,
+        2,
+        "the CANCELLED answers are dropped"
+    );
+    assert_eq!(s.client.calls(), 0);
+    assert!(s.done.is_empty());
 }
