@@ -15,6 +15,8 @@
 pub mod handshake;
 mod recv_pool;
 mod send_ring;
+#[cfg(test)]
+mod tests;
 
 pub use handshake::Hello;
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
