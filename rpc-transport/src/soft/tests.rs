@@ -451,3 +451,148 @@ fn ud_loss_is_deterministic_and_counted() {
     let st = a.dev.soft_stats().unwrap();
     assert_eq!((st.ud_dropped_injected, st.ud_sent), (5, 0));
 }
+
+#[test]
+fn srq_feeds_many_qps_in_epoll_mode_and_raises_its_limit() {
+    use crate::SrqInitAttr;
+    const N: usize = 8; // more than a CQ polls directly: exercises the epoll path
+    let server = Device::open_soft(SoftConfig::default()).unwrap();
+    let client = Device::open_soft(SoftConfig::default()).unwrap();
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (
+        server.create_cq(256).unwrap(),
+        client.create_cq(256).unwrap(),
+    );
+    let srq = spd
+        .create_srq(&SrqInitAttr {
+            max_wr: 64,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let smr = spd.alloc_mr(64 * 64, ALL).unwrap();
+    let recvs: Vec<_> = (0..64).map(|i| [smr.sge(i * 64, 64)]).collect();
+    let wrs: Vec<_> = recvs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| RecvWr {
+            wr_id: i as u64,
+            sg_list: s,
+        })
+        .collect();
+    // SAFETY: the MR outlives the SRQ's use of it.
+    unsafe { srq.post_recv(&wrs) }.unwrap();
+    srq.arm_limit(60).unwrap();
+    let mut pairs = Vec::new();
+    for _ in 0..N {
+        let mut init = QpInitAttr::new(QpType::Rc, &scq, &scq);
+        init.srq = Some(&srq);
+        let sqp = spd.create_qp(&init).unwrap();
+        let cqp = cpd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &ccq, &ccq))
+            .unwrap();
+        let (se, ce) = (sqp.endpoint(0).unwrap(), cqp.endpoint(0).unwrap());
+        sqp.connect_rc(&ce, 0, ALL).unwrap();
+        cqp.connect_rc(&se, 0, ALL).unwrap();
+        pairs.push((sqp, cqp));
+    }
+    for (i, (_, cqp)) in pairs.iter().enumerate() {
+        for j in 0..4u64 {
+            let wr = SendWr::new(
+                i as u64 * 10 + j,
+                SendOp::SendWithImm { imm: i as u32 },
+                &[],
+            );
+            // SAFETY: an empty gather list names no memory.
+            unsafe { cqp.post_send(&[wr]) }.unwrap();
+        }
+    }
+    let mut per_qp = std::collections::HashMap::new();
+    for _ in 0..N * 4 {
+        let r = wait(&scq, &[&ccq]);
+        assert!(r.is_ok(), "{r:?}");
+        *per_qp.entry(r.qp_num).or_insert(0) += 1;
+    }
+    assert!(per_qp.values().all(|&n| n == 4) && per_qp.len() == N);
+    for _ in 0..N * 4 {
+        assert!(wait(&ccq, &[&scq]).is_ok());
+    }
+    assert_eq!(
+        server.try_async_event(),
+        Some(AsyncEvent::SrqLimitReached(srq.id()))
+    );
+    assert_eq!(server.try_async_event(), None);
+}
+
+#[test]
+fn poll_async_wakes_on_a_completion_from_another_thread() {
+    let (a, b) = rc_pair();
+    post_recv(&b, 1, 0, 64);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sender = std::thread::spawn(move || {
+        post(&a, SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 8)]));
+        assert!(wait(&a.cq, &[]).is_ok());
+    });
+    let mut wc = [WorkCompletion::default(); 4];
+    let n = rt
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(10), b.cq.poll_async(&mut wc)).await
+        })
+        .expect("woken within 10 s")
+        .unwrap();
+    assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 1, WcStatus::Success));
+    sender.join().unwrap();
+}
+
+#[test]
+fn large_read_and_write_are_served_while_the_target_sleeps() {
+    const LEN: usize = 4 << 20;
+    let (a, b) = rc_pair();
+    let la = a.pd.alloc_mr(LEN, ALL).unwrap();
+    let lb = b.pd.alloc_mr(LEN, ALL).unwrap();
+    let data: Vec<u8> = (0..LEN as u32).map(|i| (i % 253) as u8).collect();
+    lb.write(0, &data);
+    let rb = lb.remote();
+    // b's application never polls: its helper serves both operations.
+    let op = SendOp::RdmaRead {
+        remote_addr: rb.addr,
+        rkey: rb.rkey,
+    };
+    post(&a, SendWr::new(1, op, &[la.sge(0, LEN as u32)]));
+    let r = wait(&a.cq, &[]);
+    assert_eq!(
+        (r.status, r.opcode),
+        (WcStatus::Success, WcOpcode::RdmaRead)
+    );
+    assert!(la.to_vec(0, LEN) == data);
+    la.write(0, &[0xab; 4096]);
+    let op = SendOp::RdmaWrite {
+        remote_addr: rb.addr + 4096,
+        rkey: rb.rkey,
+    };
+    post(&a, SendWr::new(2, op, &[la.sge(0, (LEN - 4096) as u32)]));
+    assert!(wait(&a.cq, &[]).is_ok());
+    assert_eq!(lb.to_vec(4096, 4096), vec![0xab; 4096]);
+    assert!(lb.to_vec(8192, LEN - 8192) == data[4096..LEN - 4096]);
+}
+
+#[test]
+fn an_idle_connection_does_not_spend_its_retry_budget() {
+    let (a, b) = (side(QpType::Rc), side(QpType::Rc));
+    // timeout 1: 8 us x 8 tries; idle time must not count against it.
+    connect(&a, &b, 7, 1, 1);
+    connect(&b, &a, 7, 1, 14);
+    let until = Instant::now() + Duration::from_millis(5);
+    while Instant::now() < until {
+        let _ = a.cq.poll(&mut []);
+        let _ = b.cq.poll(&mut []);
+    }
+    post_recv(&b, 1, 0, 64);
+    post(&a, SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 8)]));
+    // The ACK needs b's progress, which the helper may only give after ~1 ms, far
+    // beyond this budget: poll b as well so the peer answers promptly.
+    assert!(wait(&b.cq, &[&a.cq]).is_ok());
+}

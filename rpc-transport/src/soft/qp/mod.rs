@@ -373,6 +373,13 @@ impl Qp {
     pub(crate) unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         let mut g = self.lock();
         self.check_cqs(&mut g);
+        if g.sq.len() == 0 {
+            // The retry budget counts from the moment there is something to wait for.
+            let now = self.dev.now_ns();
+            if let Some(rc) = g.rc.as_mut() {
+                rc.st.progress_at = now;
+            }
+        }
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(reason) = self.check_send(&g, wr) {

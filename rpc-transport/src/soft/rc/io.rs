@@ -16,8 +16,10 @@ pub(crate) struct RxBuf {
     pub(crate) end: usize,
 }
 
-const RX_CAP: usize = 4 * MAX_FRAME;
-const TX_CAP: usize = 4 * MAX_FRAME;
+// Two frames each way (~130 KiB per connection): enough to keep a socket busy with
+// large messages, small enough for a server with hundreds of connections.
+const RX_CAP: usize = 2 * MAX_FRAME;
+const TX_CAP: usize = 2 * MAX_FRAME;
 
 impl RxBuf {
     pub(crate) fn new() -> RxBuf {
@@ -75,7 +77,7 @@ pub(crate) struct TxBuf {
 impl TxBuf {
     pub(crate) fn new() -> TxBuf {
         TxBuf {
-            buf: Vec::with_capacity(TX_CAP + MAX_FRAME),
+            buf: Vec::with_capacity(TX_CAP),
             off: 0,
         }
     }

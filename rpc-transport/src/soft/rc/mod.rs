@@ -162,6 +162,9 @@ fn try_connect(qp: &Qp, rc: &mut RcConn, now: u64) {
                 dst_qpn: rc.st.peer_qpn,
             };
             wire::encode(&mut rc.tx.buf, 0, 0, 0, &hello, 0);
+            // Send the HELLO now: the peer learns of the connection even if this QP is
+            // never polled (a socket closed before its HELLO is dropped unrouted).
+            let _ = rc.tx.flush(&sock);
             attach(qp, rc, sock);
         }
         Err(_) => rc.st.connect_at = now + CONNECT_RETRY_NS,
