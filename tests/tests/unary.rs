@@ -64,11 +64,6 @@ async fn ten_thousand_calls_with_256_in_flight_each_get_their_own_reply() {
     }
 }
 
-// Passes with the soft provider once an RC QP restarts its retry clock when its send
-// queue goes from empty to busy: today a QP idle for longer than its retry budget
-// (~0.5 s) fails its next send with RETRY_EXC_ERR, and encoding 64 MiB in a debug
-// build is such a pause. See `a_connection_idle_for_a_second_still_works`.
-#[ignore = "needs the soft provider's retry-clock fix"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_64_mib_message_round_trips() {
     let (uri, _stop) = echo_server(Server::builder()).await;
@@ -159,7 +154,6 @@ async fn dropped_calls_give_back_their_credits_and_slots() {
     }
 }
 
-#[ignore = "needs the soft provider's retry-clock fix"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_idle_for_a_second_still_works() {
     let (uri, _stop) = echo_server(Server::builder()).await;
