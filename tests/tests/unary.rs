@@ -197,3 +197,51 @@ async fn abandoned_slow_calls_do_not_hold_credits() {
     assert_eq!(echo(&ch, 1, vec![]).await.unwrap().id, 1);
     assert!(t0.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_reclaims_a_departed_clients_credits_and_calls() {
+    // Room for exactly one connection of 8 calls (+1 credit for CANCEL).
+    let builder = Server::builder()
+        .credits_per_connection(8)
+        .receive_pool_slots(9);
+    let (uri, _stop) = echo_server(builder).await;
+    let ep = Endpoint::from_shared(uri).unwrap().credits(8);
+    let first = ep.connect().await.unwrap();
+    assert_eq!(echo(&first, 1, vec![]).await.unwrap().id, 1);
+    assert!(ep.connect().await.is_err(), "the pool is fully granted");
+
+    // The client leaves with calls still running on the server.
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        let mut g = Grpc::new(first.clone());
+        calls.push(tokio::spawn(async move {
+            g.unary::<Echo, Echo>(
+                Request::new(Echo {
+                    id: 60_000,
+                    data: vec![],
+                }),
+                path("Sleep"),
+            )
+            .await
+        }));
+    }
+    for c in &calls {
+        c.abort();
+    }
+    for c in calls {
+        let _ = c.await;
+    }
+    drop(first);
+
+    // Its credits come back once the server sees the liveness connection close.
+    let mut second = None;
+    for _ in 0..1000 {
+        if let Ok(ch) = ep.connect().await {
+            second = Some(ch);
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let second = second.expect("a new client fits once the old one is reclaimed");
+    assert_eq!(echo(&second, 2, vec![]).await.unwrap().id, 2);
+}
