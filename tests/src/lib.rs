@@ -31,7 +31,8 @@ pub struct NotEcho {
 }
 
 /// `test.Echo`: `Echo` returns the request, `Sleep` waits `id` milliseconds first
-/// (a slow handler), `Deadline` returns the time left it saw, in milliseconds.
+/// (a slow handler), `Deadline` returns the time left it saw, in milliseconds, `Meta`
+/// replies with the request's metadata (or fails with it when it has a `fail` key).
 #[derive(Debug, Clone, Default)]
 pub struct EchoService;
 
@@ -45,6 +46,7 @@ pub fn path(method: &str) -> &'static str {
         "Echo" => "/test.Echo/Echo",
         "Sleep" => "/test.Echo/Sleep",
         "Deadline" => "/test.Echo/Deadline",
+        "Meta" => "/test.Echo/Meta",
         "Nope" => "/test.Echo/Nope",
         "Other" => "/test.Other/Echo",
         _ => panic!("unknown test method {method}"),
@@ -78,6 +80,20 @@ impl tower::Service<ServerCall> for EchoService {
                         id: ms,
                         data: vec![],
                     })
+                }
+                "Meta" => {
+                    // Replies with the request's metadata; a `fail` key turns it into
+                    // an error status carrying the same metadata.
+                    let req: Request<Echo> = call.into_request()?;
+                    let (md, m) = req.into_parts();
+                    if md.get("fail").is_some() {
+                        let mut s = Status::permission_denied("asked to fail");
+                        *s.metadata_mut() = md;
+                        return Err(s);
+                    }
+                    let mut r = Response::new(Box::new(m) as BoxMessage);
+                    *r.metadata_mut() = md;
+                    Ok(r)
                 }
                 m => Err(Status::unimplemented(format!("unknown method {m}"))),
             }

@@ -245,3 +245,33 @@ async fn the_server_reclaims_a_departed_clients_credits_and_calls() {
     let second = second.expect("a new client fits once the old one is reclaimed");
     assert_eq!(echo(&second, 2, vec![]).await.unwrap().id, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_travels_both_ways_and_with_statuses() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let mut g = Grpc::new(ch);
+    let mut req = Request::new(Echo {
+        id: 1,
+        data: vec![],
+    });
+    req.metadata_mut()
+        .insert("x-trace", "abc-123".parse().unwrap());
+    req.metadata_mut().insert_bin(
+        "x-raw-bin",
+        rpc_core::metadata::MetadataValue::from_bytes(&[0, 255]),
+    );
+    let r = g.unary::<Echo, Echo>(req, path("Meta")).await.unwrap();
+    assert_eq!(r.metadata().get("x-trace").unwrap().to_str(), "abc-123");
+    assert_eq!(
+        &r.metadata().get_bin("x-raw-bin").unwrap().to_bytes()[..],
+        &[0, 255]
+    );
+
+    let mut req = Request::new(Echo::default());
+    req.metadata_mut().insert("fail", "yes".parse().unwrap());
+    let e = g.unary::<Echo, Echo>(req, path("Meta")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert_eq!(e.message(), "asked to fail");
+    assert_eq!(e.metadata().get("fail").unwrap().to_str(), "yes");
+}
