@@ -4,12 +4,35 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
 use rpc_core::transport::Server;
 use rpc_core::{Request, Response, Status};
+
+static ABORTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Records a `Sleep` handler dropped before it finished (stopped by the server).
+struct AbortWitness(u64);
+
+impl Drop for AbortWitness {
+    fn drop(&mut self) {
+        ABORTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.0);
+    }
+}
+
+/// Whether a `Sleep` handler for `millis` was stopped before it finished.
+pub fn sleep_was_aborted(millis: u64) -> bool {
+    ABORTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&millis)
+}
 
 /// The test message.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -70,7 +93,9 @@ impl tower::Service<ServerCall> for EchoService {
                 "Echo" => reply(call.into_request::<Echo>()?.into_inner()),
                 "Sleep" => {
                     let m = call.into_request::<Echo>()?.into_inner();
+                    let guard = AbortWitness(m.id);
                     tokio::time::sleep(Duration::from_millis(m.id)).await;
+                    std::mem::forget(guard);
                     reply(m)
                 }
                 "Deadline" => {

@@ -275,3 +275,30 @@ async fn metadata_travels_both_ways_and_with_statuses() {
     assert_eq!(e.message(), "asked to fail");
     assert_eq!(e.metadata().get("fail").unwrap().to_str(), "yes");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_stops_its_handler_on_the_server() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let mut g = Grpc::new(ch.clone());
+    let millis = 600_123; // a handler that would sleep ten minutes; no deadline
+    let req = Request::new(Echo {
+        id: millis,
+        data: vec![],
+    });
+    let mut fut = Box::pin(g.unary::<Echo, Echo>(req, path("Sleep")));
+    // One poll posts the request (a credit is free); then the caller gives up.
+    assert!(tokio::time::timeout(Duration::ZERO, &mut fut).await.is_err());
+    drop(fut);
+    // The CANCEL reaches the server after the request; a round trip on the same
+    // connection orders after it, then the server's stop is visible.
+    let mut stopped = false;
+    for i in 0..1000 {
+        if tests::sleep_was_aborted(millis) {
+            stopped = true;
+            break;
+        }
+        echo(&ch, i, vec![]).await.unwrap();
+    }
+    assert!(stopped, "the server stopped the abandoned handler");
+}

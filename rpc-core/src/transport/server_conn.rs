@@ -1,5 +1,6 @@
 //! One server-side connection: its engine, its send slots, and answering calls.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use futures_util::FutureExt;
 use rpc_transport::msg::{RecvSlot, SendRing};
 use rpc_transport::WorkCompletion;
 use tokio::sync::Notify;
+use tokio::task::AbortHandle;
 use tower::ServiceExt;
 
 use crate::engine::{Incoming, RequestBody, ServerConn};
@@ -20,6 +22,9 @@ pub(crate) struct SState {
     engine: ServerConn,
     ring: SendRing,
     dead: bool,
+    /// Handlers still running, so that a client's CANCEL or death stops them (one
+    /// map entry per call: the price of not running abandoned work to the end).
+    running: HashMap<u32, AbortHandle>,
 }
 
 /// A connection as the server sees it.
@@ -42,6 +47,7 @@ impl SConn {
                 engine,
                 ring,
                 dead: false,
+                running: HashMap::new(),
             }),
             slot_wait: Notify::new(),
             shutdown: Notify::new(),
@@ -50,7 +56,12 @@ impl SConn {
 
     /// The peer is gone: nothing more is sent; replies of running calls are dropped.
     pub(crate) fn kill(&self) {
-        lock(&self.state).dead = true;
+        let mut st = lock(&self.state);
+        st.dead = true;
+        for (_, h) in st.running.drain() {
+            h.abort();
+        }
+        drop(st);
         self.slot_wait.notify_waiters();
     }
 
@@ -99,7 +110,11 @@ impl SConn {
         }
         let inc = st.engine.handle_frame(now, imm, slot.bytes());
         Self::pump(&mut st);
-        drop(st);
+        while let Some(id) = st.engine.poll_cancelled() {
+            if let Some(h) = st.running.remove(&id) {
+                h.abort();
+            }
+        }
         if let Some(inc) = inc {
             let Incoming {
                 id,
@@ -117,7 +132,10 @@ impl SConn {
                 RequestBody::Owned(v) => Payload::from_vec(v),
             };
             let call = ServerCall::from_parts(payload, path, body, metadata, timeout);
-            tokio::spawn(run_call(self.clone(), routes.clone(), id, call, timeout));
+            // Spawned under the lock, so the handler cannot answer (and remove its
+            // entry) before the entry exists.
+            let task = tokio::spawn(run_call(self.clone(), routes.clone(), id, call, timeout));
+            st.running.insert(id, task.abort_handle());
         }
     }
 
@@ -133,6 +151,7 @@ impl SConn {
                 if st.dead {
                     return;
                 }
+                st.running.remove(&id);
                 if let Some(slot) = st.ring.acquire() {
                     let SState { engine, ring, .. } = &mut *st;
                     let r = parts
