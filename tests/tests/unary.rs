@@ -288,7 +288,9 @@ async fn a_cancelled_call_stops_its_handler_on_the_server() {
     });
     let mut fut = Box::pin(g.unary::<Echo, Echo>(req, path("Sleep")));
     // One poll posts the request (a credit is free); then the caller gives up.
-    assert!(tokio::time::timeout(Duration::ZERO, &mut fut).await.is_err());
+    assert!(tokio::time::timeout(Duration::ZERO, &mut fut)
+        .await
+        .is_err());
     drop(fut);
     // The CANCEL reaches the server after the request; a round trip on the same
     // connection orders after it, then the server's stop is visible.
@@ -301,4 +303,40 @@ async fn a_cancelled_call_stops_its_handler_on_the_server() {
         echo(&ch, i, vec![]).await.unwrap();
     }
     assert!(stopped, "the server stopped the abandoned handler");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_and_ends_in_flight_calls_unavailable() {
+    init_tracing();
+    let (tx, rx) = oneshot::channel::<()>();
+    let (addr, server) = serve_echo(Server::builder(), async move {
+        let _ = rx.await;
+    })
+    .await;
+    let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
+    assert_eq!(echo(&ch, 1, vec![]).await.unwrap().id, 1);
+    let mut g = Grpc::new(ch.clone());
+    let slow = tokio::spawn(async move {
+        g.unary::<Echo, Echo>(
+            Request::new(Echo {
+                id: 60_000,
+                data: vec![],
+            }),
+            path("Sleep"),
+        )
+        .await
+    });
+    // The slow call is on the server once a later call on the connection returns.
+    assert_eq!(echo(&ch, 2, vec![]).await.unwrap().id, 2);
+    tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("serve_with_shutdown returns")
+        .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), slow)
+        .await
+        .expect("the in-flight call ends")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
 }
