@@ -22,8 +22,9 @@ use super::sys::{self, Epoll, EventFd};
 
 /// Up to this many QPs, a poll tries every QP directly instead of asking epoll.
 const DIRECT_MAX: usize = 4;
-/// Every QP of a CQ is visited at least this often (timers), even in epoll mode.
-const SWEEP_NS: u64 = 1_000_000;
+/// Every QP of a CQ runs its timers at least this often, even in epoll mode (the
+/// retry budget is coarse; RNR back-offs ask for visits through `defer`).
+const SWEEP_NS: u64 = 10_000_000;
 
 const TOKEN_NOTIFY: u64 = u64::MAX;
 const TOKEN_UD: u64 = u64::MAX - 1;
@@ -41,6 +42,7 @@ struct Ring {
 #[derive(Default)]
 struct Members {
     qps: HashMap<u32, Weak<Qp>>,
+    scratch: Vec<u32>,
 }
 
 /// A soft completion queue.
@@ -109,11 +111,13 @@ impl Cq {
     }
 
     /// Makes progress on every QP that completes into this CQ and has something to do.
+    ///
+    /// Up to [`DIRECT_MAX`] QPs: each is read directly (one syscall per QP, no epoll).
+    /// Beyond: only the sockets epoll reports ready are read; QPs that asked for a
+    /// visit (`defer`) and, every [`SWEEP_NS`], all QPs run their timers and flush
+    /// output without a read.
     pub(crate) fn progress(&self, now: u64, from_helper: bool) {
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
-        if self.ud_qps.load(Ordering::Relaxed) > 0 {
-            self.dev.ud_drain();
-        }
         let sweep = now >= self.next_sweep.load(Ordering::Relaxed);
         if sweep {
             self.next_sweep.store(now + SWEEP_NS, Ordering::Relaxed);
@@ -121,44 +125,53 @@ impl Cq {
         }
         // The helper leaves alone QPs whose other CQ is being polled.
         let skip = |qp: &Qp| from_helper && qp.attended(now, super::helper::IDLE_NS);
-        if m.qps.len() <= DIRECT_MAX || sweep {
-            if self.has_deferred.swap(false, Ordering::Relaxed) {
-                self.deferred
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
+        if m.qps.len() <= DIRECT_MAX {
+            if self.ud_qps.load(Ordering::Relaxed) > 0 {
+                self.dev.ud_drain();
             }
             for w in m.qps.values() {
                 if let Some(qp) = w.upgrade().filter(|q| !skip(q)) {
-                    if qp.progress(now) && m.qps.len() > DIRECT_MAX {
-                        self.defer(qp.qpn);
-                    }
+                    qp.progress(now, true);
                 }
             }
             return;
         }
         let mut evs = sys::events::<64>();
         for ev in self.epoll.wait(&mut evs, 0) {
-            let token = ev.u64;
-            if token >= TOKEN_UD {
-                continue;
-            }
-            if let Some(qp) = m.qps.get(&(token as u32)).and_then(Weak::upgrade) {
-                if skip(&qp) {
-                    continue;
-                }
-                if qp.progress(now) {
-                    self.defer(qp.qpn);
+            match ev.u64 {
+                TOKEN_NOTIFY => {}
+                TOKEN_UD => self.dev.ud_drain(),
+                token => {
+                    let qp = m.qps.get(&(token as u32)).and_then(Weak::upgrade);
+                    if let Some(qp) = qp.filter(|q| !skip(q)) {
+                        if qp.progress(now, true) {
+                            self.defer(qp.qpn);
+                        }
+                    }
                 }
             }
         }
         if self.has_deferred.swap(false, Ordering::Relaxed) {
-            let list =
-                std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|e| e.into_inner()));
-            for qpn in list {
+            // Swap lists rather than allocate: `scratch` keeps its capacity.
+            let mut list = std::mem::take(&mut m.scratch);
+            std::mem::swap(
+                &mut list,
+                &mut *self.deferred.lock().unwrap_or_else(|e| e.into_inner()),
+            );
+            for qpn in list.drain(..) {
                 if let Some(qp) = m.qps.get(&qpn).and_then(Weak::upgrade) {
-                    if qp.progress(now) {
+                    if qp.progress(now, false) {
                         self.defer(qpn);
+                    }
+                }
+            }
+            m.scratch = list;
+        }
+        if sweep {
+            for w in m.qps.values() {
+                if let Some(qp) = w.upgrade().filter(|q| !skip(q)) {
+                    if qp.progress(now, false) {
+                        self.defer(qp.qpn);
                     }
                 }
             }

@@ -582,7 +582,7 @@ fn large_read_and_write_are_served_while_the_target_sleeps() {
 #[test]
 fn an_idle_connection_does_not_spend_its_retry_budget() {
     let (a, b) = (side(QpType::Rc), side(QpType::Rc));
-    // timeout 1: 8 us x 8 tries; idle time must not count against it.
+    // timeout 1 (8 us x 8 tries, raised to the 50 ms floor): idle time must not count.
     connect(&a, &b, 7, 1, 1);
     connect(&b, &a, 7, 1, 14);
     let until = Instant::now() + Duration::from_millis(5);
@@ -592,7 +592,80 @@ fn an_idle_connection_does_not_spend_its_retry_budget() {
     }
     post_recv(&b, 1, 0, 64);
     post(&a, SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 8)]));
-    // The ACK needs b's progress, which the helper may only give after ~1 ms, far
-    // beyond this budget: poll b as well so the peer answers promptly.
     assert!(wait(&b.cq, &[&a.cq]).is_ok());
+    assert!(wait(&a.cq, &[&b.cq]).is_ok());
+}
+
+#[test]
+fn malformed_input_moves_rc_qp_to_err_and_drops_ud_datagrams() {
+    use super::wire::{self, Body};
+    use crate::{Gid, GlobalRoute};
+    use std::io::Write;
+    use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
+
+    let a = side(QpType::Rc);
+    // A made-up peer that sorts above `a` (larger GID), so `a` waits for it to connect.
+    let fake = Gid::soft(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 65535));
+    let ah = AhAttr {
+        grh: Some(GlobalRoute {
+            dgid: fake,
+            ..GlobalRoute::default()
+        }),
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    a.qp.modify(QpState::Init, &QpAttr::rc_init(ALL)).unwrap();
+    a.qp.modify(QpState::Rtr, &QpAttr::rc_rtr(ah, 5, 0, Mtu::Mtu4096))
+        .unwrap();
+    let addr = a.dev.gid(1, 0).unwrap().soft_addr().unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut hello = Vec::new();
+    let body = Body::Hello {
+        gid: fake.0,
+        src_qpn: 5,
+        dst_qpn: a.qp.qp_num(),
+    };
+    wire::encode(&mut hello, 0, 0, 0, &body, 0);
+    s.write_all(&hello).unwrap();
+    s.write_all(&[
+        wire::VERSION,
+        0xee,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ])
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.qp.state() != QpState::Err {
+        let _ = a.cq.poll(&mut []);
+        assert!(Instant::now() < deadline, "QP never saw the bad frame");
+    }
+    assert_eq!(a.dev.soft_stats().unwrap().rc_frames_malformed, 1);
+    assert_eq!(
+        a.dev.try_async_event(),
+        Some(AsyncEvent::QpFatal(a.qp.qp_num()))
+    );
+
+    let u = side(QpType::Ud);
+    u.qp.activate_ud(1, 0).unwrap();
+    let to = u.dev.gid(1, 0).unwrap().soft_addr().unwrap();
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"not a datagram", to)
+        .unwrap();
+    while u.dev.soft_stats().unwrap().ud_dropped_malformed == 0 {
+        let _ = u.cq.poll(&mut []);
+        assert!(Instant::now() < deadline, "datagram never counted");
+    }
 }

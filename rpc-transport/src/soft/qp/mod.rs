@@ -345,11 +345,12 @@ impl Qp {
 
     /// Makes progress; `true` if the QP wants to be visited again soon even without
     /// socket readiness (pending output, an owed ACK, a timer).
-    pub(crate) fn progress(&self, now: u64) -> bool {
+    /// `read`: also read the socket (else only timers and pending output).
+    pub(crate) fn progress(&self, now: u64, read: bool) -> bool {
         let mut g = self.lock();
         self.check_cqs(&mut g);
         match self.qp_type {
-            QpType::Rc => rc::progress(self, &mut g, now),
+            QpType::Rc => rc::progress(self, &mut g, now, read),
             QpType::Ud => false,
         }
     }

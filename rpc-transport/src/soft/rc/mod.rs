@@ -6,7 +6,8 @@
 //! wait for them, as on hardware), NAKs for RNR and remote errors, RNR retry with the
 //! responder's timer, and the retry budget (`timeout` × (`retry_cnt` + 1)) when the
 //! peer goes silent. ACKs ride on any frame going the other way; a bare ACK is sent
-//! only if one is still owed after a whole progress pass (see [`drive`]).
+//! only once one has been owed for [`ACK_DELAY_NS`] (a request's reply normally
+//! carries it), so a request/response exchange costs one write per message per side.
 
 mod io;
 mod requester;
@@ -31,6 +32,11 @@ use responder::{InMsg, Resp};
 
 /// Wait between connection attempts.
 const CONNECT_RETRY_NS: u64 = 10_000_000;
+/// How long an ACK may wait for a frame to ride on before it is sent alone.
+const ACK_DELAY_NS: u64 = 100_000;
+/// Smallest retry budget: TCP retransmits for us, so the budget only detects a silent
+/// peer, and a live one may take a helper tick (about a millisecond) to answer.
+const MIN_BUDGET_NS: u64 = 50_000_000;
 /// How long one connection attempt may block.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -63,6 +69,7 @@ pub(crate) struct Proto {
     // Responder.
     expected: u32,
     acked_out: u32,
+    owed_since: Option<u64>,
     in_msg: Option<InMsg>,
     write_open: bool,
     resps: VecDeque<Resp>,
@@ -116,6 +123,7 @@ impl RcConn {
                 halted: false,
                 expected: a.rq_psn,
                 acked_out: a.rq_psn,
+                owed_since: None,
                 in_msg: None,
                 write_open: false,
                 resps: VecDeque::with_capacity(16),
@@ -195,17 +203,19 @@ impl Cx<'_> {
             payload_len,
         );
         self.st.acked_out = self.st.expected;
+        self.st.owed_since = None;
     }
 
     fn budget_ns(&self) -> Option<u64> {
-        ack_timeout_us(self.attr.timeout).map(|us| us * 1000 * (u64::from(self.attr.retry_cnt) + 1))
+        ack_timeout_us(self.attr.timeout)
+            .map(|us| (us * 1000 * (u64::from(self.attr.retry_cnt) + 1)).max(MIN_BUDGET_NS))
     }
 }
 
 /// Progress from a poll (or the helper): read, process, send. `true` if the QP wants
 /// to be visited again without socket readiness.
-pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64) -> bool {
-    let r = drive(qp, g, now, true);
+pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> bool {
+    let r = drive(qp, g, now, read);
     finish(qp, g, r)
 }
 
@@ -292,18 +302,19 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
     if state == QpState::Err {
         // An ERR QP answers nothing; keep the socket drained and finish sending what
         // was already encoded (such as the NAK that moved it here).
-        let eof = loop {
-            match rx.fill(sock) {
-                Ok(Some((0, _))) | Err(_) => break true,
-                Ok(Some((_, full))) => {
-                    rx.clear();
-                    if !full {
-                        break false;
+        let eof = read
+            && loop {
+                match rx.fill(sock) {
+                    Ok(Some((0, _))) | Err(_) => break true,
+                    Ok(Some((_, full))) => {
+                        rx.clear();
+                        if !full {
+                            break false;
+                        }
                     }
+                    Ok(None) => break false,
                 }
-                Ok(None) => break false,
-            }
-        };
+            };
         let _ = tx.flush(sock);
         if eof {
             return (Err(Fault::Broken), false);
@@ -320,8 +331,10 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
         tx,
         now,
     };
-    let owed_before = cx.st.acked_out != cx.st.expected;
-    let r = run(&mut cx, sock, rx, read, owed_before);
+    let r = run(&mut cx, sock, rx, read);
+    if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
+        cx.st.owed_since = Some(now);
+    }
     let needs = !cx.tx.is_empty()
         || cx.st.acked_out != cx.st.expected
         || cx.st.rnr_until.is_some()
@@ -330,13 +343,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
     (r, needs)
 }
 
-fn run(
-    cx: &mut Cx<'_>,
-    sock: &mut TcpStream,
-    rx: &mut RxBuf,
-    read: bool,
-    owed_before: bool,
-) -> Result<(), Fault> {
+fn run(cx: &mut Cx<'_>, sock: &mut TcpStream, rx: &mut RxBuf, read: bool) -> Result<(), Fault> {
     if read {
         loop {
             let got = rx.fill(sock).map_err(|_| Fault::Broken)?;
@@ -367,7 +374,11 @@ fn run(
     loop {
         let fatal = responder::pump(cx);
         requester::pump(cx);
-        if owed_before && cx.st.acked_out != cx.st.expected && cx.tx.is_empty() {
+        let owed_long = cx
+            .st
+            .owed_since
+            .is_some_and(|t| cx.now.saturating_sub(t) >= ACK_DELAY_NS);
+        if owed_long && cx.st.acked_out != cx.st.expected && cx.tx.is_empty() {
             cx.frame(0, 0, &Body::Ack, 0);
         }
         let drained = cx.tx.flush(sock).map_err(|_| Fault::Broken)?;
