@@ -13,6 +13,15 @@ use rpc_core::transport::Server;
 use rpc_core::{Request, Response, Status};
 
 static ABORTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static STARTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Whether a `Sleep` handler for `millis` has started.
+pub fn sleep_started(millis: u64) -> bool {
+    STARTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&millis)
+}
 
 /// Records a `Sleep` handler dropped before it finished (stopped by the server).
 struct AbortWitness(u64);
@@ -93,6 +102,7 @@ impl tower::Service<ServerCall> for EchoService {
                 "Echo" => reply(call.into_request::<Echo>()?.into_inner()),
                 "Sleep" => {
                     let m = call.into_request::<Echo>()?.into_inner();
+                    STARTED.lock().unwrap_or_else(|e| e.into_inner()).push(m.id);
                     let guard = AbortWitness(m.id);
                     tokio::time::sleep(Duration::from_millis(m.id)).await;
                     std::mem::forget(guard);

@@ -287,15 +287,25 @@ async fn a_cancelled_call_stops_its_handler_on_the_server() {
         data: vec![],
     });
     let mut fut = Box::pin(g.unary::<Echo, Echo>(req, path("Sleep")));
-    // One poll posts the request (a credit is free); then the caller gives up.
+    // One poll posts the request (a credit is free).
     assert!(tokio::time::timeout(Duration::ZERO, &mut fut)
         .await
         .is_err());
+    // Round trips on the same connection until the handler runs (a handler aborted
+    // before it first ran would leave no trace to test)...
+    for i in 0..10_000 {
+        if tests::sleep_started(millis) {
+            break;
+        }
+        echo(&ch, i, vec![]).await.unwrap();
+    }
+    assert!(tests::sleep_started(millis));
+    // ...then the caller gives up.
     drop(fut);
     // The CANCEL reaches the server after the request; a round trip on the same
     // connection orders after it, then the server's stop is visible.
     let mut stopped = false;
-    for i in 0..1000 {
+    for i in 0..10_000 {
         if tests::sleep_was_aborted(millis) {
             stopped = true;
             break;
