@@ -30,6 +30,8 @@ mod pd;
 mod post;
 mod qp;
 mod srq;
+#[cfg(test)]
+mod tests;
 mod wc;
 
 pub(crate) use ah::Ah;
