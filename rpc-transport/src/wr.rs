@@ -4,7 +4,11 @@ use crate::ah::AddressHandle;
 
 /// One scatter/gather element, as in `struct ibv_sge`: a range of registered memory
 /// named by its address and the local key of the region that covers it.
+///
+/// `#[repr(C)]` with the field order of `struct ibv_sge`, so that the verbs provider
+/// can hand a gather list to the NIC without copying it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct Sge {
     /// Virtual address of the first byte.
     pub addr: u64,
