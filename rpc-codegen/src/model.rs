@@ -1,0 +1,125 @@
+//! A service as the generators see it: names resolved, docs rendered, and the
+//! checks that must fail the build (streaming, clashing names) already made.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::format_ident;
+
+use crate::docs::doc_attrs;
+use crate::naming;
+
+/// One service, ready for the client and server generators.
+pub(crate) struct ServiceModel {
+    /// The server trait: `Greeter`.
+    pub(crate) trait_ident: Ident,
+    /// `GreeterClient`.
+    pub(crate) client_ident: Ident,
+    /// `GreeterServer`.
+    pub(crate) server_ident: Ident,
+    /// `greeter_client`.
+    pub(crate) client_mod: Ident,
+    /// `greeter_server`.
+    pub(crate) server_mod: Ident,
+    /// `helloworld.Greeter`.
+    pub(crate) full_name: String,
+    /// Docs from the service's proto comments.
+    pub(crate) docs: TokenStream,
+    /// The RPCs, in proto order.
+    pub(crate) methods: Vec<MethodModel>,
+}
+
+/// One unary RPC.
+pub(crate) struct MethodModel {
+    /// `SayHello`: what the server matches on.
+    pub(crate) proto_name: String,
+    /// `/helloworld.Greeter/SayHello`.
+    pub(crate) path: String,
+    /// The trait method: `say_hello` (`r#type` for keywords).
+    pub(crate) server_ident: Ident,
+    /// The client method: as the trait's, except [`naming::CLIENT_RESERVED`] names.
+    pub(crate) client_ident: Ident,
+    /// Request message type, from inside the generated modules.
+    pub(crate) input: syn::Type,
+    /// Response message type, from inside the generated modules.
+    pub(crate) output: syn::Type,
+    /// Docs from the method's proto comments.
+    pub(crate) docs: TokenStream,
+}
+
+impl ServiceModel {
+    /// Builds the model, or says why this service cannot be generated.
+    pub(crate) fn new(service: &prost_build::Service) -> Result<ServiceModel, String> {
+        let full_name = naming::full_service_name(&service.package, &service.proto_name);
+        let trait_ident = naming::ident(&service.name)?;
+        let stem = naming::module_stem(&service.name);
+        let methods = service
+            .methods
+            .iter()
+            .map(|m| MethodModel::new(&full_name, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        check_unique(&full_name, &methods, |m| &m.server_ident, "server trait")?;
+        check_unique(&full_name, &methods, |m| &m.client_ident, "client")?;
+        let name = trait_ident.to_string();
+        let name = name.trim_start_matches("r#");
+        Ok(ServiceModel {
+            client_ident: format_ident!("{name}Client"),
+            server_ident: format_ident!("{name}Server"),
+            client_mod: format_ident!("{stem}_client"),
+            server_mod: format_ident!("{stem}_server"),
+            docs: doc_attrs(&service.comments, &format!("The `{full_name}` service.")),
+            trait_ident,
+            full_name,
+            methods,
+        })
+    }
+}
+
+impl MethodModel {
+    fn new(full_service: &str, method: &prost_build::Method) -> Result<MethodModel, String> {
+        let kind = match (method.client_streaming, method.server_streaming) {
+            (false, false) => None,
+            (true, false) => Some("client-streaming"),
+            (false, true) => Some("server-streaming"),
+            (true, true) => Some("bidirectional-streaming"),
+        };
+        if let Some(kind) = kind {
+            return Err(format!(
+                "method `{full_service}/{}` is {kind}; rpc-codegen only generates unary \
+                 methods for now (streaming is not supported yet)",
+                method.proto_name
+            ));
+        }
+        let path = naming::method_path(full_service, &method.proto_name);
+        Ok(MethodModel {
+            server_ident: naming::ident(&method.name)?,
+            client_ident: naming::ident(&naming::client_method_name(&method.name))?,
+            input: naming::message_type(&method.input_type)?,
+            output: naming::message_type(&method.output_type)?,
+            docs: doc_attrs(&method.comments, &format!("Calls `{path}`.")),
+            proto_name: method.proto_name.clone(),
+            path,
+        })
+    }
+}
+
+/// Two RPCs whose names differ only in case or underscores (`GetFoo`, `get_foo`) map
+/// to one Rust name: say which, rather than let rustc report a duplicate definition
+/// in a file the user never wrote.
+fn check_unique(
+    service: &str,
+    methods: &[MethodModel],
+    ident: impl Fn(&MethodModel) -> &Ident,
+    side: &str,
+) -> Result<(), String> {
+    for (i, a) in methods.iter().enumerate() {
+        if let Some(b) = methods[..i].iter().find(|b| ident(b) == ident(a)) {
+            return Err(format!(
+                "methods `{}` and `{}` of service `{service}` both become the {side} method \
+                 `{}`; rename one of them",
+                b.proto_name,
+                a.proto_name,
+                ident(a)
+            ));
+        }
+    }
+    Ok(())
+}
