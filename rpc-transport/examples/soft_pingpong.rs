@@ -2,7 +2,8 @@
 //! loopback measured in the same run. Both sides busy-poll.
 //!
 //! `cargo run --release -p rpc-transport --example soft_pingpong [iters]`
-//! runs: raw TCP (two threads), soft (two threads), soft (two processes).
+//! runs: raw TCP (two threads), soft RC (two threads, two processes), soft UD (two
+//! threads; the payload sits after the 40-byte GRH area on receive).
 //!
 //! Across network namespaces: `SOFT_BIND` is the address this process's soft devices
 //! bind, and `SOFT_CHILD_WRAP` a command prefix for the child process, e.g.
@@ -16,8 +17,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rpc_transport::{
-    AccessFlags, Device, QpEndpoint, QpInitAttr, QpType, RecvWr, SendFlags, SendOp, SendWr,
-    SoftConfig, WorkCompletion,
+    AccessFlags, AhAttr, Device, QpEndpoint, QpInitAttr, QpType, RecvWr, SendFlags, SendOp, SendWr,
+    SoftConfig, UdDest, WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -123,6 +124,102 @@ fn soft_side(
         let _ = cq.poll(&mut wc);
     }
     samples
+}
+
+/// One side of a UD ping-pong; the client returns its RTT samples.
+fn ud_side(
+    client: bool,
+    iters: usize,
+    tx: impl FnOnce(QpEndpoint),
+    rx: impl FnOnce() -> QpEndpoint,
+) -> Vec<Duration> {
+    let dev = Device::open_soft(SoftConfig::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(256).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
+        .unwrap();
+    let mr = pd.alloc_mr(64 * 1024, AccessFlags::LOCAL_WRITE).unwrap();
+    qp.activate_ud(0x5eed, 0).unwrap();
+    tx(qp.endpoint(0).unwrap());
+    let peer = rx();
+    let ah = pd.create_ah(&AhAttr::from_endpoint(&peer, 0)).unwrap();
+    let slot = 40 + SIZE;
+    let post_recv = |i: u64| {
+        let sge = [mr.sge(slot * (1 + i as usize % RECVS as usize), slot as u32)];
+        // SAFETY: as in `soft_side`.
+        unsafe {
+            qp.post_recv(&[RecvWr {
+                wr_id: i,
+                sg_list: &sge,
+            }])
+        }
+        .unwrap();
+    };
+    for i in 0..RECVS {
+        post_recv(i);
+    }
+    let sge = [mr.sge(0, SIZE as u32)];
+    let dest = UdDest {
+        ah: &ah,
+        remote_qpn: peer.qpn,
+        remote_qkey: 0x5eed,
+    };
+    let mut wc = [WorkCompletion::default(); 16];
+    let mut samples = Vec::with_capacity(iters);
+    let send = |n: u64| {
+        let wr = SendWr::new(n, SendOp::Send, &sge)
+            .flags(SendFlags::INLINE | SendFlags::SIGNALED)
+            .ud(dest);
+        // SAFETY: inline payload, copied during the call.
+        unsafe { qp.post_send(&[wr]) }.unwrap();
+    };
+    let mut wait_recv = || loop {
+        let n = cq.poll(&mut wc).unwrap();
+        if let Some(w) = wc[..n]
+            .iter()
+            .find(|w| w.opcode == rpc_transport::WcOpcode::Recv)
+        {
+            return w.wr_id;
+        }
+    };
+    for i in 0..WARMUP + iters {
+        if client {
+            let t = Instant::now();
+            send(i as u64);
+            let id = wait_recv();
+            if i >= WARMUP {
+                samples.push(t.elapsed());
+            }
+            post_recv(id);
+        } else {
+            let id = wait_recv();
+            post_recv(id);
+            send(i as u64);
+        }
+    }
+    samples
+}
+
+fn ud_threads(iters: usize) -> Vec<Duration> {
+    let (tx_a, rx_b) = mpsc::channel();
+    let (tx_b, rx_a) = mpsc::channel();
+    let server = std::thread::spawn(move || {
+        ud_side(
+            false,
+            iters,
+            move |e| tx_b.send(e).unwrap(),
+            move || rx_b.recv().unwrap(),
+        )
+    });
+    let s = ud_side(
+        true,
+        iters,
+        move |e| tx_a.send(e).unwrap(),
+        move || rx_a.recv().unwrap(),
+    );
+    server.join().unwrap();
+    s
 }
 
 fn soft_threads(iters: usize) -> Vec<Duration> {
@@ -246,5 +343,6 @@ fn main() {
     report("raw TCP (threads)", raw_tcp(iters));
     report("soft RC (threads)", soft_threads(iters));
     report("soft RC (processes)", soft_processes(iters));
+    report("soft UD (threads)", ud_threads(iters));
     report("raw TCP (threads)", raw_tcp(iters));
 }

@@ -7,6 +7,7 @@
 //! asks its epoll set which sockets are ready, so a server with hundreds of
 //! connections does not issue a read per connection per poll.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -28,6 +29,13 @@ const SWEEP_NS: u64 = 10_000_000;
 
 const TOKEN_NOTIFY: u64 = u64::MAX;
 const TOKEN_UD: u64 = u64::MAX - 1;
+
+thread_local! {
+    /// The CQ whose `poll` this thread is inside (0: none), and whether completions
+    /// pushed meanwhile skipped their wake-up (`Some(true)`: one was solicited or an
+    /// error).
+    static POLLING: Cell<(u64, Option<bool>)> = const { Cell::new((0, None)) };
+}
 
 const ARM_NONE: u8 = 0;
 const ARM_ANY: u8 = 1;
@@ -97,7 +105,9 @@ impl Cq {
     pub(crate) fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         let now = self.dev.now_ns();
         self.last_poll.store(now, Ordering::Relaxed);
+        let outer = POLLING.with(|p| p.replace((self.id, None)));
         self.progress(now);
+        let (_, skipped) = POLLING.with(|p| p.replace(outer));
         let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         if self.overrun.load(Ordering::Relaxed) {
             return Err(Error::CqOverrun);
@@ -109,6 +119,12 @@ impl Cq {
             r.head = (r.head + 1) % cap;
         }
         r.len -= n;
+        let left = r.len;
+        drop(r);
+        if let Some(urgent) = skipped.filter(|_| left > 0) {
+            // Completions this poll made but did not return: wake whoever waits.
+            self.wake_if_armed(urgent);
+        }
         Ok(n)
     }
 
@@ -214,13 +230,30 @@ impl Cq {
             r.buf[tail] = wc;
             r.len += 1;
         }
+        // Completions made by this CQ's own poll are popped by that same call: waking
+        // the poller for them would only cost an eventfd write and a spurious wake-up.
+        let urgent = solicited || wc.status != WcStatus::Success;
+        let own = POLLING.with(|p| {
+            let (id, skipped) = p.get();
+            if id == self.id {
+                p.set((id, Some(skipped.unwrap_or(false) || urgent)));
+            }
+            id == self.id
+        });
+        if !own {
+            self.wake_if_armed(urgent);
+        }
+        true
+    }
+
+    /// Signals the event descriptor if the CQ is armed for this kind of completion.
+    /// `urgent`: solicited or an error, which also wakes a solicited-only arming.
+    fn wake_if_armed(&self, urgent: bool) {
         let armed = self.armed.load(Ordering::Acquire);
-        let wake = armed == ARM_ANY
-            || (armed == ARM_SOLICITED && (solicited || wc.status != WcStatus::Success));
+        let wake = armed == ARM_ANY || (armed == ARM_SOLICITED && urgent);
         if wake && self.armed.swap(ARM_NONE, Ordering::AcqRel) != ARM_NONE {
             self.notify.signal();
         }
-        true
     }
 
     pub(crate) fn is_overrun(&self) -> bool {

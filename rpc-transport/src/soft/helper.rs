@@ -320,9 +320,10 @@ fn route(dev: &Device, gid: Gid, src_qpn: u32, dst_qpn: u32, sock: TcpStream) {
     let qp = dev.lookup_qp(dst_qpn);
     let mut guard = qp.as_ref().map(|q| q.lock());
     if let (Some(qp), Some(g)) = (qp.as_ref(), guard.as_mut()) {
+        // A QP already in ERR takes its connection too, so that it can tell the peer.
         let ready = matches!(
             g.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
         );
         if let Some(rc) = g.rc.as_deref_mut() {
             if ready

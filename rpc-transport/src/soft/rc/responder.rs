@@ -57,6 +57,9 @@ fn in_order(cx: &Cx<'_>, seq: u32) -> bool {
 
 fn advance(cx: &mut Cx<'_>) {
     cx.st.expected = (cx.st.expected + 1) & SEQ_MASK;
+    // The ACK is owed from now; it rides on the next frame out, or goes alone once
+    // it has waited `ACK_DELAY_NS`.
+    cx.st.owed_since.get_or_insert(cx.now);
 }
 
 /// Queues a NAK that moves this QP to ERR once it is sent.

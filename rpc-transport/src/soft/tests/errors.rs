@@ -193,3 +193,21 @@ fn malformed_input_moves_rc_qp_to_err_and_drops_ud_datagrams() {
         assert!(Instant::now() < deadline, "datagram never counted");
     }
 }
+
+#[test]
+fn a_peer_in_err_fails_sends_with_retry_exc_at_once() {
+    let (a, b) = rc_pair();
+    b.qp.modify(QpState::Err, &QpAttr::default()).unwrap();
+    let start = Instant::now();
+    post(&a, SendWr::new(1, SendOp::Send, &[a.mr.sge(0, 8)]));
+    post(&a, SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 8)]));
+    let w = wait(&a.cq, &[&b.cq]);
+    assert_eq!((w.wr_id, w.status), (1, WcStatus::RetryExcErr));
+    assert_eq!(wait(&a.cq, &[&b.cq]).status, WcStatus::WrFlushErr);
+    // Well before the retry budget: the ERR peer said so.
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+}
