@@ -7,7 +7,7 @@ use rpc_transport::{
 };
 
 use crate::common::rc::create_rc_qp;
-use crate::common::{post_recv, post_send, wait_wcs, Host, RcOpts, RcPair};
+use crate::common::{assert_refused, post_recv, post_send, wait_wcs, Host, RcOpts, RcPair};
 
 #[test]
 fn moving_to_err_flushes_posted_receives() {
@@ -169,19 +169,10 @@ fn posting_sends_before_rts_is_refused() {
             qp.modify(QpState::Init, &QpAttr::rc_init(AccessFlags::empty()))
                 .expect("RESET -> INIT");
         }
+        assert_eq!(qp.state(), state);
         // SAFETY: `src` outlives the test; the post is expected to be refused.
-        let err = unsafe { qp.post_send(&[SendWr::new(1, SendOp::Send, &sge)]) }
-            .expect_err("post_send before RTS");
-        assert!(
-            matches!(
-                err,
-                Error::Post {
-                    index: 0,
-                    reason: PostError::InvalidState
-                }
-            ),
-            "post_send in {state:?}: expected InvalidState, got {err:?}"
-        );
+        let result = unsafe { qp.post_send(&[SendWr::new(1, SendOp::Send, &sge)]) };
+        assert_refused(result, 0, PostError::InvalidState);
     }
 }
 
@@ -196,17 +187,8 @@ fn receives_are_refused_in_reset_and_accepted_from_init() {
         sg_list: &sge,
     }];
     // SAFETY: `dst` outlives the QP's use of it; it is never read.
-    let err = unsafe { qp.post_recv(&wr) }.expect_err("post_recv in RESET");
-    assert!(
-        matches!(
-            err,
-            Error::Post {
-                index: 0,
-                reason: PostError::InvalidState
-            }
-        ),
-        "post_recv in RESET: expected InvalidState, got {err:?}"
-    );
+    let result = unsafe { qp.post_recv(&wr) };
+    assert_refused(result, 0, PostError::InvalidState);
     qp.modify(QpState::Init, &QpAttr::rc_init(AccessFlags::empty()))
         .expect("RESET -> INIT");
     // SAFETY: as above.

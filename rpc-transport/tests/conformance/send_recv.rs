@@ -1,13 +1,13 @@
 //! RC Send and Receive: payload, immediate data, gather/scatter, order, post lists,
 //! signaling, inline data, and a receive too small.
 
-use rpc_transport::{
-    Error, PostError, QpCap, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-};
+use rpc_transport::{PostError, QpCap, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 
 use crate::common::quirks::{assert_status, RXE_RECV_TOO_SMALL, RXE_RECV_TOO_SMALL_NAK};
 use crate::common::wait::poll_now;
-use crate::common::{pattern, post_recv, post_send, wait_wc, wait_wcs, RcOpts, RcPair};
+use crate::common::{
+    assert_refused, pattern, post_recv, post_send, wait_wc, wait_wcs, RcOpts, RcPair,
+};
 
 #[test]
 fn send_delivers_payload_and_completes_both_sides() {
@@ -224,17 +224,8 @@ fn post_list_refusal_names_the_first_wr_not_posted() {
         SendWr::new(3, SendOp::Send, &ok0),
     ];
     // SAFETY: `src` is unchanged for the rest of the test.
-    let err = unsafe { p.a.qp.post_send(&wrs) }.expect_err("a WR with too many SGEs");
-    assert!(
-        matches!(
-            err,
-            Error::Post {
-                index: 2,
-                reason: PostError::TooManySges
-            }
-        ),
-        "expected Post {{ index: 2, TooManySges }}, got {err:?}"
-    );
+    let result = unsafe { p.a.qp.post_send(&wrs) };
+    assert_refused(result, 2, PostError::TooManySges);
     // WRs 0 and 1 were posted and complete; nothing after the refused one was.
     let swcs = wait_wcs(&p.a.scq, 2, "the two WRs before the refused one");
     assert_eq!(swcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [0, 1]);
@@ -350,17 +341,8 @@ fn inline_send_over_max_inline_is_refused() {
     }];
     let wr = SendWr::new(1, SendOp::Send, &sge).flags(SendFlags::SIGNALED | SendFlags::INLINE);
     // SAFETY: inline: `buf` is readable for the duration of the call.
-    let err = unsafe { p.a.qp.post_send(&[wr]) }.expect_err("inline data over the limit");
-    assert!(
-        matches!(
-            err,
-            Error::Post {
-                index: 0,
-                reason: PostError::InlineTooLarge
-            }
-        ),
-        "expected Post {{ index: 0, InlineTooLarge }}, got {err:?}"
-    );
+    let result = unsafe { p.a.qp.post_send(&[wr]) };
+    assert_refused(result, 0, PostError::InlineTooLarge);
 }
 
 #[test]

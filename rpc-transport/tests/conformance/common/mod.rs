@@ -12,7 +12,7 @@ pub mod wait;
 
 pub use host::Host;
 pub use pattern::pattern;
-pub use post::{post_recv, post_send};
+pub use post::{assert_refused, post_recv, post_send};
 pub use rc::{RcOpts, RcPair, RcSide};
 pub use ud::{UdPair, UdSide, QKEY};
 pub use wait::{wait_event, wait_state, wait_wc, wait_wcs, DEADLINE};

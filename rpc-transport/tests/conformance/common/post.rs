@@ -3,7 +3,7 @@
 //! They are `unsafe` with exactly the contract of the verbs they wrap, so every call
 //! site still states, in its `// SAFETY:` line, why the memory stays valid.
 
-use rpc_transport::{QueuePair, RecvWr, SendWr, Sge};
+use rpc_transport::{Error, PostError, QueuePair, RecvWr, SendWr, Sge};
 
 /// Posts one receive WR with scatter list `sges`.
 ///
@@ -26,4 +26,16 @@ pub unsafe fn post_recv(qp: &QueuePair, wr_id: u64, sges: &[Sge]) {
 pub unsafe fn post_send(qp: &QueuePair, wr: SendWr<'_>) {
     // SAFETY: forwarded contract.
     unsafe { qp.post_send(&[wr]) }.expect("ibv_post_send");
+}
+
+/// Asserts that a post was refused at WR `index` for `reason` (ibverbs' `bad_wr` and
+/// errno).
+pub fn assert_refused(result: Result<(), Error>, index: usize, reason: PostError) {
+    match result {
+        Err(Error::Post {
+            index: i,
+            reason: r,
+        }) if i == index && r == reason => {}
+        other => panic!("expected Post {{ index: {index}, reason: {reason:?} }}, got {other:?}"),
+    }
 }

@@ -7,6 +7,26 @@ use rpc_transport::{AsyncEvent, CompletionQueue, Device, QpState, QueuePair, Wor
 /// How long any single expected completion or event may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 
+/// The clock of one wait: each empty poll calls [`Deadline::tick`].
+pub struct Deadline(Instant);
+
+impl Deadline {
+    pub fn start() -> Deadline {
+        Deadline(Instant::now())
+    }
+
+    /// Fails the test with `what()` once [`DEADLINE`] has passed; otherwise lets the
+    /// provider's helper (or the peer, on two cores) run before the next poll.
+    pub fn tick(&self, what: impl FnOnce() -> String) {
+        assert!(
+            self.0.elapsed() < DEADLINE,
+            "timed out after {DEADLINE:?} waiting for {}",
+            what()
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// Waits for the next completion on `cq`; `what` names it in the failure message.
 pub fn wait_wc(cq: &CompletionQueue, what: &str) -> WorkCompletion {
     wait_wcs(cq, 1, what).remove(0)
@@ -14,23 +34,18 @@ pub fn wait_wc(cq: &CompletionQueue, what: &str) -> WorkCompletion {
 
 /// Waits for exactly `n` completions on `cq` (fewer by the deadline fails the test).
 pub fn wait_wcs(cq: &CompletionQueue, n: usize, what: &str) -> Vec<WorkCompletion> {
-    let start = Instant::now();
+    let deadline = Deadline::start();
     let mut out = Vec::with_capacity(n);
     let mut buf = [WorkCompletion::default(); 16];
     while out.len() < n {
+        // Never take more than asked for: later completions belong to later waits.
         let want = (n - out.len()).min(buf.len());
         let got = cq
             .poll(&mut buf[..want])
             .unwrap_or_else(|e| panic!("polling for {what}: {e}"));
         out.extend_from_slice(&buf[..got]);
         if got == 0 {
-            assert!(
-                start.elapsed() < DEADLINE,
-                "timed out after {DEADLINE:?} waiting for {what}: got {} of {n} completions: {out:?}",
-                out.len()
-            );
-            // Let the provider's helper (or the peer, on two cores) run.
-            std::thread::yield_now();
+            deadline.tick(|| format!("{what}: got {} of {n} completions: {out:?}", out.len()));
         }
     }
     out
@@ -46,19 +61,13 @@ pub fn poll_now(cq: &CompletionQueue) -> Vec<WorkCompletion> {
 /// Waits for an asynchronous event on `dev` that `want` accepts, returning it; events
 /// it does not accept (e.g. `CommEstablished` on verbs) are passed over.
 pub fn wait_event(dev: &Device, what: &str, want: impl Fn(&AsyncEvent) -> bool) -> AsyncEvent {
-    let start = Instant::now();
+    let deadline = Deadline::start();
     let mut seen = Vec::new();
     loop {
         match dev.try_async_event() {
             Some(ev) if want(&ev) => return ev,
             Some(ev) => seen.push(ev),
-            None => {
-                assert!(
-                    start.elapsed() < DEADLINE,
-                    "timed out after {DEADLINE:?} waiting for {what}; other events: {seen:?}"
-                );
-                std::thread::yield_now();
-            }
+            None => deadline.tick(|| format!("{what}; other events: {seen:?}")),
         }
     }
 }
@@ -71,17 +80,12 @@ pub fn drain_events(dev: &Device) -> Vec<AsyncEvent> {
 /// Waits until `qp` reports state `want`. A QP moves to ERR by itself after an error
 /// completion; on verbs the state may change just after the completion is visible.
 pub fn wait_state(qp: &QueuePair, want: QpState, what: &str) {
-    let start = Instant::now();
+    let deadline = Deadline::start();
     loop {
         let now = qp.state();
         if now == want {
             return;
         }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "timed out after {DEADLINE:?} waiting for {what}: QP {} is {now:?}, expected {want:?}",
-            qp.qp_num()
-        );
-        std::thread::yield_now();
+        deadline.tick(|| format!("{what}: QP {} is {now:?}, not {want:?}", qp.qp_num()));
     }
 }
