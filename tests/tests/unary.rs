@@ -350,3 +350,30 @@ async fn shutdown_returns_and_ends_in_flight_calls_unavailable() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_beyond_the_credits_wait_in_poll_ready_and_all_complete() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Endpoint::from_shared(uri)
+        .unwrap()
+        .credits(2)
+        .connect()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for id in 0..64u64 {
+        let ch = ch.clone();
+        tasks.push(tokio::spawn(async move {
+            // Some fragmented, so credits are also taken by fragments and pulls.
+            let data = vec![id as u8; (id as usize % 4) * 6000];
+            let r = echo(&ch, id, data.clone()).await.unwrap();
+            assert_eq!((r.id, r.data), (id, data));
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("no caller waits forever")
+            .unwrap();
+    }
+}
