@@ -19,8 +19,8 @@ pub enum CompletionMode {
 }
 
 /// `Event` by default. Measured on the 2-core development machine with client and
-/// server in one process over the soft provider (`tests/tests/perf.rs`, release, one
-/// run each; runs vary by some 20%):
+/// server in one process over the soft provider (`tests/tests/perf.rs`, release; the
+/// machine is shared with other builds, load average 2–9, so treat these as rough):
 ///
 /// | mode | 1 in flight | p50 / p99 | 256 in flight | 64 MiB echo |
 /// | --- | --- | --- | --- | --- |
