@@ -350,3 +350,62 @@ async fn shutdown_returns_and_ends_in_flight_calls_unavailable() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_beyond_the_credits_wait_in_poll_ready_and_all_complete() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Endpoint::from_shared(uri)
+        .unwrap()
+        .credits(2)
+        .connect()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for id in 0..64u64 {
+        let ch = ch.clone();
+        tasks.push(tokio::spawn(async move {
+            // Some fragmented, so credits are also taken by fragments and pulls.
+            let data = vec![id as u8; (id as usize % 4) * 6000];
+            let r = echo(&ch, id, data.clone()).await.unwrap();
+            assert_eq!((r.id, r.data), (id, data));
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("no caller waits forever")
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_share_the_servers_one_receive_pool() {
+    // Eight connections of 32 credits over a pool that holds exactly their credits.
+    let builder = Server::builder()
+        .credits_per_connection(32)
+        .receive_pool_slots(8 * 33);
+    let (uri, _stop) = echo_server(builder).await;
+    let ep = Endpoint::from_shared(uri).unwrap().credits(32);
+    let mut tasks = Vec::new();
+    for c in 0..8u64 {
+        let ch = ep.connect().await.unwrap();
+        for w in 0..32u64 {
+            let ch = ch.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..20u64 {
+                    let id = (c << 32) | (w << 16) | i;
+                    let data = vec![(id % 251) as u8; (i as usize % 5) * 3000];
+                    let r = echo(&ch, id, data.clone()).await.unwrap();
+                    assert_eq!((r.id, r.data), (id, data));
+                }
+            }));
+        }
+    }
+    assert!(
+        ep.connect().await.is_err(),
+        "a ninth connection does not fit"
+    );
+    for t in tasks {
+        t.await.unwrap();
+    }
+}

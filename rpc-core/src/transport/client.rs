@@ -386,6 +386,21 @@ impl Channel {
         Endpoint::from_shared(uri)?.connect().await
     }
 
+    /// Takes a credit and a send slot for the next `call`, if both are free.
+    fn try_reserve(&mut self, conn: &Conn) -> Option<Result<(), Status>> {
+        let mut st = lock(&conn.state);
+        if let Some(s) = st.engine.dead() {
+            return Some(Err(s.clone()));
+        }
+        conn.sync_tokens(&mut st);
+        if st.ring.free_slots() > st.reserved_slots && st.engine.reserve() {
+            st.reserved_slots += 1;
+            self.reserved = true;
+            return Some(Ok(()));
+        }
+        None
+    }
+
     fn unreserve(&mut self) {
         if std::mem::take(&mut self.reserved) {
             let conn = &self.inner.conn;
@@ -415,25 +430,22 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
         if self.reserved {
             return Poll::Ready(Ok(()));
         }
-        let conn = &self.inner.conn;
-        // Register first, then look: a return racing with the look still wakes us.
+        let conn = self.inner.conn.clone();
+        if let Some(r) = self.try_reserve(&conn) {
+            return Poll::Ready(r);
+        }
+        // Register only when waiting (a registered waker is woken on every returned
+        // credit), then look again: a return racing with the first look still wakes us.
         {
             let mut ready = lock(&conn.shared.ready);
             if !ready.iter().any(|w| w.will_wake(cx.waker())) {
                 ready.push(cx.waker().clone());
             }
         }
-        let mut st = lock(&conn.state);
-        if let Some(s) = st.engine.dead() {
-            return Poll::Ready(Err(s.clone()));
+        match self.try_reserve(&conn) {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
         }
-        conn.sync_tokens(&mut st);
-        if st.ring.free_slots() > st.reserved_slots && st.engine.reserve() {
-            st.reserved_slots += 1;
-            self.reserved = true;
-            return Poll::Ready(Ok(()));
-        }
-        Poll::Pending
     }
 
     fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {

@@ -19,13 +19,14 @@ pub enum CompletionMode {
 }
 
 /// `Event` by default. Measured on the 2-core development machine with client and
-/// server in one process over the soft provider (`tests/tests/perf.rs`, release):
+/// server in one process over the soft provider (`tests/tests/perf.rs`, release; the
+/// machine is shared with other builds, load average 2–9, so treat these as rough):
 ///
 /// | mode | 1 in flight | p50 / p99 | 256 in flight | 64 MiB echo |
 /// | --- | --- | --- | --- | --- |
-/// | `Busy` | 2.5 k calls/s | 24 µs / 8.0 ms | 80 k calls/s | 2.4 s |
-/// | `Adaptive(200 µs)` | 5.3 k calls/s | 29 µs / 0.8 ms | 80 k calls/s | 0.80 s |
-/// | `Event` | 27.7 k calls/s | 28 µs / 0.22 ms | 95 k calls/s | 0.81 s |
+/// | `Busy` | 2.5–3.5 k calls/s | 19–24 µs / 5–8 ms | 52–80 k calls/s | 2.4–3.3 s |
+/// | `Adaptive(200 µs)` | 5.3–6.4 k calls/s | 24–29 µs / 0.7–0.8 ms | 80–91 k calls/s | 0.8–1.2 s |
+/// | `Event` | 25–28 k calls/s | 24–28 µs / 0.22–0.27 ms | 95–103 k calls/s | 0.8–1.0 s |
 ///
 /// Spinning pollers take the cores the callers, handlers and the soft provider need;
 /// `Busy` pays off only with a core to spare per poller.
