@@ -6,7 +6,7 @@
 //!
 //! ibverbs' `bad_wr` semantics are kept: WRs before the failing one are posted. WRs we
 //! can tell are invalid without the provider (too many SGEs, inline too large, wrong
-//! destination or opcode for the QP type) end the chain early, the valid prefix is
+//! destination or opcode for the QP type, a UD message over the MTU) end the chain early, the valid prefix is
 //! posted, and the error names the first refused index.
 
 use std::mem::{align_of, offset_of, size_of};
@@ -156,6 +156,10 @@ fn fill_send(
         (QpType::Ud, Some(dest)) => {
             if !matches!(wr.opcode, SendOp::Send | SendOp::SendWithImm { .. }) {
                 return Err(PostError::InvalidOpcode);
+            }
+            let max = qp.ud_max_msg();
+            if max != 0 && wr.total_len() > u64::from(max) {
+                return Err(PostError::MessageTooLarge);
             }
             let AhImp::Verbs(ah) = &dest.ah.imp else {
                 return Err(PostError::BadDestination); // an AH of another provider
