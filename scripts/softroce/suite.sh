@@ -92,6 +92,10 @@ if part interop; then
       "ibv_rc_pingpong -d $DEV -g $GIDX $args" \
       "./rc_pingpong_compat -d $DEV -g $GIDX $args 127.0.0.1"
   done
+  # rdma-core against itself, same sizes: the reference for the usec/iter above.
+  pair "interop-baseline-rdma-core-s64n2000" 120 \
+    "ibv_rc_pingpong -d $DEV -g $GIDX -s 64 -n 2000" \
+    "ibv_rc_pingpong -d $DEV -g $GIDX -s 64 -n 2000 127.0.0.1"
   # Event mode (-e): completion channel on both sides.
   pair "interop-events" 120 \
     "./rc_pingpong_compat -e -d $DEV -g $GIDX -n 500" \
