@@ -3,6 +3,11 @@
 //!
 //! `cargo run --release -p rpc-transport --example soft_pingpong [iters]`
 //! runs: raw TCP (two threads), soft (two threads), soft (two processes).
+//!
+//! Across network namespaces: `SOFT_BIND` is the address this process's soft devices
+//! bind, and `SOFT_CHILD_WRAP` a command prefix for the child process, e.g.
+//! `SOFT_BIND=10.77.0.1 SOFT_CHILD_WRAP="ip netns exec softB env SOFT_BIND=10.77.0.2"`
+//! run inside namespace `softA`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -38,7 +43,13 @@ fn soft_side(
     tx: impl FnOnce(QpEndpoint),
     rx: impl FnOnce() -> QpEndpoint,
 ) -> Vec<Duration> {
-    let dev = Device::open_soft(SoftConfig::default()).unwrap();
+    let bind =
+        std::env::var("SOFT_BIND").map_or(std::net::Ipv4Addr::LOCALHOST, |b| b.parse().unwrap());
+    let dev = Device::open_soft(SoftConfig {
+        bind,
+        ..SoftConfig::default()
+    })
+    .unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(256).unwrap();
     let qp = pd
@@ -136,8 +147,15 @@ fn soft_threads(iters: usize) -> Vec<Duration> {
 }
 
 fn soft_processes(iters: usize) -> Vec<Duration> {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--child", &iters.to_string()])
+    let exe = std::env::current_exe()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let wrap = std::env::var("SOFT_CHILD_WRAP").unwrap_or_default();
+    let mut argv: Vec<String> = wrap.split_whitespace().map(String::from).collect();
+    argv.extend([exe, "--child".into(), iters.to_string()]);
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

@@ -57,6 +57,8 @@ pub struct Cq {
     armed: AtomicU8,
     notify: EventFd,
     epoll: Epoll,
+    // Taken by this CQ's poller for the whole progress pass (and briefly at QP
+    // creation): uncontended unless the same CQ is polled from two threads at once.
     members: Mutex<Members>,
     deferred: Mutex<Vec<u32>>,
     has_deferred: AtomicBool,
@@ -95,7 +97,7 @@ impl Cq {
     pub(crate) fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         let now = self.dev.now_ns();
         self.last_poll.store(now, Ordering::Relaxed);
-        self.progress(now, false);
+        self.progress(now);
         let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         if self.overrun.load(Ordering::Relaxed) {
             return Err(Error::CqOverrun);
@@ -116,21 +118,19 @@ impl Cq {
     /// Beyond: only the sockets epoll reports ready are read; QPs that asked for a
     /// visit (`defer`) and, every [`SWEEP_NS`], all QPs run their timers and flush
     /// output without a read.
-    pub(crate) fn progress(&self, now: u64, from_helper: bool) {
+    pub(crate) fn progress(&self, now: u64) {
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         let sweep = now >= self.next_sweep.load(Ordering::Relaxed);
         if sweep {
             self.next_sweep.store(now + SWEEP_NS, Ordering::Relaxed);
             m.qps.retain(|_, w| w.strong_count() > 0);
         }
-        // The helper leaves alone QPs whose other CQ is being polled.
-        let skip = |qp: &Qp| from_helper && qp.attended(now, super::helper::IDLE_NS);
         if m.qps.len() <= DIRECT_MAX {
             if self.ud_qps.load(Ordering::Relaxed) > 0 {
                 self.dev.ud_drain();
             }
             for w in m.qps.values() {
-                if let Some(qp) = w.upgrade().filter(|q| !skip(q)) {
+                if let Some(qp) = w.upgrade() {
                     qp.progress(now, true);
                 }
             }
@@ -143,7 +143,7 @@ impl Cq {
                 TOKEN_UD => self.dev.ud_drain(),
                 token => {
                     let qp = m.qps.get(&(token as u32)).and_then(Weak::upgrade);
-                    if let Some(qp) = qp.filter(|q| !skip(q)) {
+                    if let Some(qp) = qp {
                         if qp.progress(now, true) {
                             self.defer(qp.qpn);
                         }
@@ -169,7 +169,7 @@ impl Cq {
         }
         if sweep {
             for w in m.qps.values() {
-                if let Some(qp) = w.upgrade().filter(|q| !skip(q)) {
+                if let Some(qp) = w.upgrade() {
                     if qp.progress(now, false) {
                         self.defer(qp.qpn);
                     }
@@ -251,6 +251,10 @@ impl Cq {
 
     pub(crate) fn id(&self) -> u64 {
         self.id
+    }
+
+    pub(crate) fn has_ud(&self) -> bool {
+        self.ud_qps.load(Ordering::Relaxed) > 0
     }
 
     pub(crate) fn last_poll(&self) -> u64 {

@@ -2,40 +2,53 @@
 //!
 //! * Accepting RC connections and routing each, by its `HELLO`, to the QP that
 //!   expects that peer (or parking it until that QP reaches RTR).
-//! * Progress for CQs nobody has polled for [`IDLE_NS`]: the target of an RDMA Write,
-//!   Read or atomic whose application sleeps, RNR retries, owed ACKs, the retry budget.
+//! * Progress for QPs none of whose CQs was polled for [`IDLE_NS`]: the target of an
+//!   RDMA Write, Read or atomic whose application sleeps, RNR retries, owed ACKs,
+//!   the retry budget, connection retries.
 //!
-//! It never wakes per message while the application polls: its epoll set holds only
-//! the listener, half-open connections and a wake-up eventfd, and otherwise it ticks
-//! once a millisecond (only while the device has QPs), checking "last polled" stamps.
+//! How it stays out of the way: QP sockets and the UDP socket are in its epoll set
+//! one-shot. When one fires while the application polls that QP's CQ, the helper
+//! leaves it disarmed and only re-checks "last polled" stamps at a 1 ms tick; it
+//! re-arms the socket once the application has gone idle. So it wakes at most once per
+//! burst of activity, never per message. The tick runs only while some QP is busy
+//! (outstanding sends, an owed ACK, an RNR wait, pending output) or a socket is
+//! disarmed; an idle device makes no wake-ups at all. A QP that becomes busy while the
+//! helper sleeps without a timeout pokes it once.
+//!
 //! It holds the device by `Weak` and exits when the device is dropped.
 
+use std::collections::HashSet;
 use std::io::{self, Read};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::addr::Gid;
 use crate::qp_state::QpState;
 
-use super::cq::Cq;
 use super::device::{bump, Device};
+use super::qp::Qp;
 use super::rc;
 use super::sys::{self, Epoll, EventFd};
 use super::wire::{self, Body, HELLO_LEN};
 
-/// A CQ not polled for this long gets progress from the helper.
+/// A QP whose CQs were not polled for this long gets progress from the helper.
 pub(crate) const IDLE_NS: u64 = 1_000_000;
 const TICK_MS: i32 = 1;
-const IDLE_TICK_MS: i32 = 100;
+const SLOW_TICK_MS: i32 = 100;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 const PARK_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_PENDING: usize = 4096;
 
-const T_WAKE: u64 = u64::MAX;
-const T_LISTEN: u64 = u64::MAX - 1;
+// Event tokens: the kind in the top byte, a QPN or an fd below.
+const T_WAKE: u64 = 1 << 56;
+const T_LISTEN: u64 = 2 << 56;
+const T_UD: u64 = 3 << 56;
+const T_QP: u64 = 4 << 56;
+const T_PENDING: u64 = 5 << 56;
+const KIND: u64 = 0xff << 56;
 
 /// What the device and its helper share; outlives both, so the helper never waits on
 /// a descriptor the device has closed.
@@ -43,6 +56,10 @@ pub(crate) struct Shared {
     epoll: Epoll,
     wake: EventFd,
     stop: AtomicBool,
+    /// The helper waits without a timeout.
+    sleeping: AtomicBool,
+    /// QPs with something a timer must look after.
+    busy: AtomicUsize,
 }
 
 impl Shared {
@@ -51,6 +68,8 @@ impl Shared {
             epoll: Epoll::new()?,
             wake: EventFd::new()?,
             stop: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            busy: AtomicUsize::new(0),
         };
         s.epoll.add(s.wake.raw(), T_WAKE)?;
         Ok(s)
@@ -59,6 +78,29 @@ impl Shared {
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.wake.signal();
+    }
+
+    /// Watches an RC socket (armed).
+    pub(crate) fn watch_qp(&self, fd: RawFd, qpn: u32) {
+        let _ = self.epoll.add_oneshot(fd, T_QP | u64::from(qpn));
+    }
+
+    pub(crate) fn watch_ud(&self, fd: RawFd) -> io::Result<()> {
+        self.epoll.add_oneshot(fd, T_UD)
+    }
+
+    /// A QP became busy (`true`) or idle. Ordering: the QP publishes `busy` before
+    /// reading `sleeping`, the helper publishes `sleeping` before reading `busy`
+    /// (both SeqCst), so one of them sees the other and the helper is not left asleep.
+    pub(crate) fn set_busy(&self, busy: bool) {
+        if busy {
+            self.busy.fetch_add(1, Ordering::SeqCst);
+            if self.sleeping.load(Ordering::SeqCst) {
+                self.wake.signal();
+            }
+        } else {
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -81,6 +123,7 @@ struct Pending {
 
 pub(crate) fn spawn(dev: &Arc<Device>, sh: Arc<Shared>) -> io::Result<()> {
     sh.epoll.add(dev.listener_fd(), T_LISTEN)?;
+    sh.watch_ud(dev.udp_fd())?;
     let weak = Arc::downgrade(dev);
     std::thread::Builder::new()
         .name("soft-rdma-helper".into())
@@ -88,37 +131,66 @@ pub(crate) fn spawn(dev: &Arc<Device>, sh: Arc<Shared>) -> io::Result<()> {
     Ok(())
 }
 
+/// State the helper keeps between wake-ups.
+#[derive(Default)]
+struct Local {
+    pending: Vec<Pending>,
+    /// QPs whose socket fired while their application was polling.
+    disarmed: HashSet<u32>,
+    ud_disarmed: bool,
+    /// Scratch list of live QPs, emptied before every wait.
+    qps: Vec<Arc<Qp>>,
+}
+
 fn run(weak: Weak<Device>, sh: Arc<Shared>) {
-    let mut evs = sys::events::<32>();
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut cqs: Vec<Weak<Cq>> = Vec::new();
+    let mut evs = sys::events::<64>();
+    let mut l = Local::default();
+    let mut tick = false;
     loop {
-        let busy = match weak.upgrade() {
-            None => return,
-            Some(d) => {
-                !d.qps.read().unwrap_or_else(|e| e.into_inner()).is_empty()
-                    || !pending.is_empty()
-                    || !d
-                        .parked
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .is_empty()
-            }
+        let slow = !l.pending.is_empty()
+            || weak.upgrade().is_some_and(|d| {
+                !d.parked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_empty()
+            });
+        let mut timeout = if tick {
+            TICK_MS
+        } else if slow {
+            SLOW_TICK_MS
+        } else {
+            -1
         };
-        let n = sh
-            .epoll
-            .wait(&mut evs, if busy { TICK_MS } else { IDLE_TICK_MS })
-            .len();
+        if timeout < 0 {
+            sh.sleeping.store(true, Ordering::SeqCst);
+            if sh.busy.load(Ordering::SeqCst) > 0 {
+                timeout = TICK_MS;
+            }
+        }
+        let n = sh.epoll.wait(&mut evs, timeout).len();
+        sh.sleeping.store(false, Ordering::SeqCst);
         if sh.stop.load(Ordering::Acquire) {
             return;
         }
         let Some(dev) = weak.upgrade() else { return };
-        if n > 0 {
-            sh.wake.drain();
-            accept_all(&dev, &sh, &mut pending);
-            read_hellos(&dev, &sh, &mut pending);
+        let mut hellos = false;
+        for ev in &evs[..n] {
+            let t = ev.u64;
+            match t & KIND {
+                T_WAKE => sh.wake.drain(),
+                T_LISTEN | T_PENDING => hellos = true,
+                T_UD => l.ud_disarmed = true,
+                T_QP => {
+                    l.disarmed.insert((t & 0x00ff_ffff) as u32);
+                }
+                _ => {}
+            }
         }
-        pending.retain(|p| {
+        if hellos {
+            accept_all(&dev, &sh, &mut l.pending);
+            read_hellos(&dev, &sh, &mut l.pending);
+        }
+        l.pending.retain(|p| {
             let keep = p.since.elapsed() < HELLO_TIMEOUT;
             if !keep {
                 sh.epoll.remove(p.sock.as_raw_fd());
@@ -129,24 +201,53 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|p| p.since.elapsed() < PARK_TIMEOUT);
-        let now = dev.now_ns();
-        cqs.clear();
-        cqs.extend(
-            dev.cqs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .cloned(),
-        );
-        for w in &cqs {
-            if let Some(cq) = w.upgrade() {
-                if now.saturating_sub(cq.last_poll()) > IDLE_NS {
-                    cq.progress(now, true);
-                }
+        service(&dev, &sh, &mut l);
+        tick = sh.busy.load(Ordering::SeqCst) > 0
+            || !l.disarmed.is_empty()
+            || l.ud_disarmed
+            || dev.ud_held();
+    }
+}
+
+/// Progress for QPs (and the UDP socket) whose applications are not polling.
+fn service(dev: &Device, sh: &Shared, l: &mut Local) {
+    let now = dev.now_ns();
+    l.qps.clear();
+    l.qps.extend(
+        dev.qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(Weak::upgrade),
+    );
+    let mut seen = 0;
+    for qp in &l.qps {
+        let fired = l.disarmed.contains(&qp.qpn);
+        seen += usize::from(fired);
+        if !(fired || qp.is_busy()) || qp.attended(now, IDLE_NS) {
+            continue;
+        }
+        // Read only if the socket said so; otherwise just timers and output.
+        qp.progress(now, fired);
+        if fired {
+            l.disarmed.remove(&qp.qpn);
+            if let Some(fd) = qp.rc_fd() {
+                sh.epoll.rearm(fd, T_QP | u64::from(qp.qpn));
             }
         }
-        dev.ud_release_held(now);
     }
+    if seen < l.disarmed.len() {
+        // Some fired QPs have gone away.
+        l.disarmed.retain(|q| dev.lookup_qp(*q).is_some());
+    }
+    // Dropping the scratch references here, not while waiting, lets QPs die promptly.
+    l.qps.clear();
+    if l.ud_disarmed && !dev.ud_attended(now, IDLE_NS) {
+        dev.ud_drain();
+        l.ud_disarmed = false;
+        sh.epoll.rearm(dev.udp_fd(), T_UD);
+    }
+    dev.ud_release_held(now);
 }
 
 fn accept_all(dev: &Device, sh: &Shared, pending: &mut Vec<Pending>) {
@@ -157,7 +258,7 @@ fn accept_all(dev: &Device, sh: &Shared, pending: &mut Vec<Pending>) {
         let _ = sock.set_nodelay(true);
         if sh
             .epoll
-            .add(sock.as_raw_fd(), sock.as_raw_fd() as u64)
+            .add(sock.as_raw_fd(), T_PENDING | sock.as_raw_fd() as u64)
             .is_ok()
         {
             pending.push(Pending {
@@ -219,9 +320,10 @@ fn route(dev: &Device, gid: Gid, src_qpn: u32, dst_qpn: u32, sock: TcpStream) {
     let qp = dev.lookup_qp(dst_qpn);
     let mut guard = qp.as_ref().map(|q| q.lock());
     if let (Some(qp), Some(g)) = (qp.as_ref(), guard.as_mut()) {
+        // A QP already in ERR takes its connection too, so that it can tell the peer.
         let ready = matches!(
             g.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
         );
         if let Some(rc) = g.rc.as_deref_mut() {
             if ready

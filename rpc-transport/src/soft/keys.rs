@@ -112,8 +112,11 @@ impl KeyTable {
         if !e.access.contains(need) {
             return Err(KeyError::Rights);
         }
+        // Derived from the buffer's own pointer (not from the integer `addr`), so the
+        // result carries the allocation's provenance.
+        let base = e.buf.as_ptr();
         Ok(Resolved {
-            ptr: addr as *mut u8,
+            ptr: base.wrapping_add((addr - base as u64) as usize),
             buf: e.buf.clone(),
         })
     }

@@ -9,7 +9,8 @@
 //! Where the work happens: `post_send` encodes frames and writes them at once;
 //! `CompletionQueue::poll` reads the sockets of that CQ's QPs, processes frames and
 //! flushes output before popping completions (manual progress). One helper thread per
-//! device accepts connections and makes progress only for CQs nobody polls.
+//! device accepts connections and makes progress only for QPs whose CQs nobody polls;
+//! it sleeps while the device is idle and never wakes per message.
 //!
 //! | module | concept |
 //! | --- | --- |

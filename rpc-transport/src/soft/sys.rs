@@ -67,6 +67,27 @@ impl Epoll {
         Ok(())
     }
 
+    /// Watches `fd` for readability once: after reporting it, the set ignores `fd`
+    /// until [`Epoll::rearm`].
+    pub(crate) fn add_oneshot(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token)
+    }
+
+    /// Re-enables a one-shot watch (errors are ignored: the fd may have closed).
+    pub(crate) fn rearm(&self, fd: RawFd, token: u64) {
+        let _ = self.ctl(libc::EPOLL_CTL_MOD, fd, token);
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
+            u64: token,
+        };
+        // SAFETY: `ev` is a live local; the kernel validates both descriptors.
+        cvt(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd, &mut ev) })?;
+        Ok(())
+    }
+
     /// Stops watching `fd` (errors are ignored: a closed fd leaves the set by itself).
     pub(crate) fn remove(&self, fd: RawFd) {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };

@@ -108,6 +108,26 @@ impl Device {
         }
     }
 
+    /// Whether a reordered datagram is waiting to be released.
+    pub(crate) fn ud_held(&self) -> bool {
+        self.ud.faults_on.load(Ordering::Relaxed)
+            && self
+                .ud
+                .faults
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .held_to
+                .is_some()
+    }
+
+    /// Whether a CQ with UD QPs was polled within `ns`.
+    pub(crate) fn ud_attended(&self, now: u64, ns: u64) -> bool {
+        let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        cqs.iter()
+            .filter_map(|w| w.upgrade())
+            .any(|c| c.has_ud() && now.saturating_sub(c.last_poll()) < ns)
+    }
+
     /// Sends a held-back datagram nobody overtook.
     pub(crate) fn ud_release_held(&self, now: u64) {
         if !self.ud.faults_on.load(Ordering::Relaxed) {

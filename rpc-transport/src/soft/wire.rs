@@ -33,7 +33,7 @@
 //! | `ATOMIC_REQ` 6 | va (8), rkey (4), kind (4: 0 fetch-add, 1 cmp-swap), add/compare (8), swap (8) | none |
 //! | `ATOMIC_RESP` 7 | original value (8) | none |
 //! | `ACK` 8 | none | none |
-//! | `NAK` 9 | syndrome (1), RNR timer code (1), zero (2) | none |
+//! | `NAK` 9 | syndrome (1: RNR, 2: invalid request, 3: remote access, 4: remote operational, 5: QP in error), RNR timer code (1), zero (2) | none |
 //!
 //! `HELLO` is the first frame on a new connection, from the connecting side; it names
 //! which QP the connection belongs to.
@@ -47,6 +47,11 @@
 //! `len` must equal the bytes that follow.
 //!
 //! Decoders validate every field and length and return [`WireError`]; they never panic.
+//!
+//! Versioning: every frame and datagram starts with [`VERSION`]. A peer speaking
+//! another version is refused, not misread: its `HELLO` fails to decode and the
+//! connection is dropped (the connecting QP sees a dead peer and moves to ERR), and
+//! its datagrams are counted as malformed.
 
 use std::fmt;
 
@@ -98,6 +103,9 @@ pub enum Nak {
     RemoteAccess,
     /// Remote operational error (the responder failed to write its own memory).
     RemoteOp,
+    /// The responder QP is in the error state and will answer nothing: the requester
+    /// fails at once, as it would after exhausting its retries against a silent QP.
+    QpError,
 }
 
 /// The kind of an atomic request.
@@ -366,10 +374,11 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError> {
             }
             let nak = match e[0] {
                 1 if e[1] <= 31 => Nak::Rnr(e[1]),
-                2..=4 if e[1] != 0 => return Err(WireError::Reserved),
+                2..=5 if e[1] != 0 => return Err(WireError::Reserved),
                 2 => Nak::InvalidRequest,
                 3 => Nak::RemoteAccess,
                 4 => Nak::RemoteOp,
+                5 => Nak::QpError,
                 k => return Err(WireError::Kind(u32::from(k))),
             };
             Body::Nak(nak)
@@ -447,6 +456,7 @@ pub fn encode(out: &mut Vec<u8>, flags: u8, seq: u32, ack: u32, body: &Body, pay
                     Nak::InvalidRequest => (2, 0),
                     Nak::RemoteAccess => (3, 0),
                     Nak::RemoteOp => (4, 0),
+                    Nak::QpError => (5, 0),
                 };
                 OP_NAK
             }
@@ -630,6 +640,7 @@ mod tests {
         round_trip(0, Body::Ack, &[]);
         round_trip(0, Body::Nak(Nak::Rnr(12)), &[]);
         round_trip(0, Body::Nak(Nak::RemoteAccess), &[]);
+        round_trip(0, Body::Nak(Nak::QpError), &[]);
     }
 
     #[test]

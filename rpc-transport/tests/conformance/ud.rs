@@ -94,7 +94,7 @@ fn ud_payload_of_exactly_mtu_is_delivered() {
 }
 
 #[test]
-fn ud_payload_over_mtu_is_refused_and_not_delivered() {
+fn ud_payload_over_mtu_is_never_delivered() {
     let p = UdPair::new();
     let mtu = p.a.host.mtu();
     let ah = p.a.ah_to(&p.b.ep);
@@ -113,14 +113,19 @@ fn ud_payload_over_mtu_is_refused_and_not_delivered() {
         remote_qkey: QKEY,
     };
     let wr = SendWr::new(1, SendOp::Send, &sge).ud(dest);
-    // The limit may be enforced at post time (EINVAL) or on completion (LOC_LEN_ERR).
+    // What the sender sees varies: the IBA (C10-93.1.1) says emit nothing and raise no
+    // error, so the send completes successfully (rxe); others refuse the post (EINVAL)
+    // or complete it with LOC_LEN_ERR. What never varies: nothing is delivered.
     // SAFETY: `src` is unchanged until the send completes (or was never posted).
     match unsafe { p.a.qp.post_send(&[wr]) } {
         Err(Error::Post { index: 0, .. }) => {}
         Err(e) => panic!("unexpected error posting an over-MTU datagram: {e:?}"),
         Ok(()) => {
             let wc = wait_wc(&p.a.scq, "the over-MTU send's completion");
-            assert_eq!(wc.status, WcStatus::LocLenErr, "{wc:?}");
+            assert!(
+                matches!(wc.status, WcStatus::Success | WcStatus::LocLenErr),
+                "over-MTU send completed with {wc:?}"
+            );
         }
     }
 

@@ -1,29 +1,30 @@
 //! Queue pairs: creation, the state machine below the neutral checks, posting, and
 //! the error state (flushes).
 
+mod post;
 pub(crate) mod wqe;
 
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::access::AccessFlags;
 use crate::addr::Gid;
-use crate::error::{Error, PostError, Result};
+use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
 use crate::qp::QpCap;
 use crate::qp_state::{QpAttr, QpState, QpType};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
-use crate::wr::{RecvWr, SendFlags, SendOp, SendWr};
+use crate::wr::SendOp;
 
 use super::cq::Cq;
 use super::device::{Device, MAX_INLINE, MAX_SGE, MAX_WR};
 use super::pd::Pd;
 use super::rc::{self, RcConn};
 use super::srq::Srq;
-use super::ud;
-use wqe::{refuse, RecvWqe, SendQueue};
+use wqe::{RecvWqe, SendQueue};
 
 /// Attributes a QP has been given by its modifies.
 #[derive(Debug, Clone, Copy, Default)]
@@ -106,6 +107,8 @@ pub struct Qp {
     sq_sig_all: bool,
     /// Mirror of `inner.state` so `state()` takes no lock.
     state: AtomicU8,
+    /// Something a timer must look after (see `helper`).
+    busy: AtomicBool,
     // One lock per QP: taken by the thread posting to it and by whoever makes progress
     // on it (the poller of one of its CQs, or the helper when nobody polls); in the
     // common case both are the same thread, so it is uncontended.
@@ -170,6 +173,7 @@ impl Pd {
             cap: *cap,
             sq_sig_all,
             state: AtomicU8::new(QpState::Reset as u8),
+            busy: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 state: QpState::Reset,
                 attr: Attrs::default(),
@@ -246,10 +250,12 @@ impl Qp {
                 g.rc = None;
                 g.sq.clear();
                 g.rq.clear();
+                self.set_busy(false);
             }
             QpState::Err => {
                 g.attr = attrs;
                 self.enter_err(&mut g, None, false);
+                self.set_busy(false);
                 return Ok(());
             }
             QpState::Rtr if self.qp_type == QpType::Rc && from == QpState::Init => {
@@ -261,7 +267,8 @@ impl Qp {
                 let conn = RcConn::new(self, addr, gid, &attrs);
                 g.rc = Some(Box::new(conn));
                 self.set_state(&mut g, to);
-                rc::start(self, &mut g);
+                let waiting = rc::start(self, &mut g);
+                self.set_busy(waiting);
                 return Ok(());
             }
             QpState::Rts if self.qp_type == QpType::Rc && from == QpState::Rtr => {
@@ -350,9 +357,32 @@ impl Qp {
         let mut g = self.lock();
         self.check_cqs(&mut g);
         match self.qp_type {
-            QpType::Rc => rc::progress(self, &mut g, now, read),
+            QpType::Rc => {
+                let needs = rc::progress(self, &mut g, now, read);
+                self.set_busy(needs || g.sq.len() > 0);
+                needs
+            }
             QpType::Ud => false,
         }
+    }
+
+    /// Records whether a timer must look after this QP, telling the helper on change.
+    pub(crate) fn set_busy(&self, busy: bool) {
+        if self.busy.swap(busy, Ordering::SeqCst) != busy {
+            self.dev.helper.set_busy(busy);
+        }
+    }
+
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// The RC socket, if connected.
+    pub(crate) fn rc_fd(&self) -> Option<RawFd> {
+        let g = self.lock();
+        g.rc.as_ref()
+            .and_then(|rc| rc.sock.as_ref())
+            .map(|s| s.as_raw_fd())
     }
 
     /// Whether one of this QP's CQs was polled within `ns`.
@@ -368,119 +398,6 @@ impl Qp {
             self.recv_cq.defer(self.qpn);
         }
     }
-
-    /// # Safety
-    /// See [`crate::QueuePair::post_send`].
-    pub(crate) unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
-        let mut g = self.lock();
-        self.check_cqs(&mut g);
-        if g.sq.len() == 0 {
-            // The retry budget counts from the moment there is something to wait for.
-            let now = self.dev.now_ns();
-            if let Some(rc) = g.rc.as_mut() {
-                rc.st.progress_at = now;
-            }
-        }
-        let mut result = Ok(());
-        for (index, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = self.check_send(&g, wr) {
-                result = Err(refuse(index, reason));
-                break;
-            }
-            let signaled = self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
-            if g.state == QpState::Err {
-                self.push_send(wr.wr_id, WcStatus::WrFlushErr, wc_opcode(&wr.opcode), 0);
-                continue;
-            }
-            match self.qp_type {
-                QpType::Rc => {
-                    // SAFETY: forwarded contract (inline SGEs readable during the call).
-                    if let Err(reason) = unsafe {
-                        g.sq.push(wr.wr_id, wr.opcode, wr.flags, signaled, wr.sg_list)
-                    } {
-                        result = Err(refuse(index, reason));
-                        break;
-                    }
-                }
-                QpType::Ud => {
-                    // SAFETY: forwarded contract.
-                    let status = unsafe { ud::send(self, &mut g, wr) };
-                    if status != WcStatus::Success {
-                        self.push_send(wr.wr_id, status, WcOpcode::Send, 0);
-                        self.enter_err(&mut g, None, false);
-                    } else if signaled {
-                        let len = wr.total_len() as u32;
-                        if !self.push_send(wr.wr_id, status, WcOpcode::Send, len) {
-                            self.enter_err(&mut g, None, false);
-                        }
-                    }
-                }
-            }
-        }
-        if self.qp_type == QpType::Rc {
-            rc::kick(self, &mut g, self.dev.now_ns());
-        }
-        result
-    }
-
-    fn check_send(&self, g: &Inner, wr: &SendWr<'_>) -> std::result::Result<(), PostError> {
-        if matches!(g.state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(PostError::InvalidState);
-        }
-        if wr.sg_list.len() > self.cap.max_send_sge as usize {
-            return Err(PostError::TooManySges);
-        }
-        if wr.flags.contains(SendFlags::INLINE)
-            && wr.total_len() > u64::from(self.cap.max_inline_data)
-        {
-            return Err(PostError::InlineTooLarge);
-        }
-        match self.qp_type {
-            QpType::Rc if wr.ud.is_some() => Err(PostError::BadDestination),
-            QpType::Ud if wr.ud.is_none() => Err(PostError::BadDestination),
-            QpType::Ud if !matches!(wr.opcode, SendOp::Send | SendOp::SendWithImm { .. }) => {
-                Err(PostError::InvalidOpcode)
-            }
-            QpType::Ud if !matches!(wr.ud.map(|u| &u.ah.imp), Some(crate::ah::AhImp::Soft(_))) => {
-                Err(PostError::BadDestination)
-            }
-            QpType::Rc if wr.total_len() > 1 << 31 => Err(PostError::Os(libc::EINVAL)),
-            _ => Ok(()),
-        }
-    }
-
-    /// # Safety
-    /// See [`crate::QueuePair::post_recv`].
-    pub(crate) unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        let mut g = self.lock();
-        self.check_cqs(&mut g);
-        for (index, wr) in wrs.iter().enumerate() {
-            if self.srq.is_some() || g.state == QpState::Reset {
-                return Err(refuse(index, PostError::InvalidState));
-            }
-            if wr.sg_list.len() > self.cap.max_recv_sge as usize {
-                return Err(refuse(index, PostError::TooManySges));
-            }
-            if g.state == QpState::Err {
-                self.push_recv_error(wr.wr_id, WcStatus::WrFlushErr);
-                continue;
-            }
-            if g.rq.len() >= self.cap.max_recv_wr as usize {
-                return Err(refuse(index, PostError::QueueFull));
-            }
-            g.rq.push_back(RecvWqe::new(wr));
-        }
-        Ok(())
-    }
-
-    /// Takes the next receive (from the SRQ if attached), with the PD its SGEs are
-    /// checked against.
-    pub(crate) fn take_recv(&self, rq: &mut VecDeque<RecvWqe>) -> Option<(RecvWqe, u32)> {
-        match &self.srq {
-            Some(s) => s.take().map(|w| (w, s.pd)),
-            None => rq.pop_front().map(|w| (w, self.pd.id)),
-        }
-    }
 }
 
 impl Drop for Qp {
@@ -492,6 +409,9 @@ impl Drop for Qp {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.qpn);
+        if self.busy.load(Ordering::SeqCst) {
+            self.dev.helper.set_busy(false);
+        }
         if self.qp_type == QpType::Ud {
             self.send_cq.ud_detach();
             if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {

@@ -1,7 +1,11 @@
-//! Per-connection byte buffers, allocated once when the connection is set up.
+//! Per-connection byte buffers.
 //!
 //! Frames are decoded straight out of `RxBuf` and encoded straight into `TxBuf`;
-//! one `read` and one `send` per progress pass move everything that is ready.
+//! one `read` and one `send` per progress pass move everything that is ready. Both
+//! start at two frames (~64 KiB), which small messages never outgrow, and double up
+//! to 1 MiB while large transfers keep them full, so that a bulk transfer moves up to a
+//! megabyte per syscall like a raw TCP stream. A connection that grew keeps its
+//! buffers (growth is an allocation per doubling, not per message).
 
 use std::io::{self, Read};
 use std::net::TcpStream;
@@ -11,20 +15,18 @@ use super::super::wire::MAX_FRAME;
 
 /// Received bytes not yet decoded.
 pub(crate) struct RxBuf {
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
     pub(crate) start: usize,
     pub(crate) end: usize,
 }
 
-// Two frames each way (~130 KiB per connection): enough to keep a socket busy with
-// large messages, small enough for a server with hundreds of connections.
-const RX_CAP: usize = 2 * MAX_FRAME;
-const TX_CAP: usize = 2 * MAX_FRAME;
+const START_CAP: usize = 2 * MAX_FRAME;
+const MAX_CAP: usize = 1 << 20;
 
 impl RxBuf {
     pub(crate) fn new() -> RxBuf {
         RxBuf {
-            buf: vec![0u8; RX_CAP].into_boxed_slice(),
+            buf: vec![0u8; START_CAP],
             start: 0,
             end: 0,
         }
@@ -38,20 +40,24 @@ impl RxBuf {
     /// `Ok(Some((n, full)))`: `n` bytes (0 = end of stream); `full` if the read filled
     /// the free space, so more may be waiting.
     pub(crate) fn fill(&mut self, sock: &mut TcpStream) -> io::Result<Option<(usize, bool)>> {
+        let cap = self.buf.len();
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
-        } else if RX_CAP - self.end < MAX_FRAME {
+        } else if cap - self.end < MAX_FRAME {
             // Keep room for a whole frame at the tail.
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
-        let free = RX_CAP - self.end;
+        let free = cap - self.end;
         loop {
             match sock.read(&mut self.buf[self.end..]) {
                 Ok(n) => {
                     self.end += n;
+                    if n == free && cap < MAX_CAP {
+                        self.buf.resize(cap * 2, 0);
+                    }
                     return Ok(Some((n, n == free)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
@@ -59,12 +65,6 @@ impl RxBuf {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Discards everything buffered.
-    pub(crate) fn clear(&mut self) {
-        self.start = 0;
-        self.end = 0;
     }
 }
 
@@ -77,14 +77,15 @@ pub(crate) struct TxBuf {
 impl TxBuf {
     pub(crate) fn new() -> TxBuf {
         TxBuf {
-            buf: Vec::with_capacity(TX_CAP),
+            buf: Vec::with_capacity(START_CAP),
             off: 0,
         }
     }
 
-    /// Whether one more frame of any size fits without growing the buffer.
+    /// Whether one more frame of any size may be encoded (the buffer grows up to
+    /// `MAX_CAP` when output backs up or a bulk transfer is being encoded).
     pub(crate) fn has_room(&self) -> bool {
-        self.buf.len() + MAX_FRAME <= TX_CAP
+        self.buf.len() + MAX_FRAME <= MAX_CAP
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -120,7 +121,7 @@ impl TxBuf {
             self.off = 0;
             return Ok(true);
         }
-        if self.off > TX_CAP / 2 {
+        if self.off > self.buf.capacity() / 2 {
             self.buf.drain(..self.off);
             self.off = 0;
         }

@@ -6,7 +6,8 @@
 //! wait for them, as on hardware), NAKs for RNR and remote errors, RNR retry with the
 //! responder's timer, and the retry budget (`timeout` × (`retry_cnt` + 1)) when the
 //! peer goes silent. ACKs ride on any frame going the other way; a bare ACK is sent
-//! only if one is still owed after a whole progress pass (see [`drive`]).
+//! only once one has been owed for [`ACK_DELAY_NS`] (a request's reply normally
+//! carries it), so a request/response exchange costs one write per message per side.
 
 mod io;
 mod requester;
@@ -25,12 +26,21 @@ use super::device::bump;
 use super::helper;
 use super::qp::wqe::{RecvWqe, SendQueue};
 use super::qp::{Attrs, Inner, Qp};
-use super::wire::{self, Body};
+use super::wire::{self, Body, Nak};
 pub(crate) use io::{RxBuf, TxBuf};
 use responder::{InMsg, Resp};
 
 /// Wait between connection attempts.
 const CONNECT_RETRY_NS: u64 = 10_000_000;
+/// How long an ACK may wait for a frame to ride on before it is sent alone.
+const ACK_DELAY_NS: u64 = 100_000;
+/// Smallest retry budget. TCP retransmits for us and a responder QP in ERR says so
+/// (`NAK(QP error)`), so the budget only detects a peer that went silent (hung, or
+/// its host unreachable); on a loaded machine a live peer can be descheduled for a
+/// long while, which must not look like death.
+const MIN_BUDGET_NS: u64 = 1_000_000_000;
+/// Bytes read per progress pass at most (then ACKs and output get their turn).
+const MAX_READ_PER_PASS: usize = 1 << 20;
 /// How long one connection attempt may block.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -63,6 +73,7 @@ pub(crate) struct Proto {
     // Responder.
     expected: u32,
     acked_out: u32,
+    owed_since: Option<u64>,
     in_msg: Option<InMsg>,
     write_open: bool,
     resps: VecDeque<Resp>,
@@ -116,6 +127,7 @@ impl RcConn {
                 halted: false,
                 expected: a.rq_psn,
                 acked_out: a.rq_psn,
+                owed_since: None,
                 in_msg: None,
                 write_open: false,
                 resps: VecDeque::with_capacity(16),
@@ -131,16 +143,19 @@ pub(crate) fn attach(qp: &Qp, rc: &mut RcConn, sock: TcpStream) {
     let _ = sock.set_nonblocking(true);
     let fd = sock.as_raw_fd();
     rc.sock = Some(sock);
+    qp.dev.helper.watch_qp(fd, qp.qpn);
     qp.send_cq.watch(fd, qp.qpn);
     qp.recv_cq.watch(fd, qp.qpn);
     bump(&qp.dev.stats.rc_connections);
 }
 
 /// Called on INIT → RTR: connect now, or claim a connection the helper parked.
-pub(crate) fn start(qp: &Qp, g: &mut Inner) {
+///
+/// Returns whether a connection attempt must be retried later.
+pub(crate) fn start(qp: &Qp, g: &mut Inner) -> bool {
     let now = qp.dev.now_ns();
     let Some(rc) = g.rc.as_deref_mut() else {
-        return;
+        return false;
     };
     if rc.st.connector {
         try_connect(qp, rc, now);
@@ -150,6 +165,7 @@ pub(crate) fn start(qp: &Qp, g: &mut Inner) {
     if rc.sock.is_none() {
         qp.defer();
     }
+    rc.sock.is_none() && rc.st.connector
 }
 
 fn try_connect(qp: &Qp, rc: &mut RcConn, now: u64) {
@@ -195,10 +211,12 @@ impl Cx<'_> {
             payload_len,
         );
         self.st.acked_out = self.st.expected;
+        self.st.owed_since = None;
     }
 
     fn budget_ns(&self) -> Option<u64> {
-        ack_timeout_us(self.attr.timeout).map(|us| us * 1000 * (u64::from(self.attr.retry_cnt) + 1))
+        ack_timeout_us(self.attr.timeout)
+            .map(|us| (us * 1000 * (u64::from(self.attr.retry_cnt) + 1)).max(MIN_BUDGET_NS))
     }
 }
 
@@ -209,12 +227,15 @@ pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> bool {
     finish(qp, g, r)
 }
 
-/// Progress right after a post: send what was posted, without reading.
-pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) {
+/// Progress right after a post: send what was posted, without reading. Returns
+/// whether the QP wants another visit.
+pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) -> bool {
     let r = drive(qp, g, now, false);
-    if finish(qp, g, r) {
+    let needs = finish(qp, g, r);
+    if needs {
         qp.defer();
     }
+    needs
 }
 
 fn finish(qp: &Qp, g: &mut Inner, r: (Result<(), Fault>, bool)) -> bool {
@@ -290,26 +311,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
         return (Ok(()), false);
     };
     if state == QpState::Err {
-        // An ERR QP answers nothing; keep the socket drained and finish sending what
-        // was already encoded (such as the NAK that moved it here).
-        let eof = read
-            && loop {
-                match rx.fill(sock) {
-                    Ok(Some((0, _))) | Err(_) => break true,
-                    Ok(Some((_, full))) => {
-                        rx.clear();
-                        if !full {
-                            break false;
-                        }
-                    }
-                    Ok(None) => break false,
-                }
-            };
-        let _ = tx.flush(sock);
-        if eof {
-            return (Err(Fault::Broken), false);
-        }
-        return (Ok(()), !tx.is_empty());
+        return err_state(sock, rx, tx, st, read);
     }
     let mut cx = Cx {
         qp,
@@ -321,8 +323,10 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
         tx,
         now,
     };
-    let owed_before = cx.st.acked_out != cx.st.expected;
-    let r = run(&mut cx, sock, rx, read, owed_before);
+    let r = run(&mut cx, sock, rx, read);
+    if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
+        cx.st.owed_since = Some(now);
+    }
     let needs = !cx.tx.is_empty()
         || cx.st.acked_out != cx.st.expected
         || cx.st.rnr_until.is_some()
@@ -331,17 +335,80 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
     (r, needs)
 }
 
-fn run(
-    cx: &mut Cx<'_>,
+/// An ERR QP executes nothing. It keeps its socket drained, finishes sending what
+/// was already encoded (such as the NAK that moved it here), and answers requests with
+/// one `NAK(QP error)` per pass, so the peer fails at once instead of after its retry
+/// budget (the status is the one a silent QP would cause: RETRY_EXC_ERR).
+fn err_state(
     sock: &mut TcpStream,
     rx: &mut RxBuf,
+    tx: &mut TxBuf,
+    st: &mut Proto,
     read: bool,
-    owed_before: bool,
-) -> Result<(), Fault> {
-    if read {
+) -> (Result<(), Fault>, bool) {
+    let mut nak = None;
+    let mut eof = false;
+    while read && !eof {
+        let (n, full) = match rx.fill(sock) {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(_) => (0, false),
+        };
+        if n == 0 {
+            eof = true;
+            break;
+        }
         loop {
+            match wire::decode(rx.data()) {
+                Ok(Some((f, used))) => {
+                    if matches!(
+                        f.body,
+                        Body::Send { .. }
+                            | Body::Write { .. }
+                            | Body::ReadReq { .. }
+                            | Body::AtomicReq { .. }
+                    ) {
+                        nak = Some(f.seq);
+                    }
+                    rx.start += used;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        if !full {
+            break;
+        }
+    }
+    if let Some(seq) = nak.filter(|_| tx.has_room()) {
+        wire::encode(
+            &mut tx.buf,
+            0,
+            seq,
+            st.expected,
+            &Body::Nak(Nak::QpError),
+            0,
+        );
+    }
+    let _ = tx.flush(sock);
+    if eof {
+        return (Err(Fault::Broken), false);
+    }
+    (Ok(()), !tx.is_empty())
+}
+
+fn run(cx: &mut Cx<'_>, sock: &mut TcpStream, rx: &mut RxBuf, read: bool) -> Result<(), Fault> {
+    if read {
+        // Bounded, so that one busy connection cannot hold a poll call for long; what
+        // is left stays readable for the next pass.
+        let mut total = 0;
+        while total < MAX_READ_PER_PASS {
             let got = rx.fill(sock).map_err(|_| Fault::Broken)?;
             let Some((n, full)) = got else { break };
+            total += n;
             loop {
                 match wire::decode(rx.data()) {
                     Ok(Some((f, used))) => {
@@ -368,7 +435,12 @@ fn run(
     loop {
         let fatal = responder::pump(cx);
         requester::pump(cx);
-        if owed_before && cx.st.acked_out != cx.st.expected && cx.tx.is_empty() {
+        // A fresh clock: a long pass (bulk data) must still ACK at its end.
+        let owed_long = cx
+            .st
+            .owed_since
+            .is_some_and(|t| cx.qp.dev.now_ns().saturating_sub(t) >= ACK_DELAY_NS);
+        if owed_long && cx.st.acked_out != cx.st.expected && cx.tx.is_empty() {
             cx.frame(0, 0, &Body::Ack, 0);
         }
         let drained = cx.tx.flush(sock).map_err(|_| Fault::Broken)?;

@@ -33,6 +33,13 @@ fn find(cx: &Cx<'_>, seq: u32) -> Option<usize> {
 }
 
 pub(super) fn on_nak(cx: &mut Cx<'_>, seq: u32, nak: Nak) {
+    if nak == Nak::QpError {
+        // Not about one request: nothing outstanding will ever be answered.
+        if cx.sq.len() > 0 && !cx.st.halted {
+            fail(cx, 0, WcStatus::RetryExcErr);
+        }
+        return;
+    }
     let Some(i) = find(cx, seq) else { return };
     let status = match nak {
         Nak::Rnr(code) => {
@@ -48,6 +55,7 @@ pub(super) fn on_nak(cx: &mut Cx<'_>, seq: u32, nak: Nak) {
         Nak::InvalidRequest => WcStatus::RemInvReqErr,
         Nak::RemoteAccess => WcStatus::RemAccessErr,
         Nak::RemoteOp => WcStatus::RemOpErr,
+        Nak::QpError => WcStatus::RetryExcErr,
     };
     cx.sq.get_mut(i).state = TxState::Failed(status);
     cx.st.halted = true;

@@ -57,6 +57,9 @@ fn in_order(cx: &Cx<'_>, seq: u32) -> bool {
 
 fn advance(cx: &mut Cx<'_>) {
     cx.st.expected = (cx.st.expected + 1) & SEQ_MASK;
+    // The ACK is owed from now; it rides on the next frame out, or goes alone once
+    // it has waited `ACK_DELAY_NS`.
+    cx.st.owed_since.get_or_insert(cx.now);
 }
 
 /// Queues a NAK that moves this QP to ERR once it is sent.
@@ -286,6 +289,9 @@ pub(super) fn on_atomic(
     // SAFETY: `r.ptr` is 8-byte aligned (checked) and the 8 bytes lie in the live
     // buffer held by `r.buf`; every atomic of this device on that memory goes through
     // an `AtomicU64` at the same address, so they are atomic with respect to each other.
+    // The provider itself touches registered memory only through raw copies; a plain
+    // access by the application racing with this atomic is the same race it would be
+    // with a NIC, which the verbs contract leaves to the application.
     let a = unsafe { AtomicU64::from_ptr(r.ptr.cast::<u64>()) };
     let orig = match op {
         Atomic::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),

@@ -5,6 +5,7 @@ pub mod child;
 pub mod host;
 pub mod pattern;
 pub mod post;
+pub mod quirks;
 pub mod rc;
 pub mod ud;
 pub mod wait;
