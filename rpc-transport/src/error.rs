@@ -68,6 +68,10 @@ pub enum PostError {
     InvalidOpcode,
     /// A UD send without an address handle, or an RC send with one (`EINVAL`).
     BadDestination,
+    /// A UD message longer than the port's MTU (`EMSGSIZE`). The verbs provider refuses
+    /// it at post time because some devices (rxe, following IBA C10-93.1.1) would
+    /// otherwise report success and send nothing.
+    MessageTooLarge,
     /// The provider returned another errno.
     Os(i32),
 }
@@ -81,6 +85,7 @@ impl fmt::Display for PostError {
             PostError::InlineTooLarge => "inline data exceeds max_inline_data",
             PostError::InvalidOpcode => "opcode not valid on this QP type",
             PostError::BadDestination => "destination does not match QP type",
+            PostError::MessageTooLarge => "UD message longer than the port MTU",
             PostError::Os(e) => return write!(f, "os error {e}"),
         };
         f.write_str(s)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The VM suite, run by scripts/softroce-vm inside the guest (busybox ash, cwd /host,
-# stdout and stderr merged). The host counts every libtest "test NAME ... ok|FAILED"
-# line and every "softroce-check: ok|FAILED NAME" line printed here.
+# stdout and stderr merged). The host counts the tests of each "softroce-libtest:" line
+# and each "softroce-check: ok|FAILED NAME" line printed here.
 #
 # Parts (SOFTROCE_PARTS, comma list): smoke (the verbs provider's own device tests),
 # conformance (the provider-neutral suite on rxe0), interop (rc_pingpong_compat against
@@ -16,17 +16,26 @@ ok() { echo "softroce-check: ok $*"; }
 bad() { echo "softroce-check: FAILED $*"; FAILS=$((FAILS + 1)); }
 part() { case ",$PARTS," in *",$1,"*) echo; echo "######## $1 [t=$(t)s]"; return 0;; esac; return 1; }
 
-# libtest NAME SECONDS BINARY ARG...: runs a test binary, streaming its output. Its
-# tests are counted from that output; a crash, hang or harness error (no "test result:"
-# line) is one failed check more.
+# libtest NAME SECONDS BINARY ARG...: runs a test binary, streaming its output, then
+# prints "softroce-libtest: NAME P passed, F failed" from the harness's own (last)
+# "test result:" line; the host counts those. A crash, hang or harness error (no
+# result line) is one failed check.
 libtest() {
   name=$1; lim=$2; shift 2
   if [ ! -x "$1" ]; then bad "$name (binary $1 not built)"; return; fi
   { timeout -s KILL "$lim" "$@"; echo $? > /tmp/rc; } 2>&1 | tee /tmp/libtest.out
   rc=$(cat /tmp/rc)
-  if ! grep -q '^test result: ' /tmp/libtest.out; then
+  res=$(grep '^test result: ' /tmp/libtest.out | tail -1)
+  if [ -z "$res" ]; then
     bad "$name (exit $rc, no libtest result: crashed, killed after ${lim}s, or harness error)"
-  elif [ "$rc" != 0 ] && ! grep -q '^test .* \.\.\. FAILED$' /tmp/libtest.out; then
+    return
+  fi
+  p=$(echo "$res" | sed -n 's/.* \([0-9]*\) passed;.*/\1/p')
+  f=$(echo "$res" | sed -n 's/.* \([0-9]*\) failed;.*/\1/p')
+  echo "softroce-libtest: $name ${p:-0} passed, ${f:-0} failed"
+  if [ "${f:-0}" != 0 ]; then
+    FAILS=$((FAILS + 1))
+  elif [ "$rc" != 0 ]; then
     bad "$name (exit $rc with no failed test)"
   fi
 }
@@ -83,6 +92,10 @@ if part interop; then
       "ibv_rc_pingpong -d $DEV -g $GIDX $args" \
       "./rc_pingpong_compat -d $DEV -g $GIDX $args 127.0.0.1"
   done
+  # rdma-core against itself, same sizes: the reference for the usec/iter above.
+  pair "interop-baseline-rdma-core-s64n2000" 120 \
+    "ibv_rc_pingpong -d $DEV -g $GIDX -s 64 -n 2000" \
+    "ibv_rc_pingpong -d $DEV -g $GIDX -s 64 -n 2000 127.0.0.1"
   # Event mode (-e): completion channel on both sides.
   pair "interop-events" 120 \
     "./rc_pingpong_compat -e -d $DEV -g $GIDX -n 500" \
@@ -110,21 +123,43 @@ perftest_pair() {  # perftest_pair NAME 'ARGS'
   fi
 }
 
+# rdma-pingpong (our raw verbs ping-pong, which also runs TCP in the same processes)
+rdma_pingpong() {  # rdma_pingpong NAME ARGS...: runs it, prints its table
+  name=$1; shift
+  echo "---- $name: ./rdma-pingpong --device $DEV $*"
+  if timeout -s KILL 600 ./rdma-pingpong --device "$DEV" "$@" > "/tmp/$name.out" 2>&1; then
+    cat "/tmp/$name.out"; ok "$name"
+  else
+    cat "/tmp/$name.out"; bad "$name"
+  fi
+}
+
 if part figures; then
-  # One boot, back to back: perftest's latency and bandwidth, then rdma-pingpong.
+  # All in one boot, back to back, same sizes: 64 B for latency, 64 KiB for bandwidth.
+  # perftest's ib_send_lat reports half the round trip (t_typical = median), and
+  # ib_send_bw MB/s of 2^20 bytes; rdma-pingpong reports the full round trip (p50) and
+  # Mbit/s of 10^6 bits. The ratios below convert: RTT vs 2 x latency, Mb/s vs MiB/s.
   perftest_pair figures-ib_send_lat "ib_send_lat -d $DEV -x $GIDX -s 64 -n 5000"
-  lat=$(awk '$1 == 64 && NF >= 6 {print $5, $6}' /tmp/figures-ib_send_lat.client)
+  lat=$(awk '$1 == 64 && NF >= 6 {print $5}' /tmp/figures-ib_send_lat.client)
   perftest_pair figures-ib_send_bw "ib_send_bw -d $DEV -x $GIDX -s 65536 -n 1000"
   bw=$(awk '$1 == 65536 && NF >= 5 {print $4}' /tmp/figures-ib_send_bw.client)
-  echo "softroce-figure: ib_send_lat 64 B typical/avg usec: ${lat:-?}"
-  echo "softroce-figure: ib_send_bw 64 KiB average MB/s: ${bw:-?}"
   if [ -x ./rdma-pingpong ] && ./rdma-pingpong --help 2>&1 | grep -q -- --device; then
-    echo "softroce-figure: rdma-pingpong: TODO"
+    rdma_pingpong figures-rdma-pingpong-64 --size 64 --iters 5000 --warmup 500
+    rdma_pingpong figures-rdma-pingpong-64k --size 65536 --iters 1000 --warmup 100
+    rtt=$(awk '$1 == "verbs" {print $2}' /tmp/figures-rdma-pingpong-64.out)
+    mbps=$(awk '$1 == "verbs" {print $4}' /tmp/figures-rdma-pingpong-64k.out)
   else
-    echo "softroce-figure: rdma-pingpong not available in this build (branch conformance not merged, or a stub)"
+    echo "rdma-pingpong not available in this build (branch conformance not merged, or a stub)"
   fi
+  echo
+  echo "softroce-figure: ib_send_lat 64 B: t_typical ${lat:-?} us (one way) -> round trip $(awk -v l="$lat" 'BEGIN{if (l+0 > 0) printf "%.2f", 2*l; else print "?"}') us"
+  echo "softroce-figure: rdma-pingpong 64 B: rtt p50 ${rtt:-?} us"
+  echo "softroce-figure: rdma-pingpong / ib_send_lat round trip: $(awk -v r="$rtt" -v l="$lat" 'BEGIN{if (r+0 > 0 && l+0 > 0) printf "%.2fx", r/(2*l); else print "?"}')"
+  echo "softroce-figure: ib_send_bw 64 KiB: ${bw:-?} MiB/s = $(awk -v b="$bw" 'BEGIN{if (b+0 > 0) printf "%.1f", b*8*1.048576; else print "?"}') Mb/s"
+  echo "softroce-figure: rdma-pingpong 64 KiB: ${mbps:-?} Mb/s"
+  echo "softroce-figure: rdma-pingpong / ib_send_bw bandwidth: $(awk -v m="$mbps" -v b="$bw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*8*1.048576); else print "?"}')"
 fi
 
 echo
-echo "######## suite done [t=$(t)s], $FAILS failed checks"
+echo "######## suite done [t=$(t)s], $FAILS failed checks or test binaries"
 [ $FAILS = 0 ]

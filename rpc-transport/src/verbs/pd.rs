@@ -17,7 +17,7 @@ use crate::srq::SrqInitAttr;
 /// A protection domain; keeps its device open.
 pub(crate) struct Pd {
     pd: NonNull<ffi::ibv_pd>,
-    _dev: Arc<Device>,
+    dev: Arc<Device>,
 }
 
 // SAFETY: an ibv_pd may be used from any thread; libibverbs serialises internally.
@@ -32,12 +32,16 @@ impl Pd {
             .ok_or_else(|| last_error("ibv_alloc_pd"))?;
         Ok(Arc::new(Pd {
             pd,
-            _dev: dev.clone(),
+            dev: dev.clone(),
         }))
     }
 
     pub(super) fn raw(&self) -> *mut ffi::ibv_pd {
         self.pd.as_ptr()
+    }
+
+    pub(super) fn device(&self) -> &Arc<Device> {
+        &self.dev
     }
 
     /// Registers `buf`; the registration keeps both the buffer and this PD alive.

@@ -6,10 +6,10 @@
 //!
 //! ibverbs' `bad_wr` semantics are kept: WRs before the failing one are posted. WRs we
 //! can tell are invalid without the provider (too many SGEs, inline too large, wrong
-//! destination or opcode for the QP type) end the chain early, the valid prefix is
+//! destination or opcode for the QP type, a UD message over the MTU) end the chain early, the valid prefix is
 //! posted, and the error names the first refused index.
 
-use std::mem::{align_of, offset_of, size_of};
+use std::mem::{align_of, offset_of, size_of, MaybeUninit};
 use std::os::raw::c_int;
 use std::ptr;
 
@@ -59,14 +59,21 @@ impl Linked for ffi::ibv_recv_wr {
     }
 }
 
-/// Runs `f` on `n` zeroed slots: a stack array for `n <= STACK_WRS`, else one `Vec`.
+/// Runs `f` on `n` zeroed slots: the head of an uninitialised stack array for
+/// `n <= STACK_WRS` (only those `n` are zeroed: a one-WR post clears one WR), else one
+/// `Vec`.
 fn with_zeroed<T: Zeroable, R>(n: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
     if n <= STACK_WRS {
-        // SAFETY: `T: Zeroable`, so an all-zero array of T is valid.
-        let mut slots: [T; STACK_WRS] = unsafe { std::mem::zeroed() };
-        f(&mut slots[..n])
+        let mut slots: [MaybeUninit<T>; STACK_WRS] = [const { MaybeUninit::uninit() }; STACK_WRS];
+        // SAFETY: `n <= STACK_WRS` slots are zeroed, which is a valid `T` (`Zeroable`);
+        // `T` needs no drop (plain C data), so `MaybeUninit` not dropping it is fine.
+        let head = unsafe {
+            ptr::write_bytes(slots.as_mut_ptr(), 0, n);
+            std::slice::from_raw_parts_mut(slots.as_mut_ptr().cast::<T>(), n)
+        };
+        f(head)
     } else {
-        // SAFETY: as above.
+        // SAFETY: `T: Zeroable`, so all-zero bytes are a valid `T`.
         let mut slots: Vec<T> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
         f(&mut slots)
     }
@@ -156,6 +163,10 @@ fn fill_send(
         (QpType::Ud, Some(dest)) => {
             if !matches!(wr.opcode, SendOp::Send | SendOp::SendWithImm { .. }) {
                 return Err(PostError::InvalidOpcode);
+            }
+            let max = qp.ud_max_msg();
+            if max != 0 && wr.total_len() > u64::from(max) {
+                return Err(PostError::MessageTooLarge);
             }
             let AhImp::Verbs(ah) = &dest.ah.imp else {
                 return Err(PostError::BadDestination); // an AH of another provider

@@ -2,6 +2,7 @@
 
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::ah::ah_attr_to_raw;
@@ -23,10 +24,14 @@ pub(crate) struct Qp {
     qp_type: QpType,
     cap: QpCap,
     has_srq: bool,
+    /// UD: the port the QP was bound to at INIT (1 until then).
+    port: AtomicU8,
+    /// UD: the largest message, the port's active MTU, learnt at RTS (0 = unknown).
+    ud_max_msg: AtomicU32,
     _send_cq: Arc<Cq>,
     _recv_cq: Arc<Cq>,
     _srq: Option<Arc<Srq>>,
-    _pd: Arc<Pd>,
+    pd: Arc<Pd>,
 }
 
 // SAFETY: ibv_post_send/recv, ibv_modify_qp and ibv_query_qp are thread-safe in
@@ -81,10 +86,12 @@ impl Qp {
                 max_inline_data: c.max_inline_data,
             },
             has_srq: srq.is_some(),
+            port: AtomicU8::new(1),
+            ud_max_msg: AtomicU32::new(0),
             _send_cq: send_cq.clone(),
             _recv_cq: recv_cq.clone(),
             _srq: srq.cloned(),
-            _pd: pd.clone(),
+            pd: pd.clone(),
         }))
     }
 
@@ -98,6 +105,11 @@ impl Qp {
 
     pub(super) fn has_srq(&self) -> bool {
         self.has_srq
+    }
+
+    /// The longest UD message the port carries (0 = unknown: not yet at RTS).
+    pub(super) fn ud_max_msg(&self) -> u32 {
+        self.ud_max_msg.load(Ordering::Relaxed)
     }
 
     pub(crate) fn qp_num(&self) -> u32 {
@@ -136,7 +148,20 @@ impl Qp {
         // SAFETY: live QP; `raw` is initialised, and `mask` names only fields set in it.
         check("ibv_modify_qp", unsafe {
             ffi::ibv_modify_qp(self.raw(), &mut raw, mask.0 as i32)
-        })
+        })?;
+        if self.qp_type == QpType::Ud {
+            if let Some(port) = attr.port_num {
+                self.port.store(port, Ordering::Relaxed);
+            }
+            if to == QpState::Rts {
+                // rxe completes an over-MTU UD send as successful and sends nothing
+                // (IBA C10-93.1.1 allows it); remember the MTU to refuse such posts.
+                let port = self.port.load(Ordering::Relaxed);
+                let mtu = self.pd.device().port_attr(port)?.active_mtu.bytes();
+                self.ud_max_msg.store(mtu, Ordering::Relaxed);
+            }
+        }
+        Ok(())
     }
 
     /// # Safety

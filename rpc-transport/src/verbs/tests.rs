@@ -468,6 +468,41 @@ fn ud_datagrams_carry_grh_and_source_qp() {
             reason: PostError::InvalidOpcode
         }
     ));
+    // Over the port MTU: refused at post time (rxe would report success and drop it).
+    let mtu = dev.port_attr(1).unwrap().active_mtu.bytes() as usize;
+    let big = rw_mr(&pd, mtu + 1);
+    let bsge = [big.sge(0, mtu as u32 + 1)];
+    let dest = UdDest {
+        ah: &ah,
+        remote_qpn: b.qp_num(),
+        remote_qkey: 0x1111_1111,
+    };
+    let wrs = [
+        SendWr::new(6, SendOp::Send, &sge).ud(dest),
+        SendWr::new(7, SendOp::Send, &bsge).ud(dest),
+    ];
+    // SAFETY: rx gets a receive for the first WR; tx and big live until the end.
+    unsafe {
+        b.post_recv(&[RecvWr {
+            wr_id: 8,
+            sg_list: &rsge,
+        }])
+    }
+    .unwrap();
+    // SAFETY: the first WR is posted, the second refused; tx lives until its completion.
+    let err = unsafe { a.post_send(&wrs) }.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Post {
+                index: 1,
+                reason: PostError::MessageTooLarge
+            }
+        ),
+        "{err:?}"
+    );
+    let wc = wait(&cq, 2);
+    assert!(wc.iter().all(|c| c.is_ok()), "{wc:?}");
 }
 
 #[test]
