@@ -10,6 +10,7 @@ pub mod client;
 mod code;
 #[doc(hidden)]
 pub mod codegen;
+pub mod engine;
 pub mod metadata;
 mod payload;
 mod request;

@@ -9,6 +9,11 @@ pub struct Payload {
 
 enum Repr {
     Owned(Vec<u8>),
+    /// Borrowed from a registered receive slot; the slot is reposted when this drops.
+    Slot {
+        slot: rpc_transport::msg::RecvSlot,
+        range: std::ops::Range<usize>,
+    },
 }
 
 impl Payload {
@@ -19,10 +24,25 @@ impl Payload {
         }
     }
 
+    /// Bytes `range` of a received slot, read in place (no copy).
+    ///
+    /// # Panics
+    /// If `range` is outside the received bytes.
+    pub(crate) fn from_slot(
+        slot: rpc_transport::msg::RecvSlot,
+        range: std::ops::Range<usize>,
+    ) -> Payload {
+        assert!(range.start <= range.end && range.end <= slot.len());
+        Payload {
+            repr: Repr::Slot { slot, range },
+        }
+    }
+
     /// The message bytes.
     pub fn as_slice(&self) -> &[u8] {
         match &self.repr {
             Repr::Owned(v) => v,
+            Repr::Slot { slot, range } => &slot.bytes()[range.clone()],
         }
     }
 }

@@ -17,7 +17,7 @@ pub struct Gid(pub [u8; 16]);
 impl Gid {
     /// The soft provider's GID for a device listening on `addr`.
     pub fn soft(addr: SocketAddrV4) -> Gid {
-        let mut raw = Ipv4Addr::from(*addr.ip()).to_ipv6_mapped().octets();
+        let mut raw = addr.ip().to_ipv6_mapped().octets();
         raw[0..2].copy_from_slice(&addr.port().to_be_bytes());
         Gid(raw)
     }

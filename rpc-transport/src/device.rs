@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
 use crate::pd::ProtectionDomain;
 use crate::qp_state::Mtu;
-use crate::soft::{self, SoftConfig};
+use crate::soft::{self, SoftConfig, SoftStats, UdFaults};
 
 /// Which implementation of the verbs runs underneath.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -232,6 +232,30 @@ impl Device {
     /// File descriptor that is readable when an asynchronous event is pending.
     pub fn async_event_fd(&self) -> RawFd {
         dispatch!(&self.imp, DeviceImp, d => d.async_event_fd())
+    }
+
+    /// Replaces the UD fault injection of a soft device (the generator restarts from
+    /// `f.seed`). Other providers refuse.
+    pub fn set_ud_faults(&self, f: UdFaults) -> Result<()> {
+        match &self.imp {
+            DeviceImp::Soft(d) => {
+                d.set_ud_faults(f);
+                Ok(())
+            }
+            #[cfg(feature = "rdma")]
+            DeviceImp::Verbs(_) => Err(Error::InvalidArgument(
+                "UD fault injection exists only on the soft provider".into(),
+            )),
+        }
+    }
+
+    /// Counters of a soft device; `None` on other providers.
+    pub fn soft_stats(&self) -> Option<SoftStats> {
+        match &self.imp {
+            DeviceImp::Soft(d) => Some(d.stats()),
+            #[cfg(feature = "rdma")]
+            DeviceImp::Verbs(_) => None,
+        }
     }
 }
 

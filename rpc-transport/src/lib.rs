@@ -34,6 +34,7 @@ mod error;
 mod event;
 mod mr;
 mod mr_buffer;
+pub mod msg;
 mod pd;
 mod qp;
 mod qp_state;
@@ -57,7 +58,7 @@ pub use qp::{QpCap, QpInitAttr, QueuePair};
 pub use qp_state::{
     ack_timeout_us, rnr_timer_us, transition_allowed, Mtu, QpAttr, QpState, QpType,
 };
-pub use soft::SoftConfig;
+pub use soft::{SoftConfig, SoftStats, UdFaults};
 pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

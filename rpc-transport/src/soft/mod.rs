@@ -1,24 +1,54 @@
 //! The soft provider: a userspace RDMA device (RC over TCP, UD over UDP).
 //!
-//! STUB: the method signatures below are the contract the neutral layer calls; the
-//! implementation is being written.
+//! Each opened device is one "NIC" with its own address: a TCP listener and a UDP
+//! socket on the same `bind:port`, whose GID is [`crate::Gid::soft`] of that address.
+//! It enforces what hardware enforces (QP states, keys, bounds and rights on every
+//! access, RNR, flushes, CQ overrun) and reports the same completion statuses as
+//! ibverbs (rxe where IBA leaves a choice).
+//!
+//! Where the work happens: `post_send` encodes frames and writes them at once;
+//! `CompletionQueue::poll` reads the sockets of that CQ's QPs, processes frames and
+//! flushes output before popping completions (manual progress). One helper thread per
+//! device accepts connections and makes progress only for QPs whose CQs nobody polls;
+//! it sleeps while the device is idle and never wakes per message.
+//!
+//! | module | concept |
+//! | --- | --- |
+//! | [`wire`] | the wire format (versioned), encode and decode |
+//! | `device`, `pd` | the device, PDs, MRs, AHs, counters |
+//! | `keys`, `mem` | the key table and checked copies to and from registered memory |
+//! | `cq`, `srq`, `events` | completion queues (and progress), SRQs, async events |
+//! | `qp` | QP state, posting, flushes |
+//! | `rc` | RC over TCP: connection, requester, responder |
+//! | `ud` | UD over UDP |
+//! | `faults` | deterministic UD fault injection |
+//! | `helper` | the helper thread |
+
+mod cq;
+mod device;
+mod events;
+mod faults;
+mod helper;
+mod keys;
+mod mem;
+mod pd;
+mod qp;
+mod rc;
+mod srq;
+mod sys;
+#[cfg(test)]
+mod tests;
+mod ud;
+#[doc(hidden)]
+pub mod wire;
 
 use std::net::Ipv4Addr;
-use std::os::fd::RawFd;
-use std::sync::Arc;
 
-use crate::access::AccessFlags;
-use crate::addr::Gid;
-use crate::ah::AhAttr;
-use crate::device::{DeviceAttr, PortAttr};
-use crate::error::Result;
-use crate::event::AsyncEvent;
-use crate::mr_buffer::MrBuffer;
-use crate::qp::QpCap;
-use crate::qp_state::{QpAttr, QpState, QpType};
-use crate::srq::SrqInitAttr;
-use crate::wc::WorkCompletion;
-use crate::wr::{RecvWr, SendWr};
+pub use cq::Cq;
+pub use device::Device;
+pub use pd::{Ah, Mr, Pd};
+pub use qp::Qp;
+pub use srq::Srq;
 
 /// Name under which the soft device is listed.
 pub const DEVICE_NAME: &str = "soft0";
@@ -60,141 +90,27 @@ pub struct UdFaults {
     pub seed: u64,
 }
 
-/// An opened soft device.
-pub struct Device;
-/// A soft protection domain.
-pub struct Pd;
-/// A soft memory registration.
-pub struct Mr;
-/// A soft completion queue.
-pub struct Cq;
-/// A soft queue pair.
-pub struct Qp;
-/// A soft shared receive queue.
-pub struct Srq;
-/// A soft address handle.
-pub struct Ah;
-
-#[allow(unused_variables, missing_docs)]
-impl Device {
-    pub(crate) fn open(config: SoftConfig) -> Result<Arc<Device>> {
-        todo!()
-    }
-    pub(crate) fn name(&self) -> &str {
-        todo!()
-    }
-    pub(crate) fn attr(&self) -> DeviceAttr {
-        todo!()
-    }
-    pub(crate) fn port_attr(&self, port: u8) -> Result<PortAttr> {
-        todo!()
-    }
-    pub(crate) fn gid(&self, port: u8, index: u8) -> Result<Gid> {
-        todo!()
-    }
-    pub(crate) fn preferred_gid_index(&self) -> u8 {
-        0
-    }
-    pub(crate) fn alloc_pd(self: &Arc<Self>) -> Result<Arc<Pd>> {
-        todo!()
-    }
-    pub(crate) fn create_cq(self: &Arc<Self>, cqe: u32) -> Result<Arc<Cq>> {
-        todo!()
-    }
-    pub(crate) fn try_async_event(&self) -> Option<AsyncEvent> {
-        todo!()
-    }
-    pub(crate) fn async_event_fd(&self) -> RawFd {
-        todo!()
-    }
-}
-
-#[allow(unused_variables)]
-impl Pd {
-    pub(crate) fn register(&self, buf: Arc<MrBuffer>, access: AccessFlags) -> Result<Mr> {
-        todo!()
-    }
-    pub(crate) fn create_qp(
-        self: &Arc<Self>,
-        qp_type: QpType,
-        send_cq: &Arc<Cq>,
-        recv_cq: &Arc<Cq>,
-        srq: Option<&Arc<Srq>>,
-        cap: &QpCap,
-        sq_sig_all: bool,
-    ) -> Result<Arc<Qp>> {
-        todo!()
-    }
-    pub(crate) fn create_srq(self: &Arc<Self>, attr: &SrqInitAttr) -> Result<Arc<Srq>> {
-        todo!()
-    }
-    pub(crate) fn create_ah(self: &Arc<Self>, attr: &AhAttr) -> Result<Arc<Ah>> {
-        todo!()
-    }
-}
-
-impl Mr {
-    pub(crate) fn lkey(&self) -> u32 {
-        todo!()
-    }
-    pub(crate) fn rkey(&self) -> u32 {
-        todo!()
-    }
-}
-
-#[allow(unused_variables)]
-impl Cq {
-    pub(crate) fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
-        todo!()
-    }
-    pub(crate) fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        todo!()
-    }
-    pub(crate) fn event_fd(&self) -> RawFd {
-        todo!()
-    }
-    pub(crate) fn consume_events(&self) {
-        todo!()
-    }
-    pub(crate) fn capacity(&self) -> u32 {
-        todo!()
-    }
-    pub(crate) fn id(&self) -> u64 {
-        todo!()
-    }
-}
-
-#[allow(unused_variables)]
-impl Qp {
-    pub(crate) fn qp_num(&self) -> u32 {
-        todo!()
-    }
-    pub(crate) fn state(&self) -> QpState {
-        todo!()
-    }
-    pub(crate) fn cap(&self) -> QpCap {
-        todo!()
-    }
-    pub(crate) fn modify(&self, to: QpState, attr: &QpAttr) -> Result<()> {
-        todo!()
-    }
-    pub(crate) unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
-        todo!()
-    }
-    pub(crate) unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        todo!()
-    }
-}
-
-#[allow(unused_variables)]
-impl Srq {
-    pub(crate) unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        todo!()
-    }
-    pub(crate) fn arm_limit(&self, limit: u32) -> Result<()> {
-        todo!()
-    }
-    pub(crate) fn id(&self) -> u64 {
-        todo!()
-    }
+/// Counters of a soft device (see [`crate::Device::soft_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SoftStats {
+    /// UD datagrams handed to the socket (duplicates and released reorders included).
+    pub ud_sent: u64,
+    /// UD datagrams delivered into a receive.
+    pub ud_received: u64,
+    /// UD datagrams dropped for lack of a posted receive (or a QP not yet in RTR).
+    pub ud_dropped_no_recv: u64,
+    /// UD datagrams that did not decode.
+    pub ud_dropped_malformed: u64,
+    /// UD datagrams whose Q_Key did not match the destination QP's.
+    pub ud_dropped_qkey: u64,
+    /// UD datagrams dropped by fault injection.
+    pub ud_dropped_injected: u64,
+    /// UD datagrams addressed to no UD QP of this device.
+    pub ud_dropped_no_qp: u64,
+    /// UD datagrams sent twice by fault injection.
+    pub ud_duplicated: u64,
+    /// RC frames (or hellos) that did not decode; each moved its QP to ERR.
+    pub rc_frames_malformed: u64,
+    /// RC connections established.
+    pub rc_connections: u64,
 }

@@ -1,0 +1,9 @@
+//! Arbitrary bytes into the soft provider's frame and datagram decoders: they must
+//! never panic, and whatever they accept must re-encode to the same bytes.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    rpc_transport::soft::wire::fuzz_one(data);
+});

@@ -1,0 +1,283 @@
+//! Completion queues: a preallocated ring of completions, and the place where a
+//! polling application drives the progress of the QPs that complete into it.
+//!
+//! Manual progress: `poll` first makes progress on this CQ's QPs (reads their
+//! sockets, processes frames, flushes pending output, runs timers), then pops. With a
+//! few QPs it simply tries each (one `read` per QP, like a raw TCP poller); with many it
+//! asks its epoll set which sockets are ready, so a server with hundreds of
+//! connections does not issue a read per connection per poll.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::error::{Error, Result};
+use crate::event::{AsyncEvent, ObjectId};
+use crate::wc::{WcStatus, WorkCompletion};
+
+use super::device::{next_object_id, Device};
+use super::qp::Qp;
+use super::sys::{self, Epoll, EventFd};
+
+/// Up to this many QPs, a poll tries every QP directly instead of asking epoll.
+const DIRECT_MAX: usize = 4;
+/// Every QP of a CQ runs its timers at least this often, even in epoll mode (the
+/// retry budget is coarse; RNR back-offs ask for visits through `defer`).
+const SWEEP_NS: u64 = 10_000_000;
+
+const TOKEN_NOTIFY: u64 = u64::MAX;
+const TOKEN_UD: u64 = u64::MAX - 1;
+
+const ARM_NONE: u8 = 0;
+const ARM_ANY: u8 = 1;
+const ARM_SOLICITED: u8 = 2;
+
+struct Ring {
+    buf: Box<[WorkCompletion]>,
+    head: usize,
+    len: usize,
+}
+
+#[derive(Default)]
+struct Members {
+    qps: HashMap<u32, Weak<Qp>>,
+    scratch: Vec<u32>,
+}
+
+/// A soft completion queue.
+pub struct Cq {
+    pub(crate) dev: Arc<Device>,
+    id: u64,
+    cap: u32,
+    // One lock per CQ ring: uncontended unless another thread completes into this CQ
+    // while it is polled, and held only for a copy of a few words.
+    ring: Mutex<Ring>,
+    overrun: AtomicBool,
+    armed: AtomicU8,
+    notify: EventFd,
+    epoll: Epoll,
+    // Taken by this CQ's poller for the whole progress pass (and briefly at QP
+    // creation): uncontended unless the same CQ is polled from two threads at once.
+    members: Mutex<Members>,
+    deferred: Mutex<Vec<u32>>,
+    has_deferred: AtomicBool,
+    ud_qps: AtomicU32,
+    last_poll: AtomicU64,
+    next_sweep: AtomicU64,
+}
+
+impl Cq {
+    pub(crate) fn new(dev: Arc<Device>, cap: u32) -> std::io::Result<Cq> {
+        let notify = EventFd::new()?;
+        let epoll = Epoll::new()?;
+        epoll.add(notify.raw(), TOKEN_NOTIFY)?;
+        Ok(Cq {
+            dev,
+            id: next_object_id(),
+            cap,
+            ring: Mutex::new(Ring {
+                buf: vec![WorkCompletion::default(); cap as usize].into_boxed_slice(),
+                head: 0,
+                len: 0,
+            }),
+            overrun: AtomicBool::new(false),
+            armed: AtomicU8::new(ARM_NONE),
+            notify,
+            epoll,
+            members: Mutex::new(Members::default()),
+            deferred: Mutex::new(Vec::new()),
+            has_deferred: AtomicBool::new(false),
+            ud_qps: AtomicU32::new(0),
+            last_poll: AtomicU64::new(0),
+            next_sweep: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
+        let now = self.dev.now_ns();
+        self.last_poll.store(now, Ordering::Relaxed);
+        self.progress(now);
+        let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        if self.overrun.load(Ordering::Relaxed) {
+            return Err(Error::CqOverrun);
+        }
+        let n = r.len.min(wc.len());
+        let cap = r.buf.len();
+        for slot in wc.iter_mut().take(n) {
+            *slot = r.buf[r.head];
+            r.head = (r.head + 1) % cap;
+        }
+        r.len -= n;
+        Ok(n)
+    }
+
+    /// Makes progress on every QP that completes into this CQ and has something to do.
+    ///
+    /// Up to [`DIRECT_MAX`] QPs: each is read directly (one syscall per QP, no epoll).
+    /// Beyond: only the sockets epoll reports ready are read; QPs that asked for a
+    /// visit (`defer`) and, every [`SWEEP_NS`], all QPs run their timers and flush
+    /// output without a read.
+    pub(crate) fn progress(&self, now: u64) {
+        let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        let sweep = now >= self.next_sweep.load(Ordering::Relaxed);
+        if sweep {
+            self.next_sweep.store(now + SWEEP_NS, Ordering::Relaxed);
+            m.qps.retain(|_, w| w.strong_count() > 0);
+        }
+        if m.qps.len() <= DIRECT_MAX {
+            if self.ud_qps.load(Ordering::Relaxed) > 0 {
+                self.dev.ud_drain();
+            }
+            for w in m.qps.values() {
+                if let Some(qp) = w.upgrade() {
+                    qp.progress(now, true);
+                }
+            }
+            return;
+        }
+        let mut evs = sys::events::<64>();
+        for ev in self.epoll.wait(&mut evs, 0) {
+            match ev.u64 {
+                TOKEN_NOTIFY => {}
+                TOKEN_UD => self.dev.ud_drain(),
+                token => {
+                    let qp = m.qps.get(&(token as u32)).and_then(Weak::upgrade);
+                    if let Some(qp) = qp {
+                        if qp.progress(now, true) {
+                            self.defer(qp.qpn);
+                        }
+                    }
+                }
+            }
+        }
+        if self.has_deferred.swap(false, Ordering::Relaxed) {
+            // Swap lists rather than allocate: `scratch` keeps its capacity.
+            let mut list = std::mem::take(&mut m.scratch);
+            std::mem::swap(
+                &mut list,
+                &mut *self.deferred.lock().unwrap_or_else(|e| e.into_inner()),
+            );
+            for qpn in list.drain(..) {
+                if let Some(qp) = m.qps.get(&qpn).and_then(Weak::upgrade) {
+                    if qp.progress(now, false) {
+                        self.defer(qpn);
+                    }
+                }
+            }
+            m.scratch = list;
+        }
+        if sweep {
+            for w in m.qps.values() {
+                if let Some(qp) = w.upgrade() {
+                    if qp.progress(now, false) {
+                        self.defer(qp.qpn);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks the next poll to visit `qpn` even if its socket is not readable.
+    pub(crate) fn defer(&self, qpn: u32) {
+        if self
+            .members
+            .try_lock()
+            .map(|m| m.qps.len() <= DIRECT_MAX)
+            .unwrap_or(false)
+        {
+            return; // every poll visits every QP anyway
+        }
+        let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        if !d.contains(&qpn) {
+            d.push(qpn);
+        }
+        self.has_deferred.store(true, Ordering::Relaxed);
+    }
+
+    /// Adds a completion; `false` if the CQ is (or just became) overrun.
+    pub(crate) fn push(&self, wc: WorkCompletion, solicited: bool) -> bool {
+        {
+            let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+            if self.overrun.load(Ordering::Relaxed) {
+                return false;
+            }
+            let cap = r.buf.len();
+            if r.len == cap {
+                self.overrun.store(true, Ordering::Relaxed);
+                drop(r);
+                self.dev.raise(AsyncEvent::CqErr(ObjectId(self.id)));
+                self.notify.signal();
+                return false;
+            }
+            let tail = (r.head + r.len) % cap;
+            r.buf[tail] = wc;
+            r.len += 1;
+        }
+        let armed = self.armed.load(Ordering::Acquire);
+        let wake = armed == ARM_ANY
+            || (armed == ARM_SOLICITED && (solicited || wc.status != WcStatus::Success));
+        if wake && self.armed.swap(ARM_NONE, Ordering::AcqRel) != ARM_NONE {
+            self.notify.signal();
+        }
+        true
+    }
+
+    pub(crate) fn is_overrun(&self) -> bool {
+        self.overrun.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        let v = if solicited_only {
+            ARM_SOLICITED
+        } else {
+            ARM_ANY
+        };
+        self.armed.store(v, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn event_fd(&self) -> RawFd {
+        self.epoll.raw()
+    }
+
+    pub(crate) fn consume_events(&self) {
+        self.notify.drain();
+    }
+
+    pub(crate) fn capacity(&self) -> u32 {
+        self.cap
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn has_ud(&self) -> bool {
+        self.ud_qps.load(Ordering::Relaxed) > 0
+    }
+
+    pub(crate) fn last_poll(&self) -> u64 {
+        self.last_poll.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn attach(&self, qp: &Arc<Qp>, ud: bool) {
+        let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        m.qps.insert(qp.qpn, Arc::downgrade(qp));
+        if ud && self.ud_qps.fetch_add(1, Ordering::Relaxed) == 0 {
+            let _ = self.epoll.add(self.dev.udp_fd(), TOKEN_UD);
+        }
+    }
+
+    /// A UD QP of this CQ went away (lock-free: may run inside `progress`).
+    pub(crate) fn ud_detach(&self) {
+        if self.ud_qps.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.epoll.remove(self.dev.udp_fd());
+        }
+    }
+
+    /// Watches a QP's socket, so that `event_fd` wakes on its traffic.
+    pub(crate) fn watch(&self, fd: RawFd, qpn: u32) {
+        let _ = self.epoll.add(fd, u64::from(qpn));
+    }
+}

@@ -1,0 +1,258 @@
+//! The soft device: its sockets, key table, QP table, events, counters and helper.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, SocketAddrV4, TcpListener, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Instant;
+
+use crate::addr::Gid;
+use crate::device::{DeviceAttr, PortAttr};
+use crate::error::{Error, Result};
+use crate::event::AsyncEvent;
+use crate::qp_state::Mtu;
+
+use super::cq::Cq;
+use super::events::EventQueue;
+use super::helper::{self, Parked};
+use super::keys::KeyTable;
+use super::pd::Pd;
+use super::qp::Qp;
+use super::ud::UdShared;
+use super::{SoftConfig, SoftStats, UdFaults, DEVICE_NAME};
+
+/// Largest number of SGEs per WR.
+pub(crate) const MAX_SGE: usize = 16;
+/// Largest inline payload.
+pub(crate) const MAX_INLINE: u32 = 1024;
+/// Largest queue depth.
+pub(crate) const MAX_WR: u32 = 16 * 1024;
+/// Largest CQ.
+pub(crate) const MAX_CQE: u32 = 1 << 20;
+
+/// Identities of CQs and SRQs are unique per process, so events never alias.
+static NEXT_OBJECT: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn next_object_id() -> u64 {
+    NEXT_OBJECT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Counters, updated with relaxed atomics on the paths they count.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) ud_sent: AtomicU64,
+    pub(crate) ud_received: AtomicU64,
+    pub(crate) ud_dropped_no_recv: AtomicU64,
+    pub(crate) ud_dropped_malformed: AtomicU64,
+    pub(crate) ud_dropped_qkey: AtomicU64,
+    pub(crate) ud_dropped_injected: AtomicU64,
+    pub(crate) ud_dropped_no_qp: AtomicU64,
+    pub(crate) ud_duplicated: AtomicU64,
+    pub(crate) rc_frames_malformed: AtomicU64,
+    pub(crate) rc_connections: AtomicU64,
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// An opened soft device: one "NIC" with its own address.
+pub struct Device {
+    pub(crate) gid: Gid,
+    pub(crate) ud_mtu: u32,
+    pub(crate) listener: TcpListener,
+    pub(crate) udp: UdpSocket,
+    pub(crate) keys: KeyTable,
+    pub(crate) qps: RwLock<HashMap<u32, Weak<Qp>>>,
+    pub(crate) cqs: Mutex<Vec<Weak<Cq>>>,
+    pub(crate) events: EventQueue,
+    pub(crate) stats: Stats,
+    pub(crate) ud: UdShared,
+    pub(crate) parked: Mutex<Vec<Parked>>,
+    pub(crate) helper: Arc<helper::Shared>,
+    epoch: Instant,
+    next_qpn: AtomicU32,
+    next_pd: AtomicU32,
+}
+
+/// Binds a TCP listener and a UDP socket on the same address and port.
+fn bind_pair(cfg: &SoftConfig) -> std::io::Result<(TcpListener, UdpSocket)> {
+    let mut last = None;
+    // With port 0 the kernel picks a TCP port that may be taken for UDP: try again.
+    for _ in 0..if cfg.port == 0 { 64 } else { 1 } {
+        let tcp = TcpListener::bind(SocketAddrV4::new(cfg.bind, cfg.port))?;
+        let port = tcp.local_addr()?.port();
+        match UdpSocket::bind(SocketAddrV4::new(cfg.bind, port)) {
+            Ok(udp) => return Ok((tcp, udp)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no port free for both TCP and UDP")))
+}
+
+impl Device {
+    pub(crate) fn open(config: SoftConfig) -> Result<Arc<Device>> {
+        let verb = |e| Error::verb("ibv_open_device", e);
+        if config.ud_mtu < 256 || config.ud_mtu > 65_000 {
+            return Err(Error::InvalidArgument(format!(
+                "ud_mtu {} outside 256..=65000",
+                config.ud_mtu
+            )));
+        }
+        let (listener, udp) = bind_pair(&config).map_err(verb)?;
+        listener.set_nonblocking(true).map_err(verb)?;
+        udp.set_nonblocking(true).map_err(verb)?;
+        let addr = match listener.local_addr().map_err(verb)? {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => return Err(Error::InvalidArgument("IPv4 only".into())),
+        };
+        let shared = Arc::new(helper::Shared::new().map_err(verb)?);
+        let dev = Arc::new(Device {
+            gid: Gid::soft(addr),
+            ud_mtu: config.ud_mtu,
+            listener,
+            udp,
+            keys: KeyTable::default(),
+            qps: RwLock::new(HashMap::new()),
+            cqs: Mutex::new(Vec::new()),
+            events: EventQueue::new().map_err(verb)?,
+            stats: Stats::default(),
+            ud: UdShared::new(config.ud_faults),
+            parked: Mutex::new(Vec::new()),
+            helper: shared.clone(),
+            epoch: Instant::now(),
+            // QPN 0 and 1 are special in verbs; start above them.
+            next_qpn: AtomicU32::new(0x11),
+            next_pd: AtomicU32::new(1),
+        });
+        helper::spawn(&dev, shared).map_err(verb)?;
+        Ok(dev)
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        DEVICE_NAME
+    }
+
+    pub(crate) fn attr(&self) -> DeviceAttr {
+        DeviceAttr {
+            max_mr_size: 1 << 40,
+            max_qp: 1 << 20,
+            max_qp_wr: MAX_WR,
+            max_sge: MAX_SGE as u32,
+            max_cq: 1 << 16,
+            max_cqe: MAX_CQE,
+            max_mr: 1 << 20,
+            max_srq: 1 << 16,
+            max_srq_wr: MAX_WR,
+            max_qp_rd_atom: 16,
+            atomics: true,
+        }
+    }
+
+    pub(crate) fn port_attr(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(Error::InvalidArgument(format!(
+                "port {port} does not exist"
+            )));
+        }
+        Ok(PortAttr {
+            active: true,
+            active_mtu: Mtu::Mtu4096,
+            max_mtu: Mtu::Mtu4096,
+            lid: 0,
+            gid_tbl_len: 1,
+        })
+    }
+
+    pub(crate) fn gid(&self, port: u8, index: u8) -> Result<Gid> {
+        self.port_attr(port)?;
+        if index != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "GID index {index} out of range"
+            )));
+        }
+        Ok(self.gid)
+    }
+
+    pub(crate) fn preferred_gid_index(&self) -> u8 {
+        0
+    }
+
+    pub(crate) fn alloc_pd(self: &Arc<Self>) -> Result<Arc<Pd>> {
+        Ok(Arc::new(Pd {
+            dev: self.clone(),
+            id: self.next_pd.fetch_add(1, Ordering::Relaxed),
+        }))
+    }
+
+    pub(crate) fn create_cq(self: &Arc<Self>, cqe: u32) -> Result<Arc<Cq>> {
+        if cqe == 0 || cqe > MAX_CQE {
+            return Err(Error::InvalidArgument(format!(
+                "cqe {cqe} outside 1..={MAX_CQE}"
+            )));
+        }
+        let cq = Arc::new(Cq::new(self.clone(), cqe).map_err(|e| Error::verb("ibv_create_cq", e))?);
+        let mut cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        cqs.retain(|w| w.strong_count() > 0);
+        cqs.push(Arc::downgrade(&cq));
+        Ok(cq)
+    }
+
+    pub(crate) fn try_async_event(&self) -> Option<AsyncEvent> {
+        self.events.pop()
+    }
+
+    pub(crate) fn async_event_fd(&self) -> RawFd {
+        self.events.fd()
+    }
+
+    pub(crate) fn set_ud_faults(&self, f: UdFaults) {
+        self.ud.set_faults(f);
+    }
+
+    pub(crate) fn stats(&self) -> SoftStats {
+        let s = &self.stats;
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SoftStats {
+            ud_sent: g(&s.ud_sent),
+            ud_received: g(&s.ud_received),
+            ud_dropped_no_recv: g(&s.ud_dropped_no_recv),
+            ud_dropped_malformed: g(&s.ud_dropped_malformed),
+            ud_dropped_qkey: g(&s.ud_dropped_qkey),
+            ud_dropped_injected: g(&s.ud_dropped_injected),
+            ud_dropped_no_qp: g(&s.ud_dropped_no_qp),
+            ud_duplicated: g(&s.ud_duplicated),
+            rc_frames_malformed: g(&s.rc_frames_malformed),
+            rc_connections: g(&s.rc_connections),
+        }
+    }
+
+    /// Monotonic nanoseconds since the device opened (cheap stamps for "last polled").
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    pub(crate) fn alloc_qpn(&self) -> u32 {
+        self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff
+    }
+
+    pub(crate) fn lookup_qp(&self, qpn: u32) -> Option<Arc<Qp>> {
+        let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
+        qps.get(&qpn).and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn raise(&self, ev: AsyncEvent) {
+        self.events.push(ev);
+    }
+
+    pub(crate) fn listener_fd(&self) -> RawFd {
+        self.listener.as_raw_fd()
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.helper.stop();
+    }
+}

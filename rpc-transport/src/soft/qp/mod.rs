@@ -1,0 +1,422 @@
+//! Queue pairs: creation, the state machine below the neutral checks, posting, and
+//! the error state (flushes).
+
+mod post;
+pub(crate) mod wqe;
+
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::access::AccessFlags;
+use crate::addr::Gid;
+use crate::error::{Error, Result};
+use crate::event::AsyncEvent;
+use crate::qp::QpCap;
+use crate::qp_state::{QpAttr, QpState, QpType};
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::SendOp;
+
+use super::cq::Cq;
+use super::device::{Device, MAX_INLINE, MAX_SGE, MAX_WR};
+use super::pd::Pd;
+use super::rc::{self, RcConn};
+use super::srq::Srq;
+use wqe::{RecvWqe, SendQueue};
+
+/// Attributes a QP has been given by its modifies.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Attrs {
+    pub(crate) qkey: u32,
+    pub(crate) access: AccessFlags,
+    pub(crate) dest: Option<(SocketAddrV4, Gid)>,
+    pub(crate) dest_qpn: u32,
+    pub(crate) rq_psn: u32,
+    pub(crate) sq_psn: u32,
+    pub(crate) min_rnr_timer: u8,
+    pub(crate) timeout: u8,
+    pub(crate) retry_cnt: u8,
+    pub(crate) rnr_retry: u8,
+}
+
+impl Attrs {
+    fn apply(&mut self, a: &QpAttr) -> Result<()> {
+        if let Some(q) = a.qkey {
+            self.qkey = q;
+        }
+        if let Some(f) = a.access_flags {
+            self.access = f;
+        }
+        if let Some(d) = a.dest {
+            let gid = d
+                .grh
+                .ok_or_else(|| Error::InvalidArgument("soft RC destinations need a GRH".into()))?
+                .dgid;
+            let addr = gid.soft_addr().ok_or_else(|| {
+                Error::InvalidArgument(format!("GID {gid} is not a soft device's"))
+            })?;
+            self.dest = Some((addr, gid));
+        }
+        if let Some(q) = a.dest_qp_num {
+            self.dest_qpn = q & 0x00ff_ffff;
+        }
+        if let Some(p) = a.rq_psn {
+            self.rq_psn = p & 0x00ff_ffff;
+        }
+        if let Some(p) = a.sq_psn {
+            self.sq_psn = p & 0x00ff_ffff;
+        }
+        if let Some(t) = a.min_rnr_timer {
+            self.min_rnr_timer = t;
+        }
+        if let Some(t) = a.timeout {
+            self.timeout = t;
+        }
+        if let Some(r) = a.retry_cnt {
+            self.retry_cnt = r;
+        }
+        if let Some(r) = a.rnr_retry {
+            self.rnr_retry = r;
+        }
+        Ok(())
+    }
+}
+
+/// Everything that changes, behind the QP's lock.
+pub(crate) struct Inner {
+    pub(crate) state: QpState,
+    pub(crate) attr: Attrs,
+    pub(crate) sq: SendQueue,
+    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) rc: Option<Box<RcConn>>,
+    pub(crate) ud_buf: Vec<u8>,
+}
+
+/// A soft queue pair.
+pub struct Qp {
+    pub(crate) dev: Arc<Device>,
+    pub(crate) pd: Arc<Pd>,
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) send_cq: Arc<Cq>,
+    pub(crate) recv_cq: Arc<Cq>,
+    pub(crate) srq: Option<Arc<Srq>>,
+    pub(crate) cap: QpCap,
+    sq_sig_all: bool,
+    /// Mirror of `inner.state` so `state()` takes no lock.
+    state: AtomicU8,
+    /// Something a timer must look after (see `helper`).
+    busy: AtomicBool,
+    // One lock per QP: taken by the thread posting to it and by whoever makes progress
+    // on it (the poller of one of its CQs, or the helper when nobody polls); in the
+    // common case both are the same thread, so it is uncontended.
+    pub(crate) inner: Mutex<Inner>,
+}
+
+fn state_from(v: u8) -> QpState {
+    match v {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        _ => QpState::Err,
+    }
+}
+
+/// The completion opcode of a send WQE.
+pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send | SendOp::SendWithImm { .. } => WcOpcode::Send,
+        SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+        SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+    }
+}
+
+impl Pd {
+    pub(crate) fn create_qp(
+        self: &Arc<Self>,
+        qp_type: QpType,
+        send_cq: &Arc<Cq>,
+        recv_cq: &Arc<Cq>,
+        srq: Option<&Arc<Srq>>,
+        cap: &QpCap,
+        sq_sig_all: bool,
+    ) -> Result<Arc<Qp>> {
+        if !Arc::ptr_eq(&send_cq.dev, &self.dev) || !Arc::ptr_eq(&recv_cq.dev, &self.dev) {
+            return Err(Error::ProviderMismatch);
+        }
+        if cap.max_send_wr > MAX_WR
+            || cap.max_recv_wr > MAX_WR
+            || cap.max_send_sge as usize > MAX_SGE
+            || cap.max_recv_sge as usize > MAX_SGE
+            || cap.max_inline_data > MAX_INLINE
+        {
+            return Err(Error::InvalidArgument(format!(
+                "QP capabilities {cap:?} exceed the device"
+            )));
+        }
+        let qpn = self.dev.alloc_qpn();
+        let qp = Arc::new(Qp {
+            dev: self.dev.clone(),
+            pd: self.clone(),
+            qpn,
+            qp_type,
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            srq: srq.cloned(),
+            cap: *cap,
+            sq_sig_all,
+            state: AtomicU8::new(QpState::Reset as u8),
+            busy: AtomicBool::new(false),
+            inner: Mutex::new(Inner {
+                state: QpState::Reset,
+                attr: Attrs::default(),
+                sq: SendQueue::new(
+                    if qp_type == QpType::Rc {
+                        cap.max_send_wr
+                    } else {
+                        0
+                    },
+                    cap.max_inline_data,
+                ),
+                rq: VecDeque::with_capacity(if srq.is_some() {
+                    0
+                } else {
+                    cap.max_recv_wr as usize
+                }),
+                rc: None,
+                ud_buf: Vec::new(),
+            }),
+        });
+        let ud = qp_type == QpType::Ud;
+        if ud {
+            qp.lock().ud_buf = Vec::with_capacity(super::wire::UD_HDR_LEN + 65_536);
+        }
+        self.dev
+            .qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(qpn, Arc::downgrade(&qp));
+        send_cq.attach(&qp, ud);
+        if !Arc::ptr_eq(send_cq, recv_cq) {
+            recv_cq.attach(&qp, ud);
+        }
+        Ok(qp)
+    }
+}
+
+impl Qp {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        let s = state_from(self.state.load(Ordering::Acquire));
+        // A CQ overrun moves the QPs using it to ERR; they notice at their next progress.
+        if !matches!(s, QpState::Reset | QpState::Err)
+            && (self.send_cq.is_overrun() || self.recv_cq.is_overrun())
+        {
+            return QpState::Err;
+        }
+        s
+    }
+
+    pub(crate) fn cap(&self) -> QpCap {
+        self.cap
+    }
+
+    pub(crate) fn set_state(&self, g: &mut Inner, s: QpState) {
+        g.state = s;
+        self.state.store(s as u8, Ordering::Release);
+    }
+
+    pub(crate) fn modify(&self, to: QpState, attr: &QpAttr) -> Result<()> {
+        let mut g = self.lock();
+        let mut attrs = g.attr;
+        attrs.apply(attr)?;
+        let from = g.state;
+        match to {
+            QpState::Reset => {
+                g.rc = None;
+                g.sq.clear();
+                g.rq.clear();
+                self.set_busy(false);
+            }
+            QpState::Err => {
+                g.attr = attrs;
+                self.enter_err(&mut g, None, false);
+                self.set_busy(false);
+                return Ok(());
+            }
+            QpState::Rtr if self.qp_type == QpType::Rc && from == QpState::Init => {
+                let (addr, gid) = attrs.dest.ok_or(Error::MissingAttribute {
+                    to,
+                    attribute: "dest",
+                })?;
+                g.attr = attrs;
+                let conn = RcConn::new(self, addr, gid, &attrs);
+                g.rc = Some(Box::new(conn));
+                self.set_state(&mut g, to);
+                let waiting = rc::start(self, &mut g);
+                self.set_busy(waiting);
+                return Ok(());
+            }
+            QpState::Rts if self.qp_type == QpType::Rc && from == QpState::Rtr => {
+                if let Some(rc) = g.rc.as_mut() {
+                    rc.st.begin_sending(attrs.sq_psn, self.dev.now_ns());
+                }
+            }
+            _ => {}
+        }
+        g.attr = attrs;
+        self.set_state(&mut g, to);
+        Ok(())
+    }
+
+    /// Completes a send-queue WR.
+    fn push_send(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> bool {
+        self.send_cq.push(
+            WorkCompletion {
+                wr_id,
+                status,
+                opcode,
+                byte_len,
+                qp_num: self.qpn,
+                ..WorkCompletion::default()
+            },
+            false,
+        )
+    }
+
+    /// Completes a receive WR with an error or flush status.
+    pub(crate) fn push_recv_error(&self, wr_id: u64, status: WcStatus) -> bool {
+        self.recv_cq.push(
+            WorkCompletion {
+                wr_id,
+                status,
+                opcode: WcOpcode::Recv,
+                qp_num: self.qpn,
+                ..WorkCompletion::default()
+            },
+            false,
+        )
+    }
+
+    /// Moves to ERR: the head send WQE completes with `first` (if given), every other
+    /// outstanding WQE with WR_FLUSH_ERR, in order. Receives taken from an SRQ but not
+    /// yet completed are flushed too; receives still in the SRQ stay there.
+    pub(crate) fn enter_err(&self, g: &mut Inner, first: Option<WcStatus>, fatal: bool) {
+        let was = g.state;
+        self.set_state(g, QpState::Err);
+        let mut first = first;
+        while let Some(w) = g.sq.pop() {
+            let st = first.take().unwrap_or(WcStatus::WrFlushErr);
+            self.push_send(w.wr_id, st, wc_opcode(&w.op), 0);
+        }
+        if let Some(rc) = g.rc.as_mut() {
+            if let Some(w) = rc.st.abort() {
+                self.push_recv_error(w.wr_id, WcStatus::WrFlushErr);
+            }
+        }
+        while let Some(w) = g.rq.pop_front() {
+            self.push_recv_error(w.wr_id, WcStatus::WrFlushErr);
+        }
+        if was != QpState::Err {
+            if fatal {
+                self.dev.raise(AsyncEvent::QpFatal(self.qpn));
+            }
+            if self.srq.is_some() {
+                self.dev.raise(AsyncEvent::QpLastWqeReached(self.qpn));
+            }
+        }
+    }
+
+    /// Enters ERR if one of the CQs overran.
+    fn check_cqs(&self, g: &mut Inner) {
+        if !matches!(g.state, QpState::Reset | QpState::Err)
+            && (self.send_cq.is_overrun() || self.recv_cq.is_overrun())
+        {
+            self.enter_err(g, None, false);
+        }
+    }
+
+    /// Makes progress; `true` if the QP wants to be visited again soon even without
+    /// socket readiness (pending output, an owed ACK, a timer).
+    /// `read`: also read the socket (else only timers and pending output).
+    pub(crate) fn progress(&self, now: u64, read: bool) -> bool {
+        let mut g = self.lock();
+        self.check_cqs(&mut g);
+        match self.qp_type {
+            QpType::Rc => {
+                let needs = rc::progress(self, &mut g, now, read);
+                self.set_busy(needs || g.sq.len() > 0);
+                needs
+            }
+            QpType::Ud => false,
+        }
+    }
+
+    /// Records whether a timer must look after this QP, telling the helper on change.
+    pub(crate) fn set_busy(&self, busy: bool) {
+        if self.busy.swap(busy, Ordering::SeqCst) != busy {
+            self.dev.helper.set_busy(busy);
+        }
+    }
+
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// The RC socket, if connected.
+    pub(crate) fn rc_fd(&self) -> Option<RawFd> {
+        let g = self.lock();
+        g.rc.as_ref()
+            .and_then(|rc| rc.sock.as_ref())
+            .map(|s| s.as_raw_fd())
+    }
+
+    /// Whether one of this QP's CQs was polled within `ns`.
+    pub(crate) fn attended(&self, now: u64, ns: u64) -> bool {
+        now.saturating_sub(self.send_cq.last_poll()) < ns
+            || now.saturating_sub(self.recv_cq.last_poll()) < ns
+    }
+
+    /// Asks the pollers of this QP's CQs to come back without socket readiness.
+    pub(crate) fn defer(&self) {
+        self.send_cq.defer(self.qpn);
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.defer(self.qpn);
+        }
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // No CQ lock is taken here: this may run inside a CQ's progress (the poller
+        // held the last reference). CQs forget dead QPs at their next sweep.
+        self.dev
+            .qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.qpn);
+        if self.busy.load(Ordering::SeqCst) {
+            self.dev.helper.set_busy(false);
+        }
+        if self.qp_type == QpType::Ud {
+            self.send_cq.ud_detach();
+            if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+                self.recv_cq.ud_detach();
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Work queue entries as the provider stores them, and the send queue ring.
+
+use crate::error::{Error, PostError};
+use crate::wc::WcStatus;
+use crate::wr::{RecvWr, SendFlags, SendOp, Sge};
+
+use super::super::device::MAX_SGE;
+
+/// A posted receive.
+#[derive(Clone, Copy)]
+pub(crate) struct RecvWqe {
+    pub(crate) wr_id: u64,
+    sges: [Sge; MAX_SGE],
+    n: u8,
+}
+
+impl RecvWqe {
+    /// The caller has checked `wr.sg_list.len() <= MAX_SGE`.
+    pub(crate) fn new(wr: &RecvWr<'_>) -> RecvWqe {
+        let mut sges = [Sge::default(); MAX_SGE];
+        sges[..wr.sg_list.len()].copy_from_slice(wr.sg_list);
+        RecvWqe {
+            wr_id: wr.wr_id,
+            sges,
+            n: wr.sg_list.len() as u8,
+        }
+    }
+
+    pub(crate) fn sges(&self) -> &[Sge] {
+        &self.sges[..self.n as usize]
+    }
+}
+
+/// Where a send WQE is in its life.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum TxState {
+    /// Not (fully) transmitted yet.
+    Pending,
+    /// Transmitted; waiting for an ACK or a response.
+    Sent,
+    /// Its response arrived (Reads and atomics).
+    Done,
+    /// Failed locally or remotely; completes with this status when it reaches the head.
+    Failed(WcStatus),
+}
+
+/// A posted send.
+#[derive(Clone, Copy)]
+pub(crate) struct SendWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) op: SendOp,
+    pub(crate) flags: SendFlags,
+    pub(crate) signaled: bool,
+    sges: [Sge; MAX_SGE],
+    n: u8,
+    /// Total payload (or Read length) in bytes.
+    pub(crate) len: u64,
+    /// The payload was copied into the inline area of this WQE's slot.
+    pub(crate) inline: bool,
+    pub(crate) state: TxState,
+    /// Message sequence number, assigned when transmission starts.
+    pub(crate) seq: u32,
+    /// Bytes transmitted so far (Send/Write) or received (Read response).
+    pub(crate) done_bytes: u64,
+}
+
+impl SendWqe {
+    pub(crate) fn sges(&self) -> &[Sge] {
+        &self.sges[..self.n as usize]
+    }
+}
+
+/// The send queue of an RC QP: a fixed ring of WQEs plus a fixed inline area per slot,
+/// allocated once at QP creation so posting never allocates.
+pub(crate) struct SendQueue {
+    slots: Box<[SendWqe]>,
+    inline: Box<[u8]>,
+    max_inline: usize,
+    cap: usize,
+    head: usize,
+    len: usize,
+    /// Index (from `head`) of the first WQE not fully transmitted.
+    pub(crate) tx: usize,
+}
+
+impl SendQueue {
+    pub(crate) fn new(depth: u32, max_inline: u32) -> SendQueue {
+        let blank = SendWqe {
+            wr_id: 0,
+            op: SendOp::Send,
+            flags: SendFlags::empty(),
+            signaled: false,
+            sges: [Sge::default(); MAX_SGE],
+            n: 0,
+            len: 0,
+            inline: false,
+            state: TxState::Pending,
+            seq: 0,
+            done_bytes: 0,
+        };
+        SendQueue {
+            // One slot at least, so that indexing never divides by zero.
+            slots: vec![blank; depth.max(1) as usize].into_boxed_slice(),
+            inline: vec![0u8; depth.max(1) as usize * max_inline as usize].into_boxed_slice(),
+            max_inline: max_inline as usize,
+            cap: depth as usize,
+            head: 0,
+            len: 0,
+            tx: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.len >= self.cap
+    }
+
+    fn slot(&self, i: usize) -> usize {
+        (self.head + i) % self.slots.len()
+    }
+
+    pub(crate) fn get(&self, i: usize) -> &SendWqe {
+        &self.slots[self.slot(i)]
+    }
+
+    pub(crate) fn get_mut(&mut self, i: usize) -> &mut SendWqe {
+        let s = self.slot(i);
+        &mut self.slots[s]
+    }
+
+    /// The inline payload of WQE `i`.
+    pub(crate) fn inline_data(&self, i: usize) -> &[u8] {
+        let s = self.slot(i);
+        let w = &self.slots[s];
+        &self.inline[s * self.max_inline..s * self.max_inline + w.len as usize]
+    }
+
+    /// Appends a WQE; inline payloads are copied now, as `IBV_SEND_INLINE` promises.
+    ///
+    /// # Safety
+    /// For an inline WR every SGE must be readable for its length.
+    pub(crate) unsafe fn push(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        signaled: bool,
+        sg: &[Sge],
+    ) -> Result<(), PostError> {
+        if self.is_full() {
+            return Err(PostError::QueueFull);
+        }
+        let s = self.slot(self.len);
+        let len: u64 = sg.iter().map(|x| u64::from(x.length)).sum();
+        let inline = flags.contains(SendFlags::INLINE);
+        if inline {
+            if len > self.max_inline as u64 {
+                return Err(PostError::InlineTooLarge);
+            }
+            let mut at = s * self.max_inline;
+            for x in sg {
+                let n = x.length as usize;
+                if n == 0 {
+                    continue;
+                }
+                // SAFETY: the caller promises the SGE is readable; the destination is
+                // this slot's inline area, in bounds since `len <= max_inline`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        x.addr as *const u8,
+                        self.inline[at..at + n].as_mut_ptr(),
+                        n,
+                    )
+                };
+                at += n;
+            }
+        }
+        let mut sges = [Sge::default(); MAX_SGE];
+        if !inline {
+            sges[..sg.len()].copy_from_slice(sg);
+        }
+        self.slots[s] = SendWqe {
+            wr_id,
+            op,
+            flags,
+            signaled,
+            sges,
+            n: if inline { 0 } else { sg.len() as u8 },
+            len,
+            inline,
+            state: TxState::Pending,
+            seq: 0,
+            done_bytes: 0,
+        };
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Removes the head WQE.
+    pub(crate) fn pop(&mut self) -> Option<SendWqe> {
+        if self.len == 0 {
+            return None;
+        }
+        let w = self.slots[self.head];
+        self.head = (self.head + 1) % self.slots.len();
+        self.len -= 1;
+        self.tx = self.tx.saturating_sub(1);
+        Some(w)
+    }
+
+    /// Drops every WQE without completing it (modify to RESET).
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+        self.tx = 0;
+    }
+}
+
+/// Builds the `Error::Post` of WR `index`.
+pub(crate) fn refuse(index: usize, reason: PostError) -> Error {
+    Error::Post { index, reason }
+}

@@ -1,0 +1,480 @@
+//! Reliable connected QPs over TCP: the connection, and the progress driver that runs
+//! the requester and responder halves of the protocol over it.
+//!
+//! TCP already makes the byte stream reliable and ordered, so what remains of IB's
+//! RC transport is: message sequence numbers and cumulative ACKs (send completions
+//! wait for them, as on hardware), NAKs for RNR and remote errors, RNR retry with the
+//! responder's timer, and the retry budget (`timeout` × (`retry_cnt` + 1)) when the
+//! peer goes silent. ACKs ride on any frame going the other way; a bare ACK is sent
+//! only once one has been owed for [`ACK_DELAY_NS`] (a request's reply normally
+//! carries it), so a request/response exchange costs one write per message per side.
+
+mod io;
+mod requester;
+mod responder;
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, SocketAddrV4, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use crate::addr::Gid;
+use crate::qp_state::{ack_timeout_us, QpState};
+use crate::wc::WcStatus;
+
+use super::device::bump;
+use super::helper;
+use super::qp::wqe::{RecvWqe, SendQueue};
+use super::qp::{Attrs, Inner, Qp};
+use super::wire::{self, Body, Nak};
+pub(crate) use io::{RxBuf, TxBuf};
+use responder::{InMsg, Resp};
+
+/// Wait between connection attempts.
+const CONNECT_RETRY_NS: u64 = 10_000_000;
+/// How long an ACK may wait for a frame to ride on before it is sent alone.
+const ACK_DELAY_NS: u64 = 100_000;
+/// Smallest retry budget. TCP retransmits for us and a responder QP in ERR says so
+/// (`NAK(QP error)`), so the budget only detects a peer that went silent (hung, or
+/// its host unreachable); on a loaded machine a live peer can be descheduled for a
+/// long while, which must not look like death.
+const MIN_BUDGET_NS: u64 = 1_000_000_000;
+/// Bytes read per progress pass at most (then ACKs and output get their turn).
+const MAX_READ_PER_PASS: usize = 1 << 20;
+/// How long one connection attempt may block.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Why progress stopped with the QP going to ERR.
+#[derive(Debug)]
+pub(crate) enum Fault {
+    /// The head send WQE completes with this status.
+    Send(WcStatus),
+    /// The connection broke or carried garbage: the head WQE fails with
+    /// RETRY_EXC_ERR and `QpFatal` is raised.
+    Broken,
+    /// Completions were already made; just move to ERR.
+    Err,
+}
+
+/// Protocol state of both halves.
+pub(crate) struct Proto {
+    peer: SocketAddrV4,
+    pub(crate) peer_gid: Gid,
+    pub(crate) peer_qpn: u32,
+    pub(crate) connector: bool,
+    connect_at: u64,
+    // Requester.
+    next_seq: u32,
+    acked: u32,
+    rnr_until: Option<u64>,
+    rnr_count: u8,
+    pub(crate) progress_at: u64,
+    halted: bool,
+    // Responder.
+    expected: u32,
+    acked_out: u32,
+    owed_since: Option<u64>,
+    in_msg: Option<InMsg>,
+    write_open: bool,
+    resps: VecDeque<Resp>,
+    failed: bool,
+}
+
+impl Proto {
+    pub(crate) fn begin_sending(&mut self, sq_psn: u32, now: u64) {
+        self.next_seq = sq_psn;
+        self.acked = sq_psn;
+        self.progress_at = now;
+    }
+
+    /// Forgets in-flight responder work on the way to ERR; returns a receive that a
+    /// partly received message had taken, so that it can be flushed.
+    pub(crate) fn abort(&mut self) -> Option<RecvWqe> {
+        self.resps.clear();
+        self.write_open = false;
+        self.rnr_until = None;
+        self.in_msg.take().map(|m| m.wqe)
+    }
+}
+
+/// The RC state of a QP from RTR on.
+pub(crate) struct RcConn {
+    pub(crate) sock: Option<TcpStream>,
+    rx: RxBuf,
+    tx: TxBuf,
+    pub(crate) st: Proto,
+}
+
+impl RcConn {
+    pub(crate) fn new(qp: &Qp, peer: SocketAddrV4, peer_gid: Gid, a: &Attrs) -> RcConn {
+        // The side with the larger (GID, QPN) connects; the other accepts.
+        let connector = (qp.dev.gid.0, qp.qpn) > (peer_gid.0, a.dest_qpn);
+        RcConn {
+            sock: None,
+            rx: RxBuf::new(),
+            tx: TxBuf::new(),
+            st: Proto {
+                peer,
+                peer_gid,
+                peer_qpn: a.dest_qpn,
+                connector,
+                connect_at: 0,
+                next_seq: 0,
+                acked: 0,
+                rnr_until: None,
+                rnr_count: 0,
+                progress_at: qp.dev.now_ns(),
+                halted: false,
+                expected: a.rq_psn,
+                acked_out: a.rq_psn,
+                owed_since: None,
+                in_msg: None,
+                write_open: false,
+                resps: VecDeque::with_capacity(16),
+                failed: false,
+            },
+        }
+    }
+}
+
+/// Takes over a connected socket for this QP.
+pub(crate) fn attach(qp: &Qp, rc: &mut RcConn, sock: TcpStream) {
+    let _ = sock.set_nodelay(true);
+    let _ = sock.set_nonblocking(true);
+    let fd = sock.as_raw_fd();
+    rc.sock = Some(sock);
+    qp.dev.helper.watch_qp(fd, qp.qpn);
+    qp.send_cq.watch(fd, qp.qpn);
+    qp.recv_cq.watch(fd, qp.qpn);
+    bump(&qp.dev.stats.rc_connections);
+}
+
+/// Called on INIT → RTR: connect now, or claim a connection the helper parked.
+///
+/// Returns whether a connection attempt must be retried later.
+pub(crate) fn start(qp: &Qp, g: &mut Inner) -> bool {
+    let now = qp.dev.now_ns();
+    let Some(rc) = g.rc.as_deref_mut() else {
+        return false;
+    };
+    if rc.st.connector {
+        try_connect(qp, rc, now);
+    } else if let Some(sock) = helper::claim(&qp.dev, qp.qpn, rc.st.peer_gid, rc.st.peer_qpn) {
+        attach(qp, rc, sock);
+    }
+    if rc.sock.is_none() {
+        qp.defer();
+    }
+    rc.sock.is_none() && rc.st.connector
+}
+
+fn try_connect(qp: &Qp, rc: &mut RcConn, now: u64) {
+    match TcpStream::connect_timeout(&SocketAddr::V4(rc.st.peer), CONNECT_TIMEOUT) {
+        Ok(sock) => {
+            rc.tx.buf.clear();
+            let hello = Body::Hello {
+                gid: qp.dev.gid.0,
+                src_qpn: qp.qpn,
+                dst_qpn: rc.st.peer_qpn,
+            };
+            wire::encode(&mut rc.tx.buf, 0, 0, 0, &hello, 0);
+            // Send the HELLO now: the peer learns of the connection even if this QP is
+            // never polled (a socket closed before its HELLO is dropped unrouted).
+            let _ = rc.tx.flush(&sock);
+            attach(qp, rc, sock);
+        }
+        Err(_) => rc.st.connect_at = now + CONNECT_RETRY_NS,
+    }
+}
+
+/// Handler context: the QP and the parts of its state a frame may touch.
+pub(crate) struct Cx<'a> {
+    pub(crate) qp: &'a Qp,
+    pub(crate) state: QpState,
+    pub(crate) attr: &'a Attrs,
+    pub(crate) sq: &'a mut SendQueue,
+    pub(crate) rq: &'a mut VecDeque<RecvWqe>,
+    pub(crate) st: &'a mut Proto,
+    pub(crate) tx: &'a mut TxBuf,
+    pub(crate) now: u64,
+}
+
+impl Cx<'_> {
+    /// Appends a frame header; every frame carries the current cumulative ACK.
+    pub(crate) fn frame(&mut self, flags: u8, seq: u32, body: &Body, payload_len: usize) {
+        wire::encode(
+            &mut self.tx.buf,
+            flags,
+            seq,
+            self.st.expected,
+            body,
+            payload_len,
+        );
+        self.st.acked_out = self.st.expected;
+        self.st.owed_since = None;
+    }
+
+    fn budget_ns(&self) -> Option<u64> {
+        ack_timeout_us(self.attr.timeout)
+            .map(|us| (us * 1000 * (u64::from(self.attr.retry_cnt) + 1)).max(MIN_BUDGET_NS))
+    }
+}
+
+/// Progress from a poll (or the helper): read, process, send. `true` if the QP wants
+/// to be visited again without socket readiness.
+pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> bool {
+    let r = drive(qp, g, now, read);
+    finish(qp, g, r)
+}
+
+/// Progress right after a post: send what was posted, without reading. Returns
+/// whether the QP wants another visit.
+pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) -> bool {
+    let r = drive(qp, g, now, false);
+    let needs = finish(qp, g, r);
+    if needs {
+        qp.defer();
+    }
+    needs
+}
+
+fn finish(qp: &Qp, g: &mut Inner, r: (Result<(), Fault>, bool)) -> bool {
+    match r.0 {
+        Ok(()) => r.1,
+        Err(Fault::Send(st)) => {
+            qp.enter_err(g, Some(st), false);
+            true
+        }
+        Err(Fault::Broken) => {
+            if g.state != QpState::Err {
+                qp.enter_err(g, Some(WcStatus::RetryExcErr), true);
+            }
+            if let Some(rc) = g.rc.as_mut() {
+                rc.sock = None;
+            }
+            false
+        }
+        Err(Fault::Err) => {
+            qp.enter_err(g, None, false);
+            true
+        }
+    }
+}
+
+fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bool) {
+    let Inner {
+        state,
+        attr,
+        sq,
+        rq,
+        rc,
+        ..
+    } = g;
+    let state = *state;
+    let Some(rc) = rc.as_deref_mut() else {
+        return (Ok(()), false);
+    };
+    if matches!(state, QpState::Reset | QpState::Init) {
+        return (Ok(()), false);
+    }
+    if rc.sock.is_none() {
+        if state == QpState::Err {
+            return (Ok(()), false);
+        }
+        if rc.st.connector && now >= rc.st.connect_at {
+            try_connect(qp, rc, now);
+        }
+        if rc.sock.is_none() {
+            let connector = rc.st.connector;
+            let cx = Cx {
+                qp,
+                state,
+                attr,
+                sq,
+                rq,
+                st: &mut rc.st,
+                tx: &mut rc.tx,
+                now,
+            };
+            let expired = cx.sq.len() > 0
+                && cx
+                    .budget_ns()
+                    .is_some_and(|b| now.saturating_sub(cx.st.progress_at) > b);
+            if expired {
+                return (Err(Fault::Send(WcStatus::RetryExcErr)), false);
+            }
+            return (Ok(()), connector || cx.sq.len() > 0);
+        }
+    }
+    let RcConn { sock, rx, tx, st } = rc;
+    let Some(sock) = sock.as_mut() else {
+        return (Ok(()), false);
+    };
+    if state == QpState::Err {
+        return err_state(sock, rx, tx, st, read);
+    }
+    let mut cx = Cx {
+        qp,
+        state,
+        attr,
+        sq,
+        rq,
+        st,
+        tx,
+        now,
+    };
+    let r = run(&mut cx, sock, rx, read);
+    if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
+        cx.st.owed_since = Some(now);
+    }
+    let needs = !cx.tx.is_empty()
+        || cx.st.acked_out != cx.st.expected
+        || cx.st.rnr_until.is_some()
+        || !cx.st.resps.is_empty()
+        || (cx.sq.tx < cx.sq.len() && !cx.st.halted);
+    (r, needs)
+}
+
+/// An ERR QP executes nothing. It keeps its socket drained, finishes sending what
+/// was already encoded (such as the NAK that moved it here), and answers requests with
+/// one `NAK(QP error)` per pass, so the peer fails at once instead of after its retry
+/// budget (the status is the one a silent QP would cause: RETRY_EXC_ERR).
+fn err_state(
+    sock: &mut TcpStream,
+    rx: &mut RxBuf,
+    tx: &mut TxBuf,
+    st: &mut Proto,
+    read: bool,
+) -> (Result<(), Fault>, bool) {
+    let mut nak = None;
+    let mut eof = false;
+    while read && !eof {
+        let (n, full) = match rx.fill(sock) {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(_) => (0, false),
+        };
+        if n == 0 {
+            eof = true;
+            break;
+        }
+        loop {
+            match wire::decode(rx.data()) {
+                Ok(Some((f, used))) => {
+                    if matches!(
+                        f.body,
+                        Body::Send { .. }
+                            | Body::Write { .. }
+                            | Body::ReadReq { .. }
+                            | Body::AtomicReq { .. }
+                    ) {
+                        nak = Some(f.seq);
+                    }
+                    rx.start += used;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        if !full {
+            break;
+        }
+    }
+    if let Some(seq) = nak.filter(|_| tx.has_room()) {
+        wire::encode(
+            &mut tx.buf,
+            0,
+            seq,
+            st.expected,
+            &Body::Nak(Nak::QpError),
+            0,
+        );
+    }
+    let _ = tx.flush(sock);
+    if eof {
+        return (Err(Fault::Broken), false);
+    }
+    (Ok(()), !tx.is_empty())
+}
+
+fn run(cx: &mut Cx<'_>, sock: &mut TcpStream, rx: &mut RxBuf, read: bool) -> Result<(), Fault> {
+    if read {
+        // Bounded, so that one busy connection cannot hold a poll call for long; what
+        // is left stays readable for the next pass.
+        let mut total = 0;
+        while total < MAX_READ_PER_PASS {
+            let got = rx.fill(sock).map_err(|_| Fault::Broken)?;
+            let Some((n, full)) = got else { break };
+            total += n;
+            loop {
+                match wire::decode(rx.data()) {
+                    Ok(Some((f, used))) => {
+                        on_frame(cx, &f)?;
+                        rx.start += used;
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        bump(&cx.qp.dev.stats.rc_frames_malformed);
+                        return Err(Fault::Broken);
+                    }
+                }
+            }
+            if n == 0 {
+                return Err(Fault::Broken);
+            }
+            if !full {
+                break;
+            }
+        }
+    }
+    requester::complete(cx)?;
+    requester::timers(cx)?;
+    loop {
+        let fatal = responder::pump(cx);
+        requester::pump(cx);
+        // A fresh clock: a long pass (bulk data) must still ACK at its end.
+        let owed_long = cx
+            .st
+            .owed_since
+            .is_some_and(|t| cx.qp.dev.now_ns().saturating_sub(t) >= ACK_DELAY_NS);
+        if owed_long && cx.st.acked_out != cx.st.expected && cx.tx.is_empty() {
+            cx.frame(0, 0, &Body::Ack, 0);
+        }
+        let drained = cx.tx.flush(sock).map_err(|_| Fault::Broken)?;
+        if fatal {
+            return Err(Fault::Err);
+        }
+        let more = !cx.st.resps.is_empty()
+            || (cx.sq.tx < cx.sq.len() && !cx.st.halted && cx.st.rnr_until.is_none());
+        if !drained || !more {
+            break;
+        }
+    }
+    // Sending may have failed a WQE locally (a bad lkey): complete it in order.
+    requester::complete(cx)
+}
+
+fn on_frame(cx: &mut Cx<'_>, f: &wire::Frame<'_>) -> Result<(), Fault> {
+    cx.st.progress_at = cx.now;
+    requester::on_ack(cx, f.ack);
+    match f.body {
+        Body::Hello { .. } => {
+            bump(&cx.qp.dev.stats.rc_frames_malformed);
+            Err(Fault::Broken)
+        }
+        Body::Send { imm } => responder::on_send(cx, f, imm),
+        Body::Write { va, rkey, imm } => responder::on_write(cx, f, va, rkey, imm),
+        Body::ReadReq { va, rkey, len } => responder::on_read_req(cx, f.seq, va, rkey, len),
+        Body::AtomicReq { va, rkey, op } => responder::on_atomic(cx, f.seq, va, rkey, op),
+        Body::ReadResp => requester::on_read_resp(cx, f),
+        Body::AtomicResp { orig } => requester::on_atomic_resp(cx, f.seq, orig),
+        Body::Ack => Ok(()),
+        Body::Nak(n) => {
+            requester::on_nak(cx, f.seq, n);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The requester half: turning send WQEs into frames, and ACKs, NAKs and responses
+//! into completions, in WR order.
+
+use crate::qp_state::rnr_timer_us;
+use crate::wc::{WcStatus, WorkCompletion};
+use crate::wr::{SendFlags, SendOp};
+
+use super::super::mem::{self, ScatterError};
+use super::super::qp::wc_opcode;
+use super::super::qp::wqe::TxState;
+use super::super::wire::{self, seq_lt, Atomic, Body, Nak, MAX_SEG, SEQ_MASK};
+use super::{Cx, Fault};
+
+/// `rnr_retry` 7 means retry forever.
+const RNR_INFINITE: u8 = 7;
+
+/// Applies a cumulative ACK.
+pub(super) fn on_ack(cx: &mut Cx<'_>, ack: u32) {
+    if seq_lt(cx.st.acked, ack) && !seq_lt(cx.st.next_seq, ack) {
+        cx.st.acked = ack;
+        cx.st.rnr_count = 0;
+    }
+}
+
+/// Index of the transmitted (or transmitting) WQE with sequence number `seq`.
+fn find(cx: &Cx<'_>, seq: u32) -> Option<usize> {
+    let end = (cx.sq.tx + 1).min(cx.sq.len());
+    (0..end).find(|&i| {
+        let w = cx.sq.get(i);
+        w.seq == seq
+            && (w.state == TxState::Sent || (w.state == TxState::Pending && w.done_bytes > 0))
+    })
+}
+
+pub(super) fn on_nak(cx: &mut Cx<'_>, seq: u32, nak: Nak) {
+    if nak == Nak::QpError {
+        // Not about one request: nothing outstanding will ever be answered.
+        if cx.sq.len() > 0 && !cx.st.halted {
+            fail(cx, 0, WcStatus::RetryExcErr);
+        }
+        return;
+    }
+    let Some(i) = find(cx, seq) else { return };
+    let status = match nak {
+        Nak::Rnr(code) => {
+            if cx.attr.rnr_retry != RNR_INFINITE && cx.st.rnr_count >= cx.attr.rnr_retry {
+                WcStatus::RnrRetryExcErr
+            } else {
+                cx.st.rnr_count = cx.st.rnr_count.saturating_add(1);
+                rewind(cx, i);
+                cx.st.rnr_until = Some(cx.now + u64::from(rnr_timer_us(code)) * 1000);
+                return;
+            }
+        }
+        Nak::InvalidRequest => WcStatus::RemInvReqErr,
+        Nak::RemoteAccess => WcStatus::RemAccessErr,
+        Nak::RemoteOp => WcStatus::RemOpErr,
+        Nak::QpError => WcStatus::RetryExcErr,
+    };
+    cx.sq.get_mut(i).state = TxState::Failed(status);
+    cx.st.halted = true;
+}
+
+/// Retransmits from WQE `i` on: the responder dropped everything after the NAK.
+fn rewind(cx: &mut Cx<'_>, i: usize) {
+    let end = (cx.sq.tx + 1).min(cx.sq.len());
+    cx.st.next_seq = cx.sq.get(i).seq;
+    for j in i..end {
+        let w = cx.sq.get_mut(j);
+        w.state = TxState::Pending;
+        w.done_bytes = 0;
+    }
+    cx.sq.tx = i;
+}
+
+fn fail(cx: &mut Cx<'_>, i: usize, status: WcStatus) {
+    cx.sq.get_mut(i).state = TxState::Failed(status);
+    cx.st.halted = true;
+}
+
+pub(super) fn on_read_resp(cx: &mut Cx<'_>, f: &wire::Frame<'_>) -> Result<(), Fault> {
+    let Some(i) = find(cx, f.seq) else {
+        return Ok(()); // a response to a WQE that already failed
+    };
+    let w = *cx.sq.get(i);
+    if w.state != TxState::Sent || !matches!(w.op, SendOp::RdmaRead { .. }) {
+        return Err(Fault::Broken);
+    }
+    if w.done_bytes + f.payload.len() as u64 > w.len {
+        return Err(Fault::Broken);
+    }
+    let pd = cx.qp.pd.id;
+    match mem::scatter(&cx.qp.dev.keys, pd, w.sges(), w.done_bytes, f.payload) {
+        Ok(()) => {}
+        Err(ScatterError::Prot(_)) => {
+            fail(cx, i, WcStatus::LocProtErr);
+            return Ok(());
+        }
+        Err(ScatterError::Len) => return Err(Fault::Broken),
+    }
+    let w = cx.sq.get_mut(i);
+    w.done_bytes += f.payload.len() as u64;
+    if f.flags & wire::LAST != 0 {
+        if w.done_bytes != w.len {
+            return Err(Fault::Broken);
+        }
+        w.state = TxState::Done;
+    }
+    Ok(())
+}
+
+pub(super) fn on_atomic_resp(cx: &mut Cx<'_>, seq: u32, orig: u64) -> Result<(), Fault> {
+    let Some(i) = find(cx, seq) else {
+        return Ok(());
+    };
+    let w = *cx.sq.get(i);
+    if w.state != TxState::Sent
+        || !matches!(w.op, SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. })
+    {
+        return Err(Fault::Broken);
+    }
+    // The original value lands in the local buffer in host order, as rxe does.
+    match mem::scatter(
+        &cx.qp.dev.keys,
+        cx.qp.pd.id,
+        w.sges(),
+        0,
+        &orig.to_ne_bytes(),
+    ) {
+        Ok(()) => cx.sq.get_mut(i).state = TxState::Done,
+        Err(ScatterError::Prot(_)) => fail(cx, i, WcStatus::LocProtErr),
+        Err(ScatterError::Len) => fail(cx, i, WcStatus::LocLenErr),
+    }
+    Ok(())
+}
+
+/// Completes finished WQEs at the head of the send queue, in order.
+pub(super) fn complete(cx: &mut Cx<'_>) -> Result<(), Fault> {
+    while cx.sq.len() > 0 {
+        let w = *cx.sq.get(0);
+        let ok = match w.state {
+            TxState::Failed(st) => return Err(Fault::Send(st)),
+            TxState::Done => true,
+            TxState::Sent => {
+                matches!(
+                    w.op,
+                    SendOp::Send
+                        | SendOp::SendWithImm { .. }
+                        | SendOp::RdmaWrite { .. }
+                        | SendOp::RdmaWriteWithImm { .. }
+                ) && seq_lt(w.seq, cx.st.acked)
+            }
+            TxState::Pending => false,
+        };
+        if !ok {
+            break;
+        }
+        cx.sq.pop();
+        cx.st.progress_at = cx.now;
+        if w.signaled {
+            let wc = WorkCompletion {
+                wr_id: w.wr_id,
+                opcode: wc_opcode(&w.op),
+                byte_len: w.len as u32,
+                qp_num: cx.qp.qpn,
+                ..WorkCompletion::default()
+            };
+            if !cx.qp.send_cq.push(wc, false) {
+                return Err(Fault::Err);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// RNR back-off expiry and the retry budget of a silent peer.
+pub(super) fn timers(cx: &mut Cx<'_>) -> Result<(), Fault> {
+    if let Some(t) = cx.st.rnr_until {
+        if cx.now < t {
+            return Ok(());
+        }
+        cx.st.rnr_until = None;
+        cx.st.progress_at = cx.now;
+    }
+    if cx.sq.len() > 0 {
+        if let Some(b) = cx.budget_ns() {
+            if cx.now.saturating_sub(cx.st.progress_at) > b {
+                return Err(Fault::Send(WcStatus::RetryExcErr));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Encodes frames for WQEs not yet (fully) transmitted, while the TX buffer has room.
+pub(super) fn pump(cx: &mut Cx<'_>) {
+    while cx.st.rnr_until.is_none() && !cx.st.halted && cx.sq.tx < cx.sq.len() && cx.tx.has_room() {
+        let i = cx.sq.tx;
+        let w = *cx.sq.get(i);
+        if w.state != TxState::Pending {
+            cx.sq.tx += 1;
+            continue;
+        }
+        if w.done_bytes == 0 {
+            // SQD: WQEs already started finish, new ones wait.
+            if cx.state != crate::qp_state::QpState::Rts
+                && cx.state != crate::qp_state::QpState::Sqe
+            {
+                break;
+            }
+            cx.sq.get_mut(i).seq = cx.st.next_seq;
+        }
+        let seq = cx.sq.get(i).seq;
+        let sol = if w.flags.contains(SendFlags::SOLICITED) {
+            wire::SOLICITED
+        } else {
+            0
+        };
+        let (body, imm) = match w.op {
+            SendOp::Send => (Body::Send { imm: 0 }, false),
+            SendOp::SendWithImm { imm } => (Body::Send { imm }, true),
+            SendOp::RdmaWrite { remote_addr, rkey } => (
+                Body::Write {
+                    va: remote_addr.wrapping_add(w.done_bytes),
+                    rkey,
+                    imm: 0,
+                },
+                false,
+            ),
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => (
+                Body::Write {
+                    va: remote_addr.wrapping_add(w.done_bytes),
+                    rkey,
+                    imm,
+                },
+                true,
+            ),
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                let body = Body::ReadReq {
+                    va: remote_addr,
+                    rkey,
+                    len: w.len as u32,
+                };
+                cx.frame(0, seq, &body, 0);
+                sent(cx, i);
+                continue;
+            }
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                let body = Body::AtomicReq {
+                    va: remote_addr,
+                    rkey,
+                    op: Atomic::FetchAdd { add },
+                };
+                cx.frame(0, seq, &body, 0);
+                sent(cx, i);
+                continue;
+            }
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                let body = Body::AtomicReq {
+                    va: remote_addr,
+                    rkey,
+                    op: Atomic::CmpSwap { compare, swap },
+                };
+                cx.frame(0, seq, &body, 0);
+                sent(cx, i);
+                continue;
+            }
+        };
+        let seg = (w.len - w.done_bytes).min(MAX_SEG as u64) as usize;
+        let last = w.done_bytes + seg as u64 == w.len;
+        let mut flags = sol;
+        if w.done_bytes == 0 {
+            flags |= wire::FIRST;
+        }
+        if last {
+            flags |= wire::LAST;
+        }
+        if imm {
+            flags |= wire::IMM;
+        }
+        let at = cx.tx.buf.len();
+        cx.frame(flags, seq, &body, seg);
+        let p = cx.tx.buf.len();
+        cx.tx.buf.resize(p + seg, 0);
+        let off = w.done_bytes;
+        if w.inline {
+            let src = &cx.sq.inline_data(i)[off as usize..off as usize + seg];
+            cx.tx.buf[p..].copy_from_slice(src);
+        } else if mem::gather(
+            &cx.qp.dev.keys,
+            cx.qp.pd.id,
+            w.sges(),
+            off,
+            &mut cx.tx.buf[p..],
+        )
+        .is_err()
+        {
+            cx.tx.buf.truncate(at);
+            fail(cx, i, WcStatus::LocProtErr);
+            return;
+        }
+        cx.sq.get_mut(i).done_bytes += seg as u64;
+        if last {
+            sent(cx, i);
+        }
+    }
+}
+
+fn sent(cx: &mut Cx<'_>, i: usize) {
+    let w = cx.sq.get_mut(i);
+    w.state = TxState::Sent;
+    w.done_bytes = 0;
+    cx.sq.tx = i + 1;
+    cx.st.next_seq = (cx.st.next_seq + 1) & SEQ_MASK;
+}

@@ -1,0 +1,359 @@
+//! The responder half: executing incoming requests against local memory and
+//! receives, and queueing responses (Read data, atomic results, NAKs) in request order.
+//!
+//! Errors follow rxe: a request the QP's access flags do not allow, or a misaligned
+//! atomic, is an invalid request; a bad rkey, range or MR right is a remote access
+//! error; a receive too small is a local length error on the receive and an invalid
+//! request for the sender. In each case the NAK goes out after the responses queued
+//! before it, and then the responder QP moves to ERR.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::access::AccessFlags;
+use crate::mr_buffer::MrBuffer;
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+
+use super::super::mem::{self, ScatterError};
+use super::super::qp::wqe::RecvWqe;
+use super::super::wire::{self, Atomic, Body, Nak, MAX_SEG, SEQ_MASK};
+use super::{Cx, Fault};
+
+/// A message being received into a receive WQE (Send, or Write with immediate).
+pub(crate) struct InMsg {
+    pub(crate) wqe: RecvWqe,
+    pd: u32,
+    off: u64,
+}
+
+/// A response waiting for room in the TX buffer.
+pub(crate) enum Resp {
+    Read {
+        seq: u32,
+        ptr: *const u8,
+        len: u64,
+        off: u64,
+        _buf: Option<Arc<MrBuffer>>,
+    },
+    Atomic {
+        seq: u32,
+        orig: u64,
+    },
+    Nak {
+        seq: u32,
+        nak: Nak,
+        fatal: bool,
+    },
+}
+
+// SAFETY: `ptr` points into the buffer `_buf` keeps alive; the QP lock serialises
+// every use of a `Resp`, and MR memory is only accessed through raw copies.
+unsafe impl Send for Resp {}
+
+/// Whether the frame is the next request this responder expects.
+fn in_order(cx: &Cx<'_>, seq: u32) -> bool {
+    !cx.st.failed && seq == cx.st.expected
+}
+
+fn advance(cx: &mut Cx<'_>) {
+    cx.st.expected = (cx.st.expected + 1) & SEQ_MASK;
+    // The ACK is owed from now; it rides on the next frame out, or goes alone once
+    // it has waited `ACK_DELAY_NS`.
+    cx.st.owed_since.get_or_insert(cx.now);
+}
+
+/// Queues a NAK that moves this QP to ERR once it is sent.
+fn fatal(cx: &mut Cx<'_>, seq: u32, nak: Nak) {
+    cx.st.failed = true;
+    cx.st.write_open = false;
+    cx.st.resps.push_back(Resp::Nak {
+        seq,
+        nak,
+        fatal: true,
+    });
+}
+
+fn rnr(cx: &mut Cx<'_>, seq: u32) {
+    let nak = Nak::Rnr(cx.attr.min_rnr_timer);
+    cx.st.resps.push_back(Resp::Nak {
+        seq,
+        nak,
+        fatal: false,
+    });
+}
+
+fn complete_recv(
+    cx: &mut Cx<'_>,
+    m: &InMsg,
+    opcode: WcOpcode,
+    imm: Option<u32>,
+    sol: bool,
+) -> Result<(), Fault> {
+    let wc = WorkCompletion {
+        wr_id: m.wqe.wr_id,
+        opcode,
+        byte_len: m.off as u32,
+        imm_data: imm,
+        qp_num: cx.qp.qpn,
+        src_qp: cx.st.peer_qpn,
+        ..WorkCompletion::default()
+    };
+    if cx.qp.recv_cq.push(wc, sol) {
+        Ok(())
+    } else {
+        Err(Fault::Err)
+    }
+}
+
+/// Fails the receive in progress with `status` and NAKs the sender.
+fn fail_recv(cx: &mut Cx<'_>, seq: u32, status: WcStatus, nak: Nak) -> Result<(), Fault> {
+    if let Some(m) = cx.st.in_msg.take() {
+        if !cx.qp.push_recv_error(m.wqe.wr_id, status) {
+            return Err(Fault::Err);
+        }
+    }
+    fatal(cx, seq, nak);
+    Ok(())
+}
+
+pub(super) fn on_send(cx: &mut Cx<'_>, f: &wire::Frame<'_>, imm: u32) -> Result<(), Fault> {
+    if !in_order(cx, f.seq) {
+        return Ok(());
+    }
+    if f.flags & wire::FIRST != 0 {
+        if cx.st.in_msg.is_some() || cx.st.write_open {
+            return Err(Fault::Broken);
+        }
+        let Some((wqe, pd)) = cx.qp.take_recv(cx.rq) else {
+            // Everything up to the retransmission of this message (a FIRST segment
+            // with the same sequence number) is now dropped by `in_order`/`in_msg`.
+            rnr(cx, f.seq);
+            return Ok(());
+        };
+        cx.st.in_msg = Some(InMsg { wqe, pd, off: 0 });
+    }
+    let Some(m) = cx.st.in_msg.as_mut() else {
+        return Ok(()); // the rest of a message that was NAKed
+    };
+    match mem::scatter(&cx.qp.dev.keys, m.pd, m.wqe.sges(), m.off, f.payload) {
+        Ok(()) => m.off += f.payload.len() as u64,
+        Err(ScatterError::Len) => {
+            return fail_recv(cx, f.seq, WcStatus::LocLenErr, Nak::InvalidRequest)
+        }
+        Err(ScatterError::Prot(_)) => {
+            return fail_recv(cx, f.seq, WcStatus::LocProtErr, Nak::RemoteOp)
+        }
+    }
+    if f.flags & wire::LAST != 0 {
+        let m = cx.st.in_msg.take().expect("checked above");
+        let imm = (f.flags & wire::IMM != 0).then_some(imm);
+        complete_recv(cx, &m, WcOpcode::Recv, imm, f.flags & wire::SOLICITED != 0)?;
+        advance(cx);
+    }
+    Ok(())
+}
+
+pub(super) fn on_write(
+    cx: &mut Cx<'_>,
+    f: &wire::Frame<'_>,
+    va: u64,
+    rkey: u32,
+    imm: u32,
+) -> Result<(), Fault> {
+    if !in_order(cx, f.seq) {
+        return Ok(());
+    }
+    let with_imm = f.flags & wire::IMM != 0;
+    if f.flags & wire::FIRST != 0 {
+        if cx.st.in_msg.is_some() || cx.st.write_open {
+            return Err(Fault::Broken);
+        }
+        if !cx.attr.access.contains(AccessFlags::REMOTE_WRITE) {
+            fatal(cx, f.seq, Nak::InvalidRequest);
+            return Ok(());
+        }
+        if with_imm {
+            let Some((wqe, pd)) = cx.qp.take_recv(cx.rq) else {
+                rnr(cx, f.seq);
+                return Ok(());
+            };
+            cx.st.in_msg = Some(InMsg { wqe, pd, off: 0 });
+        }
+        cx.st.write_open = true;
+    } else if !cx.st.write_open {
+        return Ok(()); // the rest of a message that was NAKed
+    }
+    if !f.payload.is_empty() {
+        let need = AccessFlags::REMOTE_WRITE;
+        match cx
+            .qp
+            .dev
+            .keys
+            .resolve(rkey, cx.qp.pd.id, va, f.payload.len() as u64, need)
+        {
+            // SAFETY: `resolve` checked the range lies inside the live buffer `r.buf`.
+            Ok(r) => unsafe { mem::copy_in(r.ptr, f.payload) },
+            Err(_) => {
+                // A receive taken by a Write with immediate is flushed.
+                return fail_recv(cx, f.seq, WcStatus::WrFlushErr, Nak::RemoteAccess);
+            }
+        }
+    }
+    if let Some(m) = cx.st.in_msg.as_mut() {
+        m.off += f.payload.len() as u64;
+    }
+    if f.flags & wire::LAST != 0 {
+        cx.st.write_open = false;
+        if let Some(m) = cx.st.in_msg.take() {
+            complete_recv(
+                cx,
+                &m,
+                WcOpcode::RecvRdmaWithImm,
+                Some(imm),
+                f.flags & wire::SOLICITED != 0,
+            )?;
+        }
+        advance(cx);
+    }
+    Ok(())
+}
+
+pub(super) fn on_read_req(
+    cx: &mut Cx<'_>,
+    seq: u32,
+    va: u64,
+    rkey: u32,
+    len: u32,
+) -> Result<(), Fault> {
+    if !in_order(cx, seq) {
+        return Ok(());
+    }
+    if !cx.attr.access.contains(AccessFlags::REMOTE_READ) {
+        fatal(cx, seq, Nak::InvalidRequest);
+        return Ok(());
+    }
+    let (ptr, buf) = if len == 0 {
+        (std::ptr::null(), None)
+    } else {
+        match cx.qp.dev.keys.resolve(
+            rkey,
+            cx.qp.pd.id,
+            va,
+            u64::from(len),
+            AccessFlags::REMOTE_READ,
+        ) {
+            Ok(r) => (r.ptr as *const u8, Some(r.buf)),
+            Err(_) => {
+                fatal(cx, seq, Nak::RemoteAccess);
+                return Ok(());
+            }
+        }
+    };
+    cx.st.resps.push_back(Resp::Read {
+        seq,
+        ptr,
+        len: u64::from(len),
+        off: 0,
+        _buf: buf,
+    });
+    advance(cx);
+    Ok(())
+}
+
+pub(super) fn on_atomic(
+    cx: &mut Cx<'_>,
+    seq: u32,
+    va: u64,
+    rkey: u32,
+    op: Atomic,
+) -> Result<(), Fault> {
+    if !in_order(cx, seq) {
+        return Ok(());
+    }
+    if !cx.attr.access.contains(AccessFlags::REMOTE_ATOMIC) || !va.is_multiple_of(8) {
+        fatal(cx, seq, Nak::InvalidRequest);
+        return Ok(());
+    }
+    let r = match cx
+        .qp
+        .dev
+        .keys
+        .resolve(rkey, cx.qp.pd.id, va, 8, AccessFlags::REMOTE_ATOMIC)
+    {
+        Ok(r) => r,
+        Err(_) => {
+            fatal(cx, seq, Nak::RemoteAccess);
+            return Ok(());
+        }
+    };
+    // SAFETY: `r.ptr` is 8-byte aligned (checked) and the 8 bytes lie in the live
+    // buffer held by `r.buf`; every atomic of this device on that memory goes through
+    // an `AtomicU64` at the same address, so they are atomic with respect to each other.
+    // The provider itself touches registered memory only through raw copies; a plain
+    // access by the application racing with this atomic is the same race it would be
+    // with a NIC, which the verbs contract leaves to the application.
+    let a = unsafe { AtomicU64::from_ptr(r.ptr.cast::<u64>()) };
+    let orig = match op {
+        Atomic::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
+        Atomic::CmpSwap { compare, swap } => a
+            .compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst)
+            .unwrap_or_else(|v| v),
+    };
+    cx.st.resps.push_back(Resp::Atomic { seq, orig });
+    advance(cx);
+    Ok(())
+}
+
+/// Encodes queued responses while the TX buffer has room. Returns `true` once a
+/// fatal NAK has been encoded: the QP must then move to ERR.
+pub(super) fn pump(cx: &mut Cx<'_>) -> bool {
+    while cx.tx.has_room() {
+        let Some(r) = cx.st.resps.front_mut() else {
+            break;
+        };
+        match r {
+            Resp::Nak { seq, nak, fatal } => {
+                let (seq, nak, fatal) = (*seq, *nak, *fatal);
+                cx.st.resps.pop_front();
+                cx.frame(0, seq, &Body::Nak(nak), 0);
+                if fatal {
+                    return true;
+                }
+            }
+            Resp::Atomic { seq, orig } => {
+                let (seq, orig) = (*seq, *orig);
+                cx.st.resps.pop_front();
+                cx.frame(0, seq, &Body::AtomicResp { orig }, 0);
+            }
+            Resp::Read {
+                seq, ptr, len, off, ..
+            } => {
+                let (seq, ptr, len, start) = (*seq, *ptr, *len, *off);
+                let seg = (len - start).min(MAX_SEG as u64) as usize;
+                let mut flags = 0;
+                if start == 0 {
+                    flags |= wire::FIRST;
+                }
+                let last = start + seg as u64 == len;
+                if last {
+                    flags |= wire::LAST;
+                }
+                if let Some(Resp::Read { off, .. }) = cx.st.resps.front_mut() {
+                    *off += seg as u64;
+                }
+                cx.frame(flags, seq, &Body::ReadResp, seg);
+                let p = cx.tx.buf.len();
+                cx.tx.buf.resize(p + seg, 0);
+                if seg > 0 {
+                    // SAFETY: `[ptr + start, + seg)` is inside the range checked at
+                    // request time, in a buffer the `Resp` keeps alive.
+                    unsafe { mem::copy_out(ptr.add(start as usize), &mut cx.tx.buf[p..]) };
+                }
+                if last {
+                    cx.st.resps.pop_front();
+                }
+            }
+        }
+    }
+    false
+}

@@ -1,0 +1,105 @@
+//! Shared receive queues: one pool of receives taken by many QPs, with the
+//! low-watermark event of `ibv_modify_srq(IBV_SRQ_LIMIT)`.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, PostError, Result};
+use crate::event::{AsyncEvent, ObjectId};
+use crate::srq::SrqInitAttr;
+use crate::wr::RecvWr;
+
+use super::device::{next_object_id, Device, MAX_SGE, MAX_WR};
+use super::pd::Pd;
+use super::qp::wqe::RecvWqe;
+
+struct Inner {
+    q: VecDeque<RecvWqe>,
+    limit: u32,
+}
+
+/// A soft shared receive queue.
+pub struct Srq {
+    dev: Arc<Device>,
+    pub(crate) pd: u32,
+    id: u64,
+    max_wr: u32,
+    max_sge: u32,
+    inner: Mutex<Inner>,
+}
+
+impl Pd {
+    pub(crate) fn create_srq(self: &Arc<Self>, attr: &SrqInitAttr) -> Result<Arc<Srq>> {
+        if attr.max_wr == 0 || attr.max_wr > MAX_WR || attr.max_sge as usize > MAX_SGE {
+            return Err(Error::InvalidArgument(format!(
+                "SRQ of {} WRs x {} SGEs exceeds the device",
+                attr.max_wr, attr.max_sge
+            )));
+        }
+        if attr.srq_limit > attr.max_wr {
+            return Err(Error::InvalidArgument("srq_limit above max_wr".into()));
+        }
+        Ok(Arc::new(Srq {
+            dev: self.dev.clone(),
+            pd: self.id,
+            id: next_object_id(),
+            max_wr: attr.max_wr,
+            max_sge: attr.max_sge.max(1),
+            inner: Mutex::new(Inner {
+                q: VecDeque::with_capacity(attr.max_wr as usize),
+                limit: attr.srq_limit,
+            }),
+        }))
+    }
+}
+
+impl Srq {
+    /// # Safety
+    /// See [`crate::SharedReceiveQueue::post_recv`].
+    pub(crate) unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for (index, wr) in wrs.iter().enumerate() {
+            if wr.sg_list.len() > self.max_sge as usize {
+                return Err(Error::Post {
+                    index,
+                    reason: PostError::TooManySges,
+                });
+            }
+            if g.q.len() >= self.max_wr as usize {
+                return Err(Error::Post {
+                    index,
+                    reason: PostError::QueueFull,
+                });
+            }
+            g.q.push_back(RecvWqe::new(wr));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn arm_limit(&self, limit: u32) -> Result<()> {
+        if limit > self.max_wr {
+            return Err(Error::InvalidArgument(format!(
+                "limit {limit} above max_wr {}",
+                self.max_wr
+            )));
+        }
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).limit = limit;
+        Ok(())
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Takes the oldest receive; raises the limit event when the count falls below it.
+    pub(crate) fn take(&self) -> Option<RecvWqe> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let w = g.q.pop_front()?;
+        if g.limit > 0 && (g.q.len() as u32) < g.limit {
+            g.limit = 0;
+            self.dev
+                .raise(AsyncEvent::SrqLimitReached(ObjectId(self.id)));
+        }
+        Some(w)
+    }
+}

@@ -1,0 +1,18 @@
+//! Fixtures shared by every conformance test: opening the provider under test,
+//! connecting queue pairs, and waiting for completions with a deadline.
+
+pub mod child;
+pub mod host;
+pub mod pattern;
+pub mod post;
+pub mod quirks;
+pub mod rc;
+pub mod ud;
+pub mod wait;
+
+pub use host::Host;
+pub use pattern::pattern;
+pub use post::{post_recv, post_send};
+pub use rc::{RcOpts, RcPair, RcSide};
+pub use ud::{UdPair, UdSide, QKEY};
+pub use wait::{wait_event, wait_state, wait_wc, wait_wcs, DEADLINE};
