@@ -1,0 +1,11 @@
+//! Generates the example services from the workspace's protos.
+fn main() -> std::io::Result<()> {
+    rpc_codegen::compile_protos(
+        &[
+            "../proto/helloworld.proto",
+            "../proto/echo.proto",
+            "../proto/kv.proto",
+        ],
+        &["../proto"],
+    )
+}

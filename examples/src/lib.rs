@@ -1,0 +1,34 @@
+//! Services shared by the example programs: the generated code of `proto/` and the
+//! example implementations (greeter, key-value store).
+#![forbid(unsafe_code)]
+
+pub mod greeter;
+pub mod kv_store;
+
+/// `proto/helloworld.proto`.
+#[allow(missing_docs, unreachable_pub)]
+pub mod hello_world {
+    rpc_core::include_proto!("helloworld");
+}
+
+/// `proto/kv.proto`.
+#[allow(missing_docs, unreachable_pub)]
+pub mod kv {
+    rpc_core::include_proto!("kv");
+}
+
+/// `proto/echo.proto`.
+#[allow(missing_docs, unreachable_pub)]
+pub mod echo {
+    rpc_core::include_proto!("echo");
+}
+
+/// Sets up `tracing` output, filtered by `RUST_LOG` (default: info).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}
