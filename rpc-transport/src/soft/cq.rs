@@ -6,6 +6,13 @@
 //! few QPs it simply tries each (one `read` per QP, like a raw TCP poller); with many it
 //! asks its epoll set which sockets are ready, so a server with hundreds of
 //! connections does not issue a read per connection per poll.
+//!
+//! Waiting: `event_fd` is that epoll set (level-triggered): the QPs' sockets, the
+//! device's UDP socket when UD QPs complete here, and an eventfd signalled when a
+//! completion lands in an armed CQ from outside its own poll. Readable means "poll now".
+//!
+//! Overrun: a push into a full ring puts the CQ in error (`poll` returns
+//! `CqOverrun`, `CqErr` is raised); its QPs see it and move to ERR.
 
 use std::cell::Cell;
 use std::collections::HashMap;
