@@ -1,2 +1,37 @@
-//! rdma-rpc's RPC layer (being built).
+//! rdma-rpc's RPC layer: tonic-shaped `Request`/`Response`/`Status`, a client
+//! `Channel` and a `Server`, over RDMA queue pairs from `rpc-transport`.
+//!
+//! Porting a tonic program is a rename of the crate and a change of address:
+//! `rpc_core::{Request, Response, Status, Code, async_trait, include_proto,
+//! transport::{Server, Channel, Endpoint}}`.
 #![forbid(unsafe_code)]
+
+pub mod client;
+mod code;
+#[doc(hidden)]
+pub mod codegen;
+pub mod engine;
+pub mod metadata;
+mod payload;
+mod request;
+mod response;
+pub mod server;
+mod status;
+pub mod transport;
+
+pub use async_trait::async_trait;
+pub use code::Code;
+pub use metadata::MetadataMap;
+pub use payload::Payload;
+pub use request::{IntoRequest, Request};
+pub use response::Response;
+pub use status::Status;
+
+/// Includes the code generated for a proto package by `rpc_codegen::compile_protos`,
+/// as `tonic::include_proto!`: `pub mod hello { rpc_core::include_proto!("helloworld"); }`.
+#[macro_export]
+macro_rules! include_proto {
+    ($package:tt) => {
+        include!(concat!(env!("OUT_DIR"), concat!("/", $package, ".rs")));
+    };
+}

@@ -34,6 +34,7 @@ mod error;
 mod event;
 mod mr;
 mod mr_buffer;
+pub mod msg;
 mod pd;
 mod qp;
 mod qp_state;

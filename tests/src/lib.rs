@@ -1,2 +1,164 @@
-//! Shared helpers for rdma-rpc's integration tests.
+//! Shared helpers for rdma-rpc's integration tests: a hand-written prost message, a
+//! hand-implemented service (no codegen needed), and servers that stop by themselves.
 #![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
+use rpc_core::transport::Server;
+use rpc_core::{Request, Response, Status};
+
+static ABORTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static STARTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Whether a `Sleep` handler for `millis` has started.
+pub fn sleep_started(millis: u64) -> bool {
+    STARTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&millis)
+}
+
+/// Records a `Sleep` handler dropped before it finished (stopped by the server).
+struct AbortWitness(u64);
+
+impl Drop for AbortWitness {
+    fn drop(&mut self) {
+        ABORTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.0);
+    }
+}
+
+/// Whether a `Sleep` handler for `millis` was stopped before it finished.
+pub fn sleep_was_aborted(millis: u64) -> bool {
+    ABORTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&millis)
+}
+
+/// The test message.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Echo {
+    /// Identifies the call (the reply must carry the request's).
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Payload of any size.
+    #[prost(bytes = "vec", tag = "2")]
+    pub data: Vec<u8>,
+}
+
+/// A message whose field 1 has the wrong wire type for [`Echo`]: it does not decode.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NotEcho {
+    /// Bytes where `Echo` has a varint.
+    #[prost(bytes = "vec", tag = "1")]
+    pub junk: Vec<u8>,
+}
+
+/// `test.Echo`: `Echo` returns the request, `Sleep` waits `id` milliseconds first
+/// (a slow handler), `Deadline` returns the time left it saw, in milliseconds, `Meta`
+/// replies with the request's metadata (or fails with it when it has a `fail` key).
+#[derive(Debug, Clone, Default)]
+pub struct EchoService;
+
+impl NamedService for EchoService {
+    const NAME: &'static str = "test.Echo";
+}
+
+/// Full path of a method of [`EchoService`].
+pub fn path(method: &str) -> &'static str {
+    match method {
+        "Echo" => "/test.Echo/Echo",
+        "Sleep" => "/test.Echo/Sleep",
+        "Deadline" => "/test.Echo/Deadline",
+        "Meta" => "/test.Echo/Meta",
+        "Nope" => "/test.Echo/Nope",
+        "Other" => "/test.Other/Echo",
+        _ => panic!("unknown test method {method}"),
+    }
+}
+
+impl tower::Service<ServerCall> for EchoService {
+    type Response = ServerReply;
+    type Error = Status;
+    type Future = BoxFuture<ServerReply>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: ServerCall) -> Self::Future {
+        Box::pin(async move {
+            let method = call.method().to_string();
+            let reply = |m: Echo| Ok(Response::new(Box::new(m) as BoxMessage));
+            match method.as_str() {
+                "Echo" => reply(call.into_request::<Echo>()?.into_inner()),
+                "Sleep" => {
+                    let m = call.into_request::<Echo>()?.into_inner();
+                    STARTED.lock().unwrap_or_else(|e| e.into_inner()).push(m.id);
+                    let guard = AbortWitness(m.id);
+                    tokio::time::sleep(Duration::from_millis(m.id)).await;
+                    std::mem::forget(guard);
+                    reply(m)
+                }
+                "Deadline" => {
+                    let req: Request<Echo> = call.into_request()?;
+                    let ms = req.timeout().map_or(0, |t| t.as_millis() as u64);
+                    reply(Echo {
+                        id: ms,
+                        data: vec![],
+                    })
+                }
+                "Meta" => {
+                    // Replies with the request's metadata; a `fail` key turns it into
+                    // an error status carrying the same metadata.
+                    let req: Request<Echo> = call.into_request()?;
+                    let (md, m) = req.into_parts();
+                    if md.get("fail").is_some() {
+                        let mut s = Status::permission_denied("asked to fail");
+                        *s.metadata_mut() = md;
+                        return Err(s);
+                    }
+                    let mut r = Response::new(Box::new(m) as BoxMessage);
+                    *r.metadata_mut() = md;
+                    Ok(r)
+                }
+                m => Err(Status::unimplemented(format!("unknown method {m}"))),
+            }
+        })
+    }
+}
+
+/// Serves [`EchoService`] on an ephemeral port of 127.0.0.1 until `stop` completes.
+pub async fn serve_echo(
+    builder: Server,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local addr");
+    let task = tokio::spawn(async move {
+        builder
+            .add_service(EchoService)
+            .serve_with_listener(listener, stop)
+            .await
+            .expect("server runs");
+    });
+    (addr, task)
+}
+
+/// Logs to the test output when `RUST_LOG` is set.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}

@@ -6,7 +6,15 @@
 //! few QPs it simply tries each (one `read` per QP, like a raw TCP poller); with many it
 //! asks its epoll set which sockets are ready, so a server with hundreds of
 //! connections does not issue a read per connection per poll.
+//!
+//! Waiting: `event_fd` is that epoll set (level-triggered): the QPs' sockets, the
+//! device's UDP socket when UD QPs complete here, and an eventfd signalled when a
+//! completion lands in an armed CQ from outside its own poll. Readable means "poll now".
+//!
+//! Overrun: a push into a full ring puts the CQ in error (`poll` returns
+//! `CqOverrun`, `CqErr` is raised); its QPs see it and move to ERR.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -28,6 +36,13 @@ const SWEEP_NS: u64 = 10_000_000;
 
 const TOKEN_NOTIFY: u64 = u64::MAX;
 const TOKEN_UD: u64 = u64::MAX - 1;
+
+thread_local! {
+    /// The CQ whose `poll` this thread is inside (0: none), and whether completions
+    /// pushed meanwhile skipped their wake-up (`Some(true)`: one was solicited or an
+    /// error).
+    static POLLING: Cell<(u64, Option<bool>)> = const { Cell::new((0, None)) };
+}
 
 const ARM_NONE: u8 = 0;
 const ARM_ANY: u8 = 1;
@@ -56,6 +71,8 @@ pub struct Cq {
     overrun: AtomicBool,
     armed: AtomicU8,
     notify: EventFd,
+    /// `notify` may be readable (lets `consume_events` skip a syscall when not).
+    signaled: AtomicBool,
     epoll: Epoll,
     // Taken by this CQ's poller for the whole progress pass (and briefly at QP
     // creation): uncontended unless the same CQ is polled from two threads at once.
@@ -84,6 +101,7 @@ impl Cq {
             overrun: AtomicBool::new(false),
             armed: AtomicU8::new(ARM_NONE),
             notify,
+            signaled: AtomicBool::new(false),
             epoll,
             members: Mutex::new(Members::default()),
             deferred: Mutex::new(Vec::new()),
@@ -97,7 +115,9 @@ impl Cq {
     pub(crate) fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         let now = self.dev.now_ns();
         self.last_poll.store(now, Ordering::Relaxed);
+        let outer = POLLING.with(|p| p.replace((self.id, None)));
         self.progress(now);
+        let (_, skipped) = POLLING.with(|p| p.replace(outer));
         let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         if self.overrun.load(Ordering::Relaxed) {
             return Err(Error::CqOverrun);
@@ -109,6 +129,12 @@ impl Cq {
             r.head = (r.head + 1) % cap;
         }
         r.len -= n;
+        let left = r.len;
+        drop(r);
+        if let Some(urgent) = skipped.filter(|_| left > 0) {
+            // Completions this poll made but did not return: wake whoever waits.
+            self.wake_if_armed(urgent);
+        }
         Ok(n)
     }
 
@@ -207,20 +233,44 @@ impl Cq {
                 self.overrun.store(true, Ordering::Relaxed);
                 drop(r);
                 self.dev.raise(AsyncEvent::CqErr(ObjectId(self.id)));
-                self.notify.signal();
+                self.signal();
                 return false;
             }
             let tail = (r.head + r.len) % cap;
             r.buf[tail] = wc;
             r.len += 1;
         }
-        let armed = self.armed.load(Ordering::Acquire);
-        let wake = armed == ARM_ANY
-            || (armed == ARM_SOLICITED && (solicited || wc.status != WcStatus::Success));
-        if wake && self.armed.swap(ARM_NONE, Ordering::AcqRel) != ARM_NONE {
-            self.notify.signal();
+        // Completions made by this CQ's own poll are popped by that same call: waking
+        // the poller for them would only cost an eventfd write and a spurious wake-up.
+        let urgent = solicited || wc.status != WcStatus::Success;
+        let own = POLLING.with(|p| {
+            let (id, skipped) = p.get();
+            if id == self.id {
+                p.set((id, Some(skipped.unwrap_or(false) || urgent)));
+            }
+            id == self.id
+        });
+        if !own {
+            self.wake_if_armed(urgent);
         }
         true
+    }
+
+    /// Signals the event descriptor if the CQ is armed for this kind of completion.
+    fn signal(&self) {
+        // Flag first: a `consume_events` racing with us either sees the flag and
+        // drains, or runs before and leaves the fresh signal readable.
+        self.signaled.store(true, Ordering::Release);
+        self.notify.signal();
+    }
+
+    /// `urgent`: solicited or an error, which also wakes a solicited-only arming.
+    fn wake_if_armed(&self, urgent: bool) {
+        let armed = self.armed.load(Ordering::Acquire);
+        let wake = armed == ARM_ANY || (armed == ARM_SOLICITED && urgent);
+        if wake && self.armed.swap(ARM_NONE, Ordering::AcqRel) != ARM_NONE {
+            self.signal();
+        }
     }
 
     pub(crate) fn is_overrun(&self) -> bool {
@@ -242,7 +292,9 @@ impl Cq {
     }
 
     pub(crate) fn consume_events(&self) {
-        self.notify.drain();
+        if self.signaled.swap(false, Ordering::AcqRel) {
+            self.notify.drain();
+        }
     }
 
     pub(crate) fn capacity(&self) -> u32 {

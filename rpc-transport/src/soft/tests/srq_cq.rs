@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::{
-    AsyncEvent, Device, QpInitAttr, QpType, RecvWr, SendOp, SendWr, SoftConfig, WcStatus,
+    AsyncEvent, Device, QpInitAttr, QpType, RecvWr, SendOp, SendWr, SoftConfig, WcOpcode, WcStatus,
     WorkCompletion,
 };
 
@@ -101,4 +101,48 @@ fn poll_async_wakes_on_a_completion_from_another_thread() {
         .unwrap();
     assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 1, WcStatus::Success));
     sender.join().unwrap();
+}
+
+/// Both sides wait with `poll_async` only: no completion may be missed, whether the
+/// waiter's own poll, the peer's thread or the helper produced it.
+#[test]
+fn event_driven_ping_pong_loses_no_wakeup() {
+    const ROUNDS: u64 = 300;
+    let (a, b) = rc_pair();
+    let run = |s: Side, first: bool| {
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let mut wc = [WorkCompletion::default(); 8];
+                let mut recvs = 0;
+                post_recv(&s, 0, 0, 64);
+                if first {
+                    post(&s, SendWr::new(0, SendOp::Send, &[s.mr.sge(64, 8)]));
+                }
+                while recvs < ROUNDS {
+                    let n = tokio::time::timeout(Duration::from_secs(10), s.cq.poll_async(&mut wc))
+                        .await
+                        .expect("a completion within 10 s")
+                        .unwrap();
+                    for w in &wc[..n] {
+                        assert!(w.is_ok(), "{w:?}");
+                        if w.opcode == WcOpcode::Recv {
+                            recvs += 1;
+                            post_recv(&s, recvs, 0, 64);
+                            if !first || recvs < ROUNDS {
+                                post(&s, SendWr::new(recvs, SendOp::Send, &[s.mr.sge(64, 8)]));
+                            }
+                        }
+                    }
+                }
+            });
+            s
+        })
+    };
+    let (ta, tb) = (run(a, true), run(b, false));
+    ta.join().unwrap();
+    tb.join().unwrap();
 }

@@ -1,0 +1,58 @@
+//! What a client hands to its transport service, and what it gets back.
+
+use std::time::Duration;
+
+use prost::Message;
+
+use crate::metadata::MetadataMap;
+use crate::payload::Payload;
+use crate::request::Request;
+use crate::response::Response;
+use crate::status::Status;
+
+/// One unary call on its way out: the transport encodes `message` straight into a
+/// registered send slot, so it stays typed until then.
+#[derive(Debug)]
+pub struct OutgoingCall<M> {
+    /// `/package.Service/Method`.
+    pub path: &'static str,
+    /// Request metadata.
+    pub metadata: MetadataMap,
+    /// Time the call may take.
+    pub timeout: Option<Duration>,
+    /// The request message.
+    pub message: M,
+}
+
+impl<M> OutgoingCall<M> {
+    /// A call of `path` carrying `request`.
+    pub fn new(path: &'static str, request: Request<M>) -> Self {
+        let timeout = request.timeout();
+        let (metadata, message) = request.into_parts();
+        OutgoingCall {
+            path,
+            metadata,
+            timeout,
+            message,
+        }
+    }
+}
+
+/// A successful reply as received: metadata and the undecoded message bytes.
+#[derive(Debug)]
+pub struct IncomingReply {
+    /// Response metadata.
+    pub metadata: MetadataMap,
+    /// Encoded response message.
+    pub payload: Payload,
+}
+
+impl IncomingReply {
+    /// Decodes the message (a reply that does not decode is `INTERNAL`, as in tonic);
+    /// the payload's receive slot is released when this returns.
+    pub fn decode<M: Message + Default>(self) -> Result<Response<M>, Status> {
+        let message = M::decode(self.payload.as_slice())
+            .map_err(|e| Status::internal(format!("failed to decode response message: {e}")))?;
+        Ok(Response::from_parts(self.metadata, message))
+    }
+}

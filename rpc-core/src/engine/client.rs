@@ -1,0 +1,613 @@
+//! The client side of one connection: call table, credits, fragments, deadlines.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use crate::engine::wire::{self, Kind, RequestHead, ResponseHead};
+use crate::engine::{Transmit, MIN_FRAME};
+use crate::metadata::{MetadataMap, DEFAULT_METADATA_LIMIT};
+use crate::server::EncodeMessage;
+use crate::status::Status;
+
+/// Limits of a client connection (the credits and frame size come from the handshake).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientConfig {
+    /// Frames the client may have unanswered (receives the server reserved for it),
+    /// one of which is kept for CANCEL frames: `credits - 1` calls can be in flight.
+    pub credits: u32,
+    /// Largest frame in bytes (the slot size both sides agreed on).
+    pub frame_size: usize,
+    /// Largest request body the client sends.
+    pub max_send_message: usize,
+    /// Largest response body the client accepts.
+    pub max_recv_message: usize,
+}
+
+/// Counters a user or a test can read to see what the engine dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Replies that arrived for calls already cancelled or timed out.
+    pub late_replies: u64,
+    /// Frames that could not be read or did not fit the protocol.
+    pub malformed: u64,
+    /// Frames sent.
+    pub frames_sent: u64,
+}
+
+/// A successful reply's bytes.
+#[derive(Debug)]
+pub enum Reply {
+    /// The whole response is in the frame just handled: keep its slot, the body is
+    /// this range of it.
+    InFrame {
+        /// Response metadata.
+        metadata: MetadataMap,
+        /// Body range in the frame.
+        body: Range<usize>,
+    },
+    /// Reassembled from fragments.
+    Owned {
+        /// Response metadata.
+        metadata: MetadataMap,
+        /// The body.
+        body: Vec<u8>,
+    },
+}
+
+/// A call that ended, with what its caller waits on.
+#[derive(Debug)]
+pub struct Completion<W> {
+    /// Call id.
+    pub id: u32,
+    /// The waiter given to [`ClientConn::start_call`].
+    pub waiter: W,
+    /// How it ended.
+    pub result: Result<Reply, Status>,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Request body still being pushed: `body[sent..]` remains.
+    Sending { body: Vec<u8>, sent: usize },
+    /// Request sent, no response yet.
+    Waiting,
+    /// Response being pulled.
+    Pulling {
+        metadata: MetadataMap,
+        body: Vec<u8>,
+        expected: usize,
+    },
+    /// Nothing more to send or receive for this call except owed answers.
+    Done,
+}
+
+#[derive(Debug)]
+struct Call<W> {
+    /// `None` once the call is retired (completed, cancelled or timed out).
+    waiter: Option<W>,
+    deadline: Option<Instant>,
+    phase: Phase,
+    /// Frames sent for this call that the server has not answered yet.
+    awaiting: u32,
+    /// RFRs still to send.
+    rfrs: u32,
+    /// A CANCEL still to send.
+    cancel: bool,
+}
+
+impl<W> Call<W> {
+    fn has_work(&self) -> bool {
+        self.cancel || self.rfrs > 0 || matches!(self.phase, Phase::Sending { .. })
+    }
+}
+
+/// One client connection's protocol state. `W` is what a caller waits on (a oneshot
+/// sender in the driver); the engine hands it back in the call's [`Completion`].
+#[derive(Debug)]
+pub struct ClientConn<W> {
+    cfg: ClientConfig,
+    /// Tokens neither in use nor reserved.
+    tokens: u32,
+    reserved: u32,
+    calls: HashMap<u32, Call<W>>,
+    next_id: u32,
+    /// Calls with frames to send, in turn.
+    transmit: VecDeque<u32>,
+    completions: VecDeque<Completion<W>>,
+    dead: Option<Status>,
+    stats: ClientStats,
+}
+
+impl<W> ClientConn<W> {
+    /// A connection with `cfg.credits` tokens.
+    ///
+    /// # Panics
+    /// If `cfg.frame_size` is below [`MIN_FRAME`] or `credits` is below 2 (one is
+    /// kept for CANCEL frames).
+    pub fn new(cfg: ClientConfig) -> Self {
+        assert!(cfg.frame_size >= MIN_FRAME && cfg.credits >= 2);
+        ClientConn {
+            cfg,
+            tokens: cfg.credits,
+            reserved: 0,
+            calls: HashMap::new(),
+            next_id: 1,
+            transmit: VecDeque::new(),
+            completions: VecDeque::new(),
+            dead: None,
+            stats: ClientStats::default(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    /// Calls in the table (open, or retired with answers still owed).
+    pub fn calls(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Tokens neither in use nor reserved.
+    pub fn free_tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    /// Why the connection is dead, if it is.
+    pub fn dead(&self) -> Option<&Status> {
+        self.dead.as_ref()
+    }
+
+    /// Reserves a token for a later [`ClientConn::start_call`] (tower's `poll_ready`).
+    /// The last free token is kept for CANCEL frames, so that a caller giving up can
+    /// always tell the server, even when every other credit waits on a slow handler.
+    pub fn reserve(&mut self) -> bool {
+        if self.tokens <= 1 {
+            return false;
+        }
+        self.tokens -= 1;
+        self.reserved += 1;
+        true
+    }
+
+    /// Gives back a reservation that will not be used.
+    pub fn unreserve(&mut self) {
+        assert!(self.reserved > 0, "unreserve without reservation");
+        self.reserved -= 1;
+        self.tokens += 1;
+    }
+
+    /// `n` answer slots were reposted at this side: their tokens come back.
+    pub fn handle_tokens_returned(&mut self, n: u32) {
+        self.tokens += n;
+        debug_assert!(self.tokens + self.reserved <= self.cfg.credits);
+    }
+
+    /// Starts a call on a reserved token, writing its first frame into `out` (the
+    /// whole request when it fits: the message is encoded straight into `out`).
+    /// A body that needs fragments is encoded once into memory of its own and sent
+    /// from there by [`ClientConn::poll_transmit`]. On error the reservation is
+    /// released and nothing is sent.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_call(
+        &mut self,
+        now: Instant,
+        waiter: W,
+        path: &str,
+        metadata: &MetadataMap,
+        timeout: Option<Duration>,
+        body: &dyn EncodeMessage,
+        out: &mut [u8],
+    ) -> Result<(u32, Transmit), Status> {
+        assert!(self.reserved > 0, "start_call without a reserved token");
+        let res = self.start_inner(now, waiter, path, metadata, timeout, body, out);
+        if res.is_err() {
+            self.unreserve();
+        } else {
+            self.reserved -= 1;
+            self.stats.frames_sent += 1;
+        }
+        res
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_inner(
+        &mut self,
+        now: Instant,
+        waiter: W,
+        path: &str,
+        metadata: &MetadataMap,
+        timeout: Option<Duration>,
+        body: &dyn EncodeMessage,
+        out: &mut [u8],
+    ) -> Result<(u32, Transmit), Status> {
+        if let Some(s) = &self.dead {
+            return Err(s.clone());
+        }
+        let cap = self.cfg.frame_size.min(out.len());
+        let out = &mut out[..cap];
+        let meta_len = metadata.encoded_len();
+        if meta_len > DEFAULT_METADATA_LIMIT {
+            return Err(Status::resource_exhausted(format!(
+                "request metadata of {meta_len} bytes exceeds the limit of {DEFAULT_METADATA_LIMIT}"
+            )));
+        }
+        let head_len = wire::REQUEST_HEAD_LEN + path.len() + meta_len;
+        if path.len() > usize::from(u16::MAX) || head_len > out.len() {
+            return Err(Status::resource_exhausted(format!(
+                "path and metadata ({head_len} bytes) do not fit a {}-byte frame",
+                out.len()
+            )));
+        }
+        let body_len = body.encoded_len();
+        if body_len > self.cfg.max_send_message || body_len > u32::MAX as usize {
+            return Err(Status::resource_exhausted(format!(
+                "request message of {body_len} bytes exceeds the limit of {}",
+                self.cfg.max_send_message
+            )));
+        }
+        let id = self.alloc_id();
+        RequestHead {
+            body_len: body_len as u32,
+            timeout_us: RequestHead::timeout_us_of(timeout),
+            path_len: path.len() as u16,
+            meta_len: meta_len as u16,
+        }
+        .write(out);
+        out[wire::REQUEST_HEAD_LEN..][..path.len()].copy_from_slice(path.as_bytes());
+        metadata.encode(&mut &mut out[wire::REQUEST_HEAD_LEN + path.len()..head_len]);
+        let room = out.len() - head_len;
+        let (phase, len) = if body_len <= room {
+            body.encode_to(&mut out[head_len..head_len + body_len]);
+            (Phase::Waiting, head_len + body_len)
+        } else {
+            // Too big for one slot: encode once into owned memory (bounded by
+            // `max_send_message`) and push it out in slot-sized fragments.
+            let mut v = vec![0u8; body_len];
+            body.encode_to(&mut v);
+            out[head_len..].copy_from_slice(&v[..room]);
+            self.transmit.push_back(id);
+            (
+                Phase::Sending {
+                    body: v,
+                    sent: room,
+                },
+                out.len(),
+            )
+        };
+        self.calls.insert(
+            id,
+            Call {
+                waiter: Some(waiter),
+                deadline: timeout.map(|t| now + t),
+                phase,
+                awaiting: 1,
+                rfrs: 0,
+                cancel: false,
+            },
+        );
+        Ok((
+            id,
+            Transmit {
+                len,
+                imm: wire::imm(Kind::Req, id),
+            },
+        ))
+    }
+
+    fn alloc_id(&mut self) -> u32 {
+        loop {
+            let id = self.next_id;
+            self.next_id = (self.next_id + 1) & wire::CALL_ID_MASK;
+            if id != 0 && !self.calls.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Whether [`ClientConn::poll_transmit`] has a frame to send once a token is free.
+    pub fn wants_transmit(&self) -> bool {
+        !self.transmit.is_empty()
+    }
+
+    /// Writes the next pending frame (request fragment, RFR or CANCEL) into `out`,
+    /// if there is one and a free token (data frames leave the last token to CANCELs).
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<Transmit> {
+        let cap = self.cfg.frame_size.min(out.len());
+        let out = &mut out[..cap];
+        let mut visits = self.transmit.len();
+        while self.tokens > 0 && visits > 0 {
+            visits -= 1;
+            let id = self.transmit.pop_front()?;
+            let Some(call) = self.calls.get_mut(&id) else {
+                continue;
+            };
+            if !call.cancel && self.tokens <= 1 {
+                // Only a CANCEL may take the last token; look further.
+                self.transmit.push_back(id);
+                continue;
+            }
+            let t = if call.cancel {
+                call.cancel = false;
+                Transmit {
+                    len: 0,
+                    imm: wire::imm(Kind::Cancel, id),
+                }
+            } else if let Phase::Sending { body, sent } = &mut call.phase {
+                let n = (out.len() - wire::FRAG_HEAD_LEN).min(body.len() - *sent);
+                wire::write_frag_head(out, *sent as u32);
+                out[wire::FRAG_HEAD_LEN..][..n].copy_from_slice(&body[*sent..*sent + n]);
+                *sent += n;
+                if *sent == body.len() {
+                    call.phase = Phase::Waiting;
+                }
+                Transmit {
+                    len: wire::FRAG_HEAD_LEN + n,
+                    imm: wire::imm(Kind::ReqFrag, id),
+                }
+            } else if call.rfrs > 0 {
+                call.rfrs -= 1;
+                Transmit {
+                    len: 0,
+                    imm: wire::imm(Kind::Rfr, id),
+                }
+            } else {
+                continue;
+            };
+            call.awaiting += 1;
+            if call.has_work() {
+                self.transmit.push_back(id);
+            }
+            self.tokens -= 1;
+            self.stats.frames_sent += 1;
+            return Some(t);
+        }
+        None
+    }
+
+    /// Handles one received frame. A completion whose reply is [`Reply::InFrame`]
+    /// borrows the frame: the caller keeps the frame's slot for the reply. Every
+    /// frame, readable or not, is an answer whose slot the caller reposts, which
+    /// returns its token ([`ClientConn::handle_tokens_returned`]).
+    pub fn handle_frame(&mut self, _now: Instant, imm: u32, frame: &[u8]) -> Option<Completion<W>> {
+        let Some((kind, id)) = wire::parse_imm(imm) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        let Some(call) = self.calls.get_mut(&id) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        if call.awaiting == 0 {
+            self.stats.malformed += 1;
+            return None;
+        }
+        call.awaiting -= 1;
+        let out = match kind {
+            Kind::Cr => None,
+            Kind::Resp => self.on_response(id, frame),
+            Kind::RespFrag => self.on_fragment(id, frame),
+            _ => {
+                self.stats.malformed += 1;
+                None
+            }
+        };
+        self.maybe_forget(id);
+        out
+    }
+
+    fn on_response(&mut self, id: u32, frame: &[u8]) -> Option<Completion<W>> {
+        let cfg = self.cfg;
+        let call = self.calls.get_mut(&id).expect("caller checked");
+        if call.waiter.is_none() {
+            // Retired (cancelled or timed out): its CANCEL, sent after the request and
+            // so reaching the server after it, already released anything the server
+            // still held for this reply.
+            self.stats.late_replies += 1;
+            call.phase = Phase::Done;
+            return None;
+        }
+        if !matches!(call.phase, Phase::Waiting | Phase::Sending { .. }) {
+            self.stats.malformed += 1;
+            return None;
+        }
+        // A response may come early, mid-request (e.g. RESOURCE_EXHAUSTED): stop pushing.
+        call.phase = Phase::Done;
+        let head = match ResponseHead::read(frame) {
+            Ok(h) => h,
+            Err(e) => {
+                self.stats.malformed += 1;
+                return self.finish(
+                    id,
+                    Err(Status::internal(format!("malformed response: {}", e.0))),
+                );
+            }
+        };
+        let chunk = frame.len() - head.body_start();
+        let rest = head.body_len as usize - chunk;
+        let metadata = match MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT) {
+            Ok(m) => m,
+            Err(s) => {
+                if rest > 0 {
+                    self.queue_cancel(id);
+                }
+                return self.finish(id, Err(s));
+            }
+        };
+        if head.code != 0 {
+            let msg = String::from_utf8_lossy(&frame[head.msg()]).into_owned();
+            let mut s = Status::new(head.code(), msg);
+            *s.metadata_mut() = metadata;
+            return self.finish(id, Err(s));
+        }
+        if rest == 0 {
+            return self.finish(
+                id,
+                Ok(Reply::InFrame {
+                    metadata,
+                    body: head.body_start()..frame.len(),
+                }),
+            );
+        }
+        if head.body_len as usize > cfg.max_recv_message {
+            self.queue_cancel(id);
+            return self.finish(
+                id,
+                Err(Status::resource_exhausted(format!(
+                    "response message of {} bytes exceeds the limit of {}",
+                    head.body_len, cfg.max_recv_message
+                ))),
+            );
+        }
+        let mut body = Vec::with_capacity(head.body_len as usize);
+        body.extend_from_slice(&frame[head.body_start()..]);
+        let call = self.calls.get_mut(&id).expect("present");
+        call.rfrs = rest.div_ceil(cfg.frame_size - wire::FRAG_HEAD_LEN) as u32;
+        call.phase = Phase::Pulling {
+            metadata,
+            body,
+            expected: head.body_len as usize,
+        };
+        self.transmit.push_back(id);
+        None
+    }
+
+    fn on_fragment(&mut self, id: u32, frame: &[u8]) -> Option<Completion<W>> {
+        let call = self.calls.get_mut(&id).expect("caller checked");
+        let Phase::Pulling { body, expected, .. } = &mut call.phase else {
+            // Fragments of a cancelled pull still in flight.
+            if call.waiter.is_none() {
+                self.stats.late_replies += 1;
+            } else {
+                self.stats.malformed += 1;
+            }
+            return None;
+        };
+        let bad = match wire::read_frag(frame) {
+            Ok((off, chunk))
+                if off as usize == body.len() && chunk.len() <= *expected - body.len() =>
+            {
+                body.extend_from_slice(chunk);
+                None
+            }
+            Ok(_) => Some("response fragment out of place"),
+            Err(e) => Some(e.0),
+        };
+        if let Some(why) = bad {
+            self.stats.malformed += 1;
+            self.queue_cancel(id);
+            return self.finish(id, Err(Status::internal(why)));
+        }
+        let call = self.calls.get_mut(&id).expect("present");
+        let Phase::Pulling { body, expected, .. } = &call.phase else {
+            unreachable!()
+        };
+        if body.len() == *expected {
+            let Phase::Pulling { metadata, body, .. } =
+                std::mem::replace(&mut call.phase, Phase::Done)
+            else {
+                unreachable!()
+            };
+            return self.finish(id, Ok(Reply::Owned { metadata, body }));
+        }
+        if call.rfrs == 0 && call.awaiting == 0 {
+            self.queue_cancel(id);
+            return self.finish(id, Err(Status::internal("response shorter than announced")));
+        }
+        None
+    }
+
+    /// Retires `id` with `result`, returning its completion if it still had a waiter.
+    fn finish(&mut self, id: u32, result: Result<Reply, Status>) -> Option<Completion<W>> {
+        let call = self.calls.get_mut(&id)?;
+        call.waiter
+            .take()
+            .map(|waiter| Completion { id, waiter, result })
+    }
+
+    fn queue_cancel(&mut self, id: u32) {
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.rfrs = 0;
+            call.phase = Phase::Done;
+            call.cancel = true;
+            if !self.transmit.contains(&id) {
+                self.transmit.push_back(id);
+            }
+        }
+    }
+
+    /// Drops a retired call once the server owes it nothing and it has nothing to send.
+    fn maybe_forget(&mut self, id: u32) {
+        if let Some(c) = self.calls.get(&id) {
+            if c.waiter.is_none() && c.awaiting == 0 && !c.has_work() {
+                self.calls.remove(&id);
+            }
+        }
+    }
+
+    /// The caller gave up on `id` (its future was dropped, or its timer fired): the
+    /// waiter is dropped, the server is told to forget a half-sent request or a
+    /// half-pulled response, and a late reply will be dropped and counted.
+    pub fn cancel(&mut self, id: u32) {
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let was_done = matches!(call.phase, Phase::Done);
+        call.waiter = None;
+        if !was_done && self.dead.is_none() {
+            // Mid-request or mid-response the server holds buffers; while waiting it
+            // runs the handler. Either way a CANCEL lets it stop and answer at once,
+            // which brings the call's credit back without waiting for the handler.
+            self.queue_cancel(id);
+        }
+        self.maybe_forget(id);
+    }
+
+    /// The earliest deadline of an open call.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.calls
+            .values()
+            .filter(|c| c.waiter.is_some())
+            .filter_map(|c| c.deadline)
+            .min()
+    }
+
+    /// Ends every open call whose deadline is at or before `now` with
+    /// `DEADLINE_EXCEEDED` (drained with [`ClientConn::poll_completion`]).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<u32> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.waiter.is_some() && c.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            if let Some(c) = self.finish(id, Err(Status::deadline_exceeded("deadline exceeded"))) {
+                self.completions.push_back(c);
+            }
+            self.cancel(id);
+        }
+    }
+
+    /// The peer is gone: every open call ends with `status`, later calls fail with it.
+    pub fn handle_peer_lost(&mut self, status: Status) {
+        for (id, mut c) in self.calls.drain() {
+            if let Some(waiter) = c.waiter.take() {
+                self.completions.push_back(Completion {
+                    id,
+                    waiter,
+                    result: Err(status.clone()),
+                });
+            }
+        }
+        self.transmit.clear();
+        self.dead = Some(status);
+    }
+
+    /// Completions produced by timeouts and a lost peer.
+    pub fn poll_completion(&mut self) -> Option<Completion<W>> {
+        self.completions.pop_front()
+    }
+}

@@ -1,0 +1,465 @@
+//! The server side of one connection: reassembly, answers, response fragments.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use crate::engine::wire::{self, Kind, RequestHead, ResponseHead};
+use crate::engine::{Transmit, MIN_FRAME};
+use crate::metadata::{MetadataMap, DEFAULT_METADATA_LIMIT};
+use crate::server::EncodeMessage;
+use crate::status::Status;
+
+/// Limits of a server connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerConfig {
+    /// Largest frame in bytes (the agreed slot size).
+    pub frame_size: usize,
+    /// Largest request body accepted (beyond: `RESOURCE_EXHAUSTED`).
+    pub max_recv_message: usize,
+    /// Largest response body sent (beyond: `RESOURCE_EXHAUSTED` to the client).
+    pub max_send_message: usize,
+    /// Bytes this connection may hold at once in reassembly and pending responses.
+    pub buffer_cap: usize,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Frames that could not be read or did not fit the protocol.
+    pub malformed: u64,
+    /// Calls handed to the application.
+    pub dispatched: u64,
+    /// Calls or responses forgotten because the client cancelled them.
+    pub cancelled: u64,
+}
+
+/// Where a dispatched request's bytes are.
+#[derive(Debug)]
+pub enum RequestBody {
+    /// In the frame just handled: keep its slot.
+    InFrame,
+    /// Reassembled: path, metadata and body in one buffer (ranges as in the frame).
+    Owned(Vec<u8>),
+}
+
+/// A complete request for the application.
+#[derive(Debug)]
+pub struct Incoming {
+    /// Call id.
+    pub id: u32,
+    /// Where the bytes are.
+    pub bytes: RequestBody,
+    /// Range of the path.
+    pub path: Range<usize>,
+    /// Range of the body.
+    pub body: Range<usize>,
+    /// Decoded request metadata.
+    pub metadata: MetadataMap,
+    /// Time left for the call, as the client sent it.
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug)]
+enum SCall {
+    Receiving {
+        buf: Vec<u8>,
+        path: Range<usize>,
+        body_start: usize,
+        metadata: MetadataMap,
+        timeout: Option<Duration>,
+        total: usize,
+    },
+    /// With the application; its answer is the response.
+    Running,
+    /// The response's remainder, pulled by RFRs.
+    Responding { body: Vec<u8>, sent: usize },
+}
+
+#[derive(Debug)]
+enum Answer {
+    Cr,
+    Status(Status),
+    Frag,
+}
+
+/// One server connection's protocol state. Every client frame gets exactly one
+/// answer (see [`crate::engine::wire`]); this side never sends anything else.
+#[derive(Debug)]
+pub struct ServerConn {
+    cfg: ServerConfig,
+    calls: HashMap<u32, SCall>,
+    answers: VecDeque<(u32, Answer)>,
+    buffered: usize,
+    /// Running calls the client cancelled (the driver may stop their handlers).
+    cancelled: VecDeque<u32>,
+    stats: ServerStats,
+}
+
+impl ServerConn {
+    /// A connection with these limits.
+    ///
+    /// # Panics
+    /// If `cfg.frame_size` is below [`MIN_FRAME`].
+    pub fn new(cfg: ServerConfig) -> Self {
+        assert!(cfg.frame_size >= MIN_FRAME);
+        ServerConn {
+            cfg,
+            calls: HashMap::new(),
+            answers: VecDeque::new(),
+            buffered: 0,
+            cancelled: VecDeque::new(),
+            stats: ServerStats::default(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ServerStats {
+        self.stats
+    }
+
+    /// Bytes held in reassembly and pending responses.
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    /// Calls in the table.
+    pub fn calls(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Handles one received frame; a complete request is returned for dispatch (its
+    /// answer is the later [`ServerConn::respond`]); any other answer is queued for
+    /// [`ServerConn::poll_transmit`]. Nothing a client sends makes this panic.
+    pub fn handle_frame(&mut self, _now: Instant, imm: u32, frame: &[u8]) -> Option<Incoming> {
+        let Some((kind, id)) = wire::parse_imm(imm) else {
+            self.stats.malformed += 1;
+            self.answers
+                .push_back((imm & wire::CALL_ID_MASK, Answer::Cr));
+            return None;
+        };
+        match kind {
+            Kind::Req => self.on_request(id, frame),
+            Kind::ReqFrag => self.on_fragment(id, frame),
+            Kind::Rfr => {
+                if matches!(self.calls.get(&id), Some(SCall::Responding { .. })) {
+                    self.answers.push_back((id, Answer::Frag));
+                } else {
+                    self.stats.malformed += 1;
+                    self.answers.push_back((id, Answer::Cr));
+                }
+                None
+            }
+            Kind::Cancel => {
+                match self.calls.get(&id) {
+                    Some(SCall::Receiving { .. } | SCall::Responding { .. }) => {
+                        self.forget(id);
+                        self.stats.cancelled += 1;
+                    }
+                    Some(SCall::Running) => {
+                        // The request's answer goes now; the handler's later
+                        // `respond` finds the call gone and sends nothing.
+                        self.calls.remove(&id);
+                        self.stats.cancelled += 1;
+                        self.cancelled.push_back(id);
+                        self.answers.push_back((
+                            id,
+                            Answer::Status(Status::cancelled("cancelled by the client")),
+                        ));
+                    }
+                    None => {}
+                }
+                self.answers.push_back((id, Answer::Cr));
+                None
+            }
+            Kind::Resp | Kind::RespFrag | Kind::Cr => {
+                self.stats.malformed += 1;
+                self.answers.push_back((id, Answer::Cr));
+                None
+            }
+        }
+    }
+
+    fn reject(&mut self, id: u32, status: Status) -> Option<Incoming> {
+        self.answers.push_back((id, Answer::Status(status)));
+        None
+    }
+
+    fn on_request(&mut self, id: u32, frame: &[u8]) -> Option<Incoming> {
+        if self.calls.contains_key(&id) {
+            // A client bug; the call that owns the id keeps it.
+            self.stats.malformed += 1;
+            self.answers.push_back((id, Answer::Cr));
+            return None;
+        }
+        let head = match RequestHead::read(frame) {
+            Ok(h) => h,
+            Err(e) => {
+                self.stats.malformed += 1;
+                return self.reject(
+                    id,
+                    Status::internal(format!("malformed request frame: {}", e.0)),
+                );
+            }
+        };
+        let metadata = match MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT) {
+            Ok(m) => m,
+            Err(s) => return self.reject(id, s),
+        };
+        let total = head.body_len as usize;
+        if total > self.cfg.max_recv_message {
+            return self.reject(
+                id,
+                Status::resource_exhausted(format!(
+                    "request message of {total} bytes exceeds the limit of {}",
+                    self.cfg.max_recv_message
+                )),
+            );
+        }
+        let body_start = head.body_start();
+        if frame.len() - body_start == total {
+            self.calls.insert(id, SCall::Running);
+            self.stats.dispatched += 1;
+            return Some(Incoming {
+                id,
+                bytes: RequestBody::InFrame,
+                path: head.path(),
+                body: body_start..frame.len(),
+                metadata,
+                timeout: head.timeout(),
+            });
+        }
+        let need = body_start + total;
+        if self.buffered + need > self.cfg.buffer_cap {
+            return self.reject(
+                id,
+                Status::resource_exhausted(format!(
+                    "connection already buffers {} bytes; {need} more exceed its cap of {}",
+                    self.buffered, self.cfg.buffer_cap
+                )),
+            );
+        }
+        self.buffered += need;
+        let mut buf = Vec::with_capacity(need);
+        buf.extend_from_slice(frame);
+        self.calls.insert(
+            id,
+            SCall::Receiving {
+                buf,
+                path: head.path(),
+                body_start,
+                metadata,
+                timeout: head.timeout(),
+                total,
+            },
+        );
+        self.answers.push_back((id, Answer::Cr));
+        None
+    }
+
+    fn on_fragment(&mut self, id: u32, frame: &[u8]) -> Option<Incoming> {
+        let Some(SCall::Receiving {
+            buf,
+            body_start,
+            total,
+            ..
+        }) = self.calls.get_mut(&id)
+        else {
+            // Fragments still in flight after an early rejection or a cancel.
+            self.answers.push_back((id, Answer::Cr));
+            return None;
+        };
+        let have = buf.len() - *body_start;
+        match wire::read_frag(frame) {
+            Ok((off, chunk)) if off as usize == have && chunk.len() <= *total - have => {
+                buf.extend_from_slice(chunk);
+            }
+            _ => {
+                self.stats.malformed += 1;
+                self.forget(id);
+                return self.reject(id, Status::internal("malformed request fragment"));
+            }
+        }
+        if buf.len() - *body_start < *total {
+            self.answers.push_back((id, Answer::Cr));
+            return None;
+        }
+        let Some(SCall::Receiving {
+            buf,
+            path,
+            body_start,
+            metadata,
+            timeout,
+            ..
+        }) = self.calls.insert(id, SCall::Running)
+        else {
+            unreachable!()
+        };
+        self.buffered -= buf.len();
+        self.stats.dispatched += 1;
+        let body = body_start..buf.len();
+        Some(Incoming {
+            id,
+            bytes: RequestBody::Owned(buf),
+            path,
+            body,
+            metadata,
+            timeout,
+        })
+    }
+
+    fn forget(&mut self, id: u32) {
+        match self.calls.remove(&id) {
+            Some(SCall::Receiving {
+                body_start, total, ..
+            }) => self.buffered -= body_start + total,
+            Some(SCall::Responding { body, .. }) => self.buffered -= body.len(),
+            _ => {}
+        }
+    }
+
+    /// The next running call the client cancelled: its handler's work is wasted, and
+    /// its answer has already been queued.
+    pub fn poll_cancelled(&mut self) -> Option<u32> {
+        self.cancelled.pop_front()
+    }
+
+    /// Whether [`ServerConn::poll_transmit`] has an answer to write.
+    pub fn wants_transmit(&self) -> bool {
+        !self.answers.is_empty()
+    }
+
+    /// Writes the application's answer to call `id` into `out`: the response head
+    /// and, when it fits, the whole message encoded in place; a larger message is
+    /// encoded once into owned memory and pulled from there. `None` if the call is
+    /// not running (the connection forgot it).
+    pub fn respond(
+        &mut self,
+        id: u32,
+        result: Result<(&MetadataMap, &dyn EncodeMessage), Status>,
+        out: &mut [u8],
+    ) -> Option<Transmit> {
+        if !matches!(self.calls.get(&id), Some(SCall::Running)) {
+            return None;
+        }
+        self.calls.remove(&id);
+        let cap = self.cfg.frame_size.min(out.len());
+        let out = &mut out[..cap];
+        let (metadata, msg) = match result {
+            Ok(ok) => ok,
+            Err(s) => return Some(write_status(id, &s, out)),
+        };
+        let meta_len = metadata.encoded_len();
+        let head_len = wire::RESPONSE_HEAD_LEN + meta_len;
+        if head_len > out.len() || meta_len > DEFAULT_METADATA_LIMIT {
+            let s = Status::resource_exhausted("response metadata does not fit a frame");
+            return Some(write_status(id, &s, out));
+        }
+        let body_len = msg.encoded_len();
+        if body_len > self.cfg.max_send_message || body_len > u32::MAX as usize {
+            let s = Status::resource_exhausted(format!(
+                "response message of {body_len} bytes exceeds the limit of {}",
+                self.cfg.max_send_message
+            ));
+            return Some(write_status(id, &s, out));
+        }
+        let room = out.len() - head_len;
+        if body_len > room && self.buffered + body_len > self.cfg.buffer_cap {
+            let s = Status::resource_exhausted("server connection buffer cap reached");
+            return Some(write_status(id, &s, out));
+        }
+        ResponseHead {
+            body_len: body_len as u32,
+            code: 0,
+            msg_len: 0,
+            meta_len: meta_len as u16,
+        }
+        .write(out);
+        metadata.encode(&mut &mut out[wire::RESPONSE_HEAD_LEN..head_len]);
+        if body_len <= room {
+            msg.encode_to(&mut out[head_len..head_len + body_len]);
+            return Some(Transmit {
+                len: head_len + body_len,
+                imm: wire::imm(Kind::Resp, id),
+            });
+        }
+        let mut body = vec![0u8; body_len];
+        msg.encode_to(&mut body);
+        out[head_len..].copy_from_slice(&body[..room]);
+        self.buffered += body.len();
+        self.calls
+            .insert(id, SCall::Responding { body, sent: room });
+        Some(Transmit {
+            len: out.len(),
+            imm: wire::imm(Kind::Resp, id),
+        })
+    }
+
+    /// Writes the next queued answer (credit return, error status, response
+    /// fragment) into `out`.
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<Transmit> {
+        let cap = self.cfg.frame_size.min(out.len());
+        let out = &mut out[..cap];
+        let (id, a) = self.answers.pop_front()?;
+        Some(match a {
+            Answer::Cr => Transmit {
+                len: 0,
+                imm: wire::imm(Kind::Cr, id),
+            },
+            Answer::Status(s) => write_status(id, &s, out),
+            Answer::Frag => {
+                let Some(SCall::Responding { body, sent }) = self.calls.get_mut(&id) else {
+                    // Cancelled between the RFR and now: the RFR still needs its answer.
+                    return Some(Transmit {
+                        len: 0,
+                        imm: wire::imm(Kind::Cr, id),
+                    });
+                };
+                let n = (out.len() - wire::FRAG_HEAD_LEN).min(body.len() - *sent);
+                wire::write_frag_head(out, *sent as u32);
+                out[wire::FRAG_HEAD_LEN..][..n].copy_from_slice(&body[*sent..*sent + n]);
+                *sent += n;
+                if *sent == body.len() {
+                    self.forget(id);
+                }
+                Transmit {
+                    len: wire::FRAG_HEAD_LEN + n,
+                    imm: wire::imm(Kind::RespFrag, id),
+                }
+            }
+        })
+    }
+}
+
+/// An error response: code, message (cut to fit) and the status's metadata if it fits.
+fn write_status(id: u32, s: &Status, out: &mut [u8]) -> Transmit {
+    let room = out.len() - wire::RESPONSE_HEAD_LEN;
+    let meta = s.metadata();
+    let meta_len = meta.encoded_len();
+    let meta_len = if meta_len <= room / 2 { meta_len } else { 0 };
+    let mut msg = s.message().as_bytes();
+    let max_msg = (room - meta_len).min(usize::from(u16::MAX));
+    if msg.len() > max_msg {
+        let mut cut = max_msg;
+        while !s.message().is_char_boundary(cut) {
+            cut -= 1;
+        }
+        msg = &msg[..cut];
+    }
+    ResponseHead {
+        body_len: 0,
+        code: s.code() as u8,
+        msg_len: msg.len() as u16,
+        meta_len: meta_len as u16,
+    }
+    .write(out);
+    let m = wire::RESPONSE_HEAD_LEN;
+    out[m..m + msg.len()].copy_from_slice(msg);
+    if meta_len > 0 {
+        meta.encode(&mut &mut out[m + msg.len()..m + msg.len() + meta_len]);
+    }
+    Transmit {
+        len: m + msg.len() + meta_len,
+        imm: wire::imm(Kind::Resp, id),
+    }
+}

@@ -1,0 +1,321 @@
+//! The wire format: the one place that says what every bit means.
+//!
+//! # Immediate data (32 bits, carried by every Send-with-Immediate)
+//!
+//! ```text
+//!  31      28 27                                                0
+//! +----------+---------------------------------------------------+
+//! |   kind   |                     call id                       |
+//! +----------+---------------------------------------------------+
+//! ```
+//!
+//! `kind` tells the receiver how to read the slot before it touches it, and `call id`
+//! (28 bits, chosen by the client, unique among its open calls) finds the call.
+//!
+//! # Flow control (why there is no credit field)
+//!
+//! The client drives everything (eRPC's model): every frame the client sends is
+//! answered by exactly one frame from the server, and the server never sends anything
+//! else. The client holds `credits` tokens (granted at the handshake, equal to the
+//! receives the server reserves for this connection and to the receives the client
+//! posts for answers); each client frame takes one, and the token comes back when the
+//! answer's receive slot has been reposted at the client. So neither side can ever
+//! send into an empty receive queue (no RNR), and no credit-return traffic exists.
+//! The client keeps its last free token for `CANCEL` frames, so a caller that gives
+//! up can always tell the server, even while every other credit waits on a handler.
+//!
+//! # Frames (bytes at the head of the slot, big endian)
+//!
+//! | kind | dir | name | payload |
+//! | --- | --- | --- | --- |
+//! | 1 | c→s | `REQ` | [`RequestHead`] (16 bytes), path, metadata, first body chunk |
+//! | 2 | c→s | `REQ_FRAG` | `offset:u32`, next body chunk; answered by `CR` or an early `RESP` |
+//! | 3 | c→s | `RFR` | nothing: "send the next fragment of the response" |
+//! | 4 | c→s | `CANCEL` | nothing: forget the call; answered by `CR` (a running call's `REQ` is then answered at once with `CANCELLED`) |
+//! | 5 | s→c | `RESP` | [`ResponseHead`] (10 bytes), status message, metadata, first body chunk |
+//! | 6 | s→c | `RESP_FRAG` | `offset:u32`, next body chunk (answers an `RFR`) |
+//! | 7 | s→c | `CR` | nothing: the credit return that answers a frame with no other answer |
+//!
+//! A message whose head and body fit one slot travels as one frame. A larger body is
+//! cut into fragments: the first frame says the total body length, each continuation
+//! carries its offset (RC delivers in order; the offset lets the receiver reject a
+//! gap instead of corrupting the message, and lets UD reorder later). Request
+//! fragments are pushed (each answered by `CR`); response fragments are pulled by one
+//! `RFR` each, so the server never sends more than the client has receives for.
+//! A head (path + metadata + status message) must fit in the first frame.
+
+use crate::code::Code;
+use std::time::Duration;
+
+/// Bits of the immediate that carry the call id.
+pub const CALL_ID_BITS: u32 = 28;
+/// Mask of the call id in the immediate.
+pub const CALL_ID_MASK: u32 = (1 << CALL_ID_BITS) - 1;
+
+/// Bytes of the fixed part of a `REQ` frame.
+pub const REQUEST_HEAD_LEN: usize = 16;
+/// Bytes of the fixed part of a `RESP` frame.
+pub const RESPONSE_HEAD_LEN: usize = 10;
+/// Bytes of the fixed part of a fragment frame.
+pub const FRAG_HEAD_LEN: usize = 4;
+
+/// Frame kinds (the top 4 bits of the immediate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// First (or only) frame of a request.
+    Req = 1,
+    /// Continuation of a request body.
+    ReqFrag = 2,
+    /// Request for the next response fragment.
+    Rfr = 3,
+    /// The client gives up on a call.
+    Cancel = 4,
+    /// First (or only) frame of a response.
+    Resp = 5,
+    /// Continuation of a response body.
+    RespFrag = 6,
+    /// Credit return: an answer with nothing to say.
+    Cr = 7,
+}
+
+impl Kind {
+    fn from_bits(v: u32) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Req,
+            2 => Kind::ReqFrag,
+            3 => Kind::Rfr,
+            4 => Kind::Cancel,
+            5 => Kind::Resp,
+            6 => Kind::RespFrag,
+            7 => Kind::Cr,
+            _ => return None,
+        })
+    }
+}
+
+/// Packs a kind and a call id into an immediate.
+pub fn imm(kind: Kind, call_id: u32) -> u32 {
+    debug_assert!(call_id <= CALL_ID_MASK);
+    ((kind as u32) << CALL_ID_BITS) | (call_id & CALL_ID_MASK)
+}
+
+/// Splits an immediate; `None` for an unknown kind.
+pub fn parse_imm(imm: u32) -> Option<(Kind, u32)> {
+    Kind::from_bits(imm >> CALL_ID_BITS).map(|k| (k, imm & CALL_ID_MASK))
+}
+
+/// Why a frame could not be read. Never a panic: the peer may send anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed(pub &'static str);
+
+/// Fixed part of a `REQ` frame.
+///
+/// ```text
+/// 0 body_len:u32  4 timeout_us:u64 (0 = none)  12 path_len:u16  14 meta_len:u16
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHead {
+    /// Total body length across all fragments.
+    pub body_len: u32,
+    /// Time the call may still take, in microseconds (0 = no deadline). Relative,
+    /// so clocks need not agree.
+    pub timeout_us: u64,
+    /// Bytes of the path that follow the head.
+    pub path_len: u16,
+    /// Bytes of metadata that follow the path.
+    pub meta_len: u16,
+}
+
+impl RequestHead {
+    /// Encodes into the first [`REQUEST_HEAD_LEN`] bytes of `out`.
+    pub fn write(&self, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&self.body_len.to_be_bytes());
+        out[4..12].copy_from_slice(&self.timeout_us.to_be_bytes());
+        out[12..14].copy_from_slice(&self.path_len.to_be_bytes());
+        out[14..16].copy_from_slice(&self.meta_len.to_be_bytes());
+    }
+
+    /// Decodes, checking that path and metadata lie inside `frame`.
+    pub fn read(frame: &[u8]) -> Result<RequestHead, Malformed> {
+        let b = frame
+            .get(..REQUEST_HEAD_LEN)
+            .ok_or(Malformed("request frame shorter than its head"))?;
+        let h = RequestHead {
+            body_len: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            timeout_us: u64::from_be_bytes(b[4..12].try_into().expect("8 bytes")),
+            path_len: u16::from_be_bytes([b[12], b[13]]),
+            meta_len: u16::from_be_bytes([b[14], b[15]]),
+        };
+        if h.body_start() > frame.len() {
+            return Err(Malformed("request path/metadata beyond the frame"));
+        }
+        if (frame.len() - h.body_start()) as u64 > u64::from(h.body_len) {
+            return Err(Malformed("request body chunk longer than the body"));
+        }
+        Ok(h)
+    }
+
+    /// Byte range of the path in the frame.
+    pub fn path(&self) -> std::ops::Range<usize> {
+        REQUEST_HEAD_LEN..REQUEST_HEAD_LEN + usize::from(self.path_len)
+    }
+
+    /// Byte range of the metadata in the frame.
+    pub fn meta(&self) -> std::ops::Range<usize> {
+        let s = self.path().end;
+        s..s + usize::from(self.meta_len)
+    }
+
+    /// Offset of the first body byte in the frame.
+    pub fn body_start(&self) -> usize {
+        self.meta().end
+    }
+
+    /// The timeout, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        (self.timeout_us != 0).then(|| Duration::from_micros(self.timeout_us))
+    }
+
+    /// Encodes a timeout (rounded up so that a tiny timeout is not "none").
+    pub fn timeout_us_of(t: Option<Duration>) -> u64 {
+        t.map_or(0, |t| {
+            u64::try_from(t.as_micros()).unwrap_or(u64::MAX).max(1)
+        })
+    }
+}
+
+/// Fixed part of a `RESP` frame.
+///
+/// ```text
+/// 0 body_len:u32  4 code:u8  5 reserved:u8  6 msg_len:u16  8 meta_len:u16
+/// ```
+/// `code` is the gRPC status code (0 = OK, then the body is the response message);
+/// otherwise `msg_len` bytes of UTF-8 status message follow and the body is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// Total body length across all fragments.
+    pub body_len: u32,
+    /// gRPC status code.
+    pub code: u8,
+    /// Bytes of status message after the head.
+    pub msg_len: u16,
+    /// Bytes of metadata after the message.
+    pub meta_len: u16,
+}
+
+impl ResponseHead {
+    /// Encodes into the first [`RESPONSE_HEAD_LEN`] bytes of `out`.
+    pub fn write(&self, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&self.body_len.to_be_bytes());
+        out[4] = self.code;
+        out[5] = 0;
+        out[6..8].copy_from_slice(&self.msg_len.to_be_bytes());
+        out[8..10].copy_from_slice(&self.meta_len.to_be_bytes());
+    }
+
+    /// Decodes, checking that message and metadata lie inside `frame`.
+    pub fn read(frame: &[u8]) -> Result<ResponseHead, Malformed> {
+        let b = frame
+            .get(..RESPONSE_HEAD_LEN)
+            .ok_or(Malformed("response frame shorter than its head"))?;
+        let h = ResponseHead {
+            body_len: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            code: b[4],
+            msg_len: u16::from_be_bytes([b[6], b[7]]),
+            meta_len: u16::from_be_bytes([b[8], b[9]]),
+        };
+        if h.body_start() > frame.len() {
+            return Err(Malformed("response message/metadata beyond the frame"));
+        }
+        if (frame.len() - h.body_start()) as u64 > u64::from(h.body_len) {
+            return Err(Malformed("response body chunk longer than the body"));
+        }
+        if h.code != 0 && h.body_len != 0 {
+            return Err(Malformed("error response with a body"));
+        }
+        Ok(h)
+    }
+
+    /// Byte range of the status message.
+    pub fn msg(&self) -> std::ops::Range<usize> {
+        RESPONSE_HEAD_LEN..RESPONSE_HEAD_LEN + usize::from(self.msg_len)
+    }
+
+    /// Byte range of the metadata.
+    pub fn meta(&self) -> std::ops::Range<usize> {
+        let s = self.msg().end;
+        s..s + usize::from(self.meta_len)
+    }
+
+    /// Offset of the first body byte.
+    pub fn body_start(&self) -> usize {
+        self.meta().end
+    }
+
+    /// The status code.
+    pub fn code(&self) -> Code {
+        Code::from_i32(i32::from(self.code))
+    }
+}
+
+/// Writes a fragment head (its body offset).
+pub fn write_frag_head(out: &mut [u8], offset: u32) {
+    out[..FRAG_HEAD_LEN].copy_from_slice(&offset.to_be_bytes());
+}
+
+/// Reads a fragment head: the offset and the chunk.
+pub fn read_frag(frame: &[u8]) -> Result<(u32, &[u8]), Malformed> {
+    let b = frame
+        .get(..FRAG_HEAD_LEN)
+        .ok_or(Malformed("fragment shorter than its head"))?;
+    Ok((
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+        &frame[FRAG_HEAD_LEN..],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn immediate_round_trips_and_rejects_unknown_kinds() {
+        for k in [Kind::Req, Kind::Rfr, Kind::Cr, Kind::RespFrag] {
+            assert_eq!(parse_imm(imm(k, CALL_ID_MASK)), Some((k, CALL_ID_MASK)));
+            assert_eq!(parse_imm(imm(k, 7)), Some((k, 7)));
+        }
+        assert_eq!(parse_imm(0), None);
+        assert_eq!(parse_imm(0xf000_0001), None);
+    }
+
+    #[test]
+    fn heads_round_trip_and_reject_lies() {
+        let h = RequestHead {
+            body_len: 3,
+            timeout_us: 99,
+            path_len: 2,
+            meta_len: 1,
+        };
+        let mut f = vec![0u8; REQUEST_HEAD_LEN + 2 + 1 + 3];
+        h.write(&mut f);
+        assert_eq!(RequestHead::read(&f), Ok(h));
+        assert!(RequestHead::read(&f[..10]).is_err());
+        assert!(RequestHead::read(&f[..REQUEST_HEAD_LEN + 2]).is_err());
+        f.push(0); // one body byte more than body_len
+        assert!(RequestHead::read(&f).is_err());
+
+        let r = ResponseHead {
+            body_len: 0,
+            code: 12,
+            msg_len: 3,
+            meta_len: 0,
+        };
+        let mut f = vec![0u8; RESPONSE_HEAD_LEN + 3];
+        r.write(&mut f);
+        assert_eq!(ResponseHead::read(&f), Ok(r));
+        assert_eq!(r.code(), Code::Unimplemented);
+        f[3] = 1; // error with a body
+        assert!(ResponseHead::read(&f).is_err());
+    }
+}

@@ -1,0 +1,54 @@
+//! Received message bytes, wherever they live.
+
+/// The bytes of one received message. In the transport they are borrowed from a
+/// registered receive slot (released back to the receive queue when this drops) or,
+/// for a message reassembled from fragments, owned.
+pub struct Payload {
+    repr: Repr,
+}
+
+enum Repr {
+    Owned(Vec<u8>),
+    /// Borrowed from a registered receive slot; the slot is reposted when this drops.
+    Slot {
+        slot: rpc_transport::msg::RecvSlot,
+        range: std::ops::Range<usize>,
+    },
+}
+
+impl Payload {
+    /// Owned bytes (tests, reassembled messages).
+    pub fn from_vec(v: Vec<u8>) -> Payload {
+        Payload {
+            repr: Repr::Owned(v),
+        }
+    }
+
+    /// Bytes `range` of a received slot, read in place (no copy).
+    ///
+    /// # Panics
+    /// If `range` is outside the received bytes.
+    pub(crate) fn from_slot(
+        slot: rpc_transport::msg::RecvSlot,
+        range: std::ops::Range<usize>,
+    ) -> Payload {
+        assert!(range.start <= range.end && range.end <= slot.len());
+        Payload {
+            repr: Repr::Slot { slot, range },
+        }
+    }
+
+    /// The message bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.repr {
+            Repr::Owned(v) => v,
+            Repr::Slot { slot, range } => &slot.bytes()[range.clone()],
+        }
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Payload({} bytes)", self.as_slice().len())
+    }
+}

@@ -1,0 +1,133 @@
+//! `Endpoint`: where to connect and with which settings.
+
+use std::time::Duration;
+
+use crate::transport::client::{self, Channel};
+use crate::transport::poll::CompletionMode;
+use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
+
+/// Where and how to connect: `rdma://host:port` plus settings, as tonic's `Endpoint`.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) settings: Settings,
+}
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) credits: u32,
+    pub(crate) slot_size: usize,
+    pub(crate) max_message: usize,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) mode: CompletionMode,
+    pub(crate) device: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            credits: DEFAULT_CREDITS,
+            slot_size: DEFAULT_SLOT_SIZE,
+            max_message: DEFAULT_MAX_MESSAGE,
+            timeout: None,
+            connect_timeout: Duration::from_secs(10),
+            mode: CompletionMode::default(),
+            device: None,
+        }
+    }
+}
+
+impl Endpoint {
+    /// Parses `rdma://host:port`.
+    pub fn from_shared(uri: impl Into<String>) -> Result<Endpoint, Error> {
+        let uri = uri.into();
+        let rest = uri
+            .strip_prefix("rdma://")
+            .ok_or_else(|| Error::new(format!("{uri:?} is not an rdma://host:port address")))?;
+        let rest = rest.trim_end_matches('/');
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| Error::new(format!("{uri:?} has no port")))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| Error::new(format!("{uri:?} has a bad port")))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(Error::new(format!("{uri:?} has no host")));
+        }
+        Ok(Endpoint {
+            host: host.to_string(),
+            port,
+            settings: Settings::default(),
+        })
+    }
+
+    /// Default timeout of every call on the channel (a request's own timeout wins).
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.settings.timeout = Some(t);
+        self
+    }
+
+    /// How long connecting may take.
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.settings.connect_timeout = t;
+        self
+    }
+
+    /// Calls (more exactly: frames) in flight at once on the connection; the server
+    /// may grant fewer. One more credit is asked for CANCEL frames.
+    pub fn credits(mut self, n: u32) -> Self {
+        self.settings.credits = n.max(1);
+        self
+    }
+
+    /// Largest message sent or accepted (beyond: `RESOURCE_EXHAUSTED`).
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.settings.max_message = bytes;
+        self
+    }
+
+    /// How completions are reaped.
+    pub fn completion_mode(mut self, mode: CompletionMode) -> Self {
+        self.settings.mode = mode;
+        self
+    }
+
+    /// Opens this RDMA device instead of the default one (`soft0`, or a verbs name).
+    pub fn device(mut self, name: impl Into<String>) -> Self {
+        self.settings.device = Some(name.into());
+        self
+    }
+
+    /// Connects.
+    pub async fn connect(&self) -> Result<Channel, Error> {
+        let t = self.settings.connect_timeout;
+        tokio::time::timeout(t, client::connect(self))
+            .await
+            .map_err(|_| {
+                Error::new(format!(
+                    "connecting to {}:{} timed out",
+                    self.host, self.port
+                ))
+            })?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_rdma_addresses_and_refuses_others() {
+        let e = Endpoint::from_shared("rdma://127.0.0.1:7471").unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("127.0.0.1", 7471));
+        let e = Endpoint::from_shared("rdma://[::1]:9/").unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("::1", 9));
+        assert!(Endpoint::from_shared("http://127.0.0.1:1").is_err());
+        assert!(Endpoint::from_shared("rdma://127.0.0.1").is_err());
+        assert!(Endpoint::from_shared("rdma://:80").is_err());
+    }
+}

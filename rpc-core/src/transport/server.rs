@@ -1,0 +1,392 @@
+//! `Server`: the builder, the router, the accept loop and the shared receive path.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use rpc_transport::msg::{self, handshake, Hello, RecvPool, RecvTarget, SendRing};
+use rpc_transport::{
+    AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpInitAttr, QpType, SharedReceiveQueue,
+    SrqInitAttr, WcOpcode, WorkCompletion,
+};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tower::util::BoxCloneService;
+use tower::Service;
+
+use crate::engine::{ServerConfig, ServerConn};
+use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
+use crate::status::Status;
+use crate::transport::poll::{self, CompletionMode};
+use crate::transport::server_conn::SConn;
+use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
+
+type BoxService = BoxCloneService<ServerCall, ServerReply, Status>;
+
+/// Services by `NamedService::NAME`. A `Mutex` only because a boxed service is not
+/// `Sync`; it is held for one clone per call, never across the call.
+#[derive(Default)]
+pub(crate) struct Routes(HashMap<&'static str, Mutex<BoxService>>);
+
+impl Routes {
+    pub(crate) fn get(&self, name: &str) -> Option<BoxService> {
+        self.0.get(name).map(|s| lock(s).clone())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug, Clone)]
+struct ServerSettings {
+    credits: u32,
+    slot_size: usize,
+    pool_slots: u32,
+    max_message: usize,
+    mode: CompletionMode,
+    device: Option<String>,
+}
+
+/// Builds and runs a server.
+#[derive(Debug)]
+pub struct Server {
+    settings: ServerSettings,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            settings: ServerSettings {
+                credits: DEFAULT_CREDITS,
+                slot_size: DEFAULT_SLOT_SIZE,
+                pool_slots: 16 * (DEFAULT_CREDITS + 1),
+                max_message: DEFAULT_MAX_MESSAGE,
+                mode: CompletionMode::default(),
+                device: None,
+            },
+        }
+    }
+}
+
+/// A server with services added.
+pub struct Router {
+    settings: ServerSettings,
+    routes: Routes,
+}
+
+impl Server {
+    /// A server with default settings.
+    pub fn builder() -> Server {
+        Server::default()
+    }
+
+    /// Most calls in flight on one connection (its credits, less the one clients keep
+    /// for CANCEL frames).
+    pub fn credits_per_connection(mut self, n: u32) -> Self {
+        self.settings.credits = n.max(1);
+        self
+    }
+
+    /// Receive slots in the shared pool (SRQ): the sum of all connections' credits.
+    /// A connection that would exceed it is refused at the handshake.
+    pub fn receive_pool_slots(mut self, n: u32) -> Self {
+        self.settings.pool_slots = n.max(1);
+        self
+    }
+
+    /// Frame (slot) size in bytes for every connection.
+    pub fn slot_size(mut self, bytes: usize) -> Self {
+        self.settings.slot_size = bytes.max(crate::engine::MIN_FRAME);
+        self
+    }
+
+    /// Largest message accepted or sent (beyond: `RESOURCE_EXHAUSTED`).
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.settings.max_message = bytes;
+        self
+    }
+
+    /// How completions are reaped.
+    pub fn completion_mode(mut self, mode: CompletionMode) -> Self {
+        self.settings.mode = mode;
+        self
+    }
+
+    /// Opens this RDMA device instead of the default one.
+    pub fn device(mut self, name: impl Into<String>) -> Self {
+        self.settings.device = Some(name.into());
+        self
+    }
+
+    /// Adds a service.
+    pub fn add_service<S>(self, svc: S) -> Router
+    where
+        S: Service<
+                ServerCall,
+                Response = ServerReply,
+                Error = Status,
+                Future = BoxFuture<ServerReply>,
+            > + NamedService
+            + Clone
+            + Send
+            + 'static,
+    {
+        Router {
+            settings: self.settings,
+            routes: Routes::default(),
+        }
+        .add_service(svc)
+    }
+}
+
+impl Router {
+    /// Adds another service.
+    pub fn add_service<S>(mut self, svc: S) -> Router
+    where
+        S: Service<
+                ServerCall,
+                Response = ServerReply,
+                Error = Status,
+                Future = BoxFuture<ServerReply>,
+            > + NamedService
+            + Clone
+            + Send
+            + 'static,
+    {
+        self.routes
+            .0
+            .insert(S::NAME, Mutex::new(BoxCloneService::new(svc)));
+        self
+    }
+
+    /// Serves on `addr` until an error.
+    pub async fn serve(self, addr: SocketAddr) -> Result<(), Error> {
+        self.serve_with_shutdown(addr, std::future::pending()).await
+    }
+
+    /// Serves on `addr` until `signal` completes; then closes every connection
+    /// (clients see `UNAVAILABLE`) and returns.
+    pub async fn serve_with_shutdown<F: Future<Output = ()>>(
+        self,
+        addr: SocketAddr,
+        signal: F,
+    ) -> Result<(), Error> {
+        let listener = TcpListener::bind(addr).await?;
+        self.serve_with_listener(listener, signal).await
+    }
+
+    /// Serves connections from an already bound listener (lets a caller bind port 0
+    /// and learn the address first) until `signal` completes.
+    pub async fn serve_with_listener<F: Future<Output = ()>>(
+        self,
+        listener: TcpListener,
+        signal: F,
+    ) -> Result<(), Error> {
+        let s = self.settings;
+        let dev = msg::open_device(s.device.as_deref())?;
+        let pd = dev.alloc_pd()?;
+        let pool_slots = s.pool_slots.min(dev.attr().max_srq_wr.max(1));
+        let srq = Arc::new(pd.create_srq(&SrqInitAttr {
+            max_wr: pool_slots,
+            max_sge: 1,
+            srq_limit: 0,
+        })?);
+        // Receives of the whole pool plus every ring's sends (rings sum to the pool).
+        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64)?);
+        let pool = RecvPool::new(
+            &pd,
+            RecvTarget::Srq(srq.clone()),
+            pool_slots,
+            s.slot_size,
+            None,
+        )?;
+        tracing::info!(
+            addr = %listener.local_addr()?,
+            provider = %dev.provider(),
+            device = dev.name(),
+            pool_slots,
+            slot_size = s.slot_size,
+            "rdma-rpc server listening"
+        );
+        let shared = Arc::new(Shared {
+            routes: Arc::new(self.routes),
+            conns: Mutex::new(HashMap::new()),
+            granted: Mutex::new(0),
+            pool_slots,
+            pd,
+            srq,
+            cq,
+            pool,
+            kick: Notify::new(),
+            closing: AtomicBool::new(false),
+            settings: s,
+        });
+        let poller = tokio::spawn(receive_loop(shared.clone()));
+        tokio::pin!(signal);
+        loop {
+            tokio::select! {
+                () = &mut signal => break,
+                r = listener.accept() => match r {
+                    Ok((tcp, peer)) => {
+                        let sh = shared.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = accept(sh, tcp).await {
+                                tracing::debug!(%peer, error = %e, "handshake failed");
+                            }
+                        });
+                    }
+                    Err(e) => tracing::debug!(error = %e, "accept failed"),
+                },
+            }
+        }
+        shared.closing.store(true, Ordering::Release);
+        shared.kick.notify_one();
+        let conns: Vec<Arc<SConn>> = lock(&shared.conns).drain().map(|(_, c)| c).collect();
+        for c in conns {
+            c.kill();
+            c.shutdown.notify_one();
+        }
+        let _ = poller.await;
+        Ok(())
+    }
+}
+
+/// What the accept loop, the handshakes and the receive loop share.
+struct Shared {
+    routes: Arc<Routes>,
+    conns: Mutex<HashMap<u32, Arc<SConn>>>,
+    granted: Mutex<u32>,
+    pool_slots: u32,
+    pd: ProtectionDomain,
+    srq: Arc<SharedReceiveQueue>,
+    cq: Arc<CompletionQueue>,
+    pool: RecvPool,
+    kick: Notify,
+    closing: AtomicBool,
+    settings: ServerSettings,
+}
+
+/// The server's one poller: every connection's receives (through the SRQ) and sends.
+async fn receive_loop(sh: Arc<Shared>) {
+    let mut wcs = [WorkCompletion::default(); 64];
+    while !sh.closing.load(Ordering::Acquire) {
+        match poll::wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick).await {
+            Ok(0) => {}
+            Ok(n) => handle(&sh, &wcs[..n]),
+            Err(e) => {
+                tracing::error!(error = %e, "server completion queue failed");
+                return;
+            }
+        }
+    }
+}
+
+fn handle(sh: &Arc<Shared>, wcs: &[WorkCompletion]) {
+    let now = Instant::now();
+    let _batch = sh.pool.batch();
+    let conns = lock(&sh.conns);
+    for wc in wcs {
+        let conn = conns.get(&wc.qp_num);
+        match wc.opcode {
+            WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => {
+                let slot = sh.pool.complete(wc);
+                match (conn, slot) {
+                    (Some(c), Ok(slot)) => {
+                        c.on_frame(now, wc.imm_data.unwrap_or(0), slot, &sh.routes)
+                    }
+                    (Some(c), Err(_)) => c.kill(),
+                    // A connection already gone: the slot goes back to the pool.
+                    (None, _) => {}
+                }
+            }
+            _ => {
+                if let Some(c) = conn {
+                    c.on_send_completion(wc);
+                }
+            }
+        }
+    }
+}
+
+/// The server half of the handshake, then the liveness watch.
+async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
+    tcp.set_nodelay(true)?;
+    let hello = handshake::recv(&mut tcp).await?;
+    let s = &sh.settings;
+    // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames.
+    let credits = hello.credits.min(s.credits + 1).max(2);
+    let granted = {
+        let mut g = lock(&sh.granted);
+        let ok = *g + credits <= sh.pool_slots;
+        if ok {
+            *g += credits;
+        }
+        ok
+    };
+    if !granted {
+        let mut no = hello;
+        no.flags = handshake::FLAG_REJECTED;
+        handshake::send(&mut tcp, &no).await?;
+        return Err(Error::new("receive pool fully granted; connection refused"));
+    }
+    let release = |sh: &Shared| *lock(&sh.granted) -= credits;
+    let setup = || -> Result<_, Error> {
+        let mut init = QpInitAttr::new(QpType::Rc, &sh.cq, &sh.cq);
+        init.srq = Some(&sh.srq);
+        init.cap = QpCap {
+            max_send_wr: credits,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        let qp = Arc::new(sh.pd.create_qp(&init)?);
+        let psn = qp.qp_num() & 0x00ff_ffff;
+        qp.connect_rc(&hello.endpoint, psn, AccessFlags::empty())?;
+        let ring = SendRing::new(&sh.pd, qp.clone(), credits, s.slot_size)?;
+        let engine = ServerConn::new(ServerConfig {
+            frame_size: s.slot_size,
+            max_recv_message: s.max_message,
+            max_send_message: s.max_message.min(hello.max_message as usize),
+            buffer_cap: 2 * s.max_message + s.slot_size,
+        });
+        Ok((qp, psn, Arc::new(SConn::new(engine, ring))))
+    };
+    let (qp, psn, conn) = match setup() {
+        Ok(x) => x,
+        Err(e) => {
+            release(&sh);
+            return Err(e);
+        }
+    };
+    let qpn = qp.qp_num();
+    lock(&sh.conns).insert(qpn, conn.clone());
+    let reply = Hello {
+        flags: 0,
+        endpoint: qp.endpoint(psn)?,
+        slot_size: s.slot_size as u32,
+        credits,
+        max_message: s.max_message as u64,
+    };
+    drop(qp);
+    if let Err(e) = handshake::send(&mut tcp, &reply).await {
+        lock(&sh.conns).remove(&qpn);
+        release(&sh);
+        return Err(e.into());
+    }
+    tracing::debug!(qpn, credits, "client connected");
+    tokio::select! {
+        () = handshake::closed(&mut tcp) => {}
+        () = conn.shutdown.notified() => {}
+    }
+    // The client is gone (or the server stops): reclaim its QP, slots and credits.
+    lock(&sh.conns).remove(&qpn);
+    conn.kill();
+    release(&sh);
+    tracing::debug!(qpn, "client disconnected");
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! One server-side connection: its engine, its send slots, and answering calls.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use rpc_transport::msg::{RecvSlot, SendRing};
+use rpc_transport::WorkCompletion;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+use tower::ServiceExt;
+
+use crate::engine::{Incoming, RequestBody, ServerConn};
+use crate::payload::Payload;
+use crate::server::{ServerCall, ServerReply};
+use crate::status::Status;
+use crate::transport::server::Routes;
+
+pub(crate) struct SState {
+    engine: ServerConn,
+    ring: SendRing,
+    dead: bool,
+    /// Handlers still running, so that a client's CANCEL or death stops them (one
+    /// map entry per call: the price of not running abandoned work to the end).
+    running: HashMap<u32, AbortHandle>,
+}
+
+/// A connection as the server sees it.
+pub(crate) struct SConn {
+    state: Mutex<SState>,
+    /// Signalled when send slots come back (a reply waiting for a slot retries).
+    slot_wait: Notify,
+    /// Tells the liveness watcher to close the TCP connection (server shutdown).
+    pub(crate) shutdown: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SConn {
+    pub(crate) fn new(engine: ServerConn, ring: SendRing) -> SConn {
+        SConn {
+            state: Mutex::new(SState {
+                engine,
+                ring,
+                dead: false,
+                running: HashMap::new(),
+            }),
+            slot_wait: Notify::new(),
+            shutdown: Notify::new(),
+        }
+    }
+
+    /// The peer is gone: nothing more is sent; replies of running calls are dropped.
+    pub(crate) fn kill(&self) {
+        let mut st = lock(&self.state);
+        st.dead = true;
+        for (_, h) in st.running.drain() {
+            h.abort();
+        }
+        drop(st);
+        self.slot_wait.notify_waiters();
+    }
+
+    /// Posts queued answers while send slots last.
+    fn pump(st: &mut SState) {
+        while !st.dead && st.engine.wants_transmit() {
+            let Some(slot) = st.ring.acquire() else {
+                // The next send completion of this connection pumps again.
+                return;
+            };
+            let SState { engine, ring, .. } = &mut *st;
+            let Some(t) = engine.poll_transmit(ring.buf(&slot)) else {
+                st.ring.release(slot);
+                return;
+            };
+            if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                tracing::debug!(error = %e, "server post failed; dropping connection");
+                st.dead = true;
+            }
+        }
+    }
+
+    /// A send completion of this connection.
+    pub(crate) fn on_send_completion(&self, wc: &WorkCompletion) {
+        let mut st = lock(&self.state);
+        st.ring.handle_completion(wc);
+        if !wc.is_ok() {
+            st.dead = true;
+        }
+        Self::pump(&mut st);
+        drop(st);
+        self.slot_wait.notify_waiters();
+    }
+
+    /// A received frame of this connection; a complete request is spawned as a call.
+    pub(crate) fn on_frame(
+        self: &Arc<Self>,
+        now: Instant,
+        imm: u32,
+        slot: RecvSlot,
+        routes: &Arc<Routes>,
+    ) {
+        let mut st = lock(&self.state);
+        if st.dead {
+            return;
+        }
+        let inc = st.engine.handle_frame(now, imm, slot.bytes());
+        Self::pump(&mut st);
+        while let Some(id) = st.engine.poll_cancelled() {
+            if let Some(h) = st.running.remove(&id) {
+                h.abort();
+            }
+        }
+        if let Some(inc) = inc {
+            let Incoming {
+                id,
+                bytes,
+                path,
+                body,
+                metadata,
+                timeout,
+            } = inc;
+            let payload = match bytes {
+                RequestBody::InFrame => {
+                    let n = slot.len();
+                    Payload::from_slot(slot, 0..n)
+                }
+                RequestBody::Owned(v) => Payload::from_vec(v),
+            };
+            let call = ServerCall::from_parts(payload, path, body, metadata, timeout);
+            // Spawned under the lock, so the handler cannot answer (and remove its
+            // entry) before the entry exists.
+            let task = tokio::spawn(run_call(self.clone(), routes.clone(), id, call, timeout));
+            st.running.insert(id, task.abort_handle());
+        }
+    }
+
+    /// Encodes the reply into a send slot (waiting for one if all are in flight).
+    async fn respond(&self, id: u32, result: Result<ServerReply, Status>) {
+        let parts = result.map(|r| r.into_parts());
+        loop {
+            let notified = self.slot_wait.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = lock(&self.state);
+                if st.dead {
+                    return;
+                }
+                st.running.remove(&id);
+                if let Some(slot) = st.ring.acquire() {
+                    let SState { engine, ring, .. } = &mut *st;
+                    let r = parts
+                        .as_ref()
+                        .map(|(m, msg)| (m, &**msg))
+                        .map_err(Clone::clone);
+                    match engine.respond(id, r, ring.buf(&slot)) {
+                        Some(t) => {
+                            if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                                tracing::debug!(error = %e, "server post failed");
+                                st.dead = true;
+                            }
+                        }
+                        None => st.ring.release(slot),
+                    }
+                    Self::pump(&mut st);
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Runs one call: routes it, bounds it by its deadline, catches a panicking
+/// handler (INTERNAL), and answers.
+async fn run_call(
+    conn: Arc<SConn>,
+    routes: Arc<Routes>,
+    id: u32,
+    call: Result<ServerCall, Status>,
+    timeout: Option<Duration>,
+) {
+    let work = async move {
+        let call = call?;
+        let svc = routes
+            .get(call.service())
+            .ok_or_else(|| Status::unimplemented(format!("unknown service {}", call.service())))?;
+        svc.oneshot(call).await
+    };
+    let work = AssertUnwindSafe(work).catch_unwind();
+    let result = match timeout {
+        Some(t) => match tokio::time::timeout(t, work).await {
+            Ok(r) => r,
+            Err(_) => Ok(Err(Status::deadline_exceeded(format!(
+                "deadline of {t:?} exceeded on the server"
+            )))),
+        },
+        None => work.await,
+    };
+    let result = result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")));
+    conn.respond(id, result).await;
+}

@@ -1,0 +1,40 @@
+//! The message layer: registered slot rings with a safe API over the unsafe posts,
+//! and the connection handshake.
+//!
+//! * [`SendRing`]: one memory region cut into slots; a slot's bytes are writable only
+//!   while it is not in flight, and it returns to the ring when the completion that
+//!   covers it is reaped (selective signaling: one signaled WR frees every earlier
+//!   slot, since a send queue completes in order).
+//! * [`RecvPool`]: one memory region cut into slots, posted to an SRQ (shared by
+//!   every connection of a server) or a QP's receive queue. A reaped receive becomes
+//!   a [`RecvSlot`] that exposes the received bytes and reposts its buffer when
+//!   dropped; reposts made inside a [`RecvPool::batch`] go out as one post list.
+//! * [`handshake`]: the versioned exchange over an out-of-band TCP connection that
+//!   stays open as the liveness channel.
+
+pub mod handshake;
+mod recv_pool;
+mod send_ring;
+#[cfg(test)]
+mod tests;
+
+pub use handshake::Hello;
+pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
+pub use send_ring::{SendRing, SendSlot};
+
+use crate::device::Device;
+use crate::error::Result;
+
+/// Opens the device named `name`, or with `None` the default one
+/// ([`Device::open_default`]: verbs when built and present, else soft), and logs
+/// which provider was chosen.
+pub fn open_device(name: Option<&str>) -> Result<Device> {
+    match name {
+        None => Device::open_default(),
+        Some(n) => {
+            let dev = Device::open(n)?;
+            tracing::info!(provider = %dev.provider(), device = dev.name(), "opened RDMA device");
+            Ok(dev)
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! `RecvPool`: registered receive slots posted to an SRQ or a QP's receive queue.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::access::AccessFlags;
+use crate::error::{Error, Result};
+use crate::mr::MemoryRegion;
+use crate::pd::ProtectionDomain;
+use crate::qp::QueuePair;
+use crate::srq::SharedReceiveQueue;
+use crate::wc::{WcStatus, WorkCompletion};
+use crate::wr::{RecvWr, Sge};
+
+/// Where a pool posts its receives.
+#[derive(Clone)]
+pub enum RecvTarget {
+    /// A shared receive queue (a server's, for every connection).
+    Srq(Arc<SharedReceiveQueue>),
+    /// One QP's own receive queue.
+    Qp(Arc<QueuePair>),
+}
+
+/// Called with the number of receives just reposted (a client returns that many
+/// credits to its engine).
+pub type OnRepost = Box<dyn Fn(u32) + Send + Sync>;
+
+/// Receives reposted per post list.
+const POST_CHUNK: usize = 32;
+
+struct Inner {
+    // Field order: the queue the receives sit on goes before the memory they name.
+    target: RecvTarget,
+    mr: MemoryRegion,
+    slot_size: usize,
+    pending: Mutex<Vec<u32>>,
+    batching: AtomicBool,
+    reposted: AtomicU64,
+    on_repost: Option<OnRepost>,
+}
+
+/// `n` receive slots of `slot_size` bytes in one registered region.
+#[derive(Clone)]
+pub struct RecvPool {
+    inner: Arc<Inner>,
+}
+
+/// A completed receive: the received bytes, until dropped, when the buffer is posted
+/// again (at once, or at the end of the current [`RecvPool::batch`]).
+pub struct RecvSlot {
+    pool: Arc<Inner>,
+    idx: u32,
+    len: usize,
+    retired: bool,
+}
+
+/// While alive, dropped [`RecvSlot`]s wait and are reposted together in post lists
+/// when it drops (doorbell batching for a burst of completions).
+pub struct RecvBatch<'a> {
+    pool: &'a RecvPool,
+}
+
+impl RecvPool {
+    /// Registers `n` slots and posts them all to `target`.
+    pub fn new(
+        pd: &ProtectionDomain,
+        target: RecvTarget,
+        n: u32,
+        slot_size: usize,
+        on_repost: Option<OnRepost>,
+    ) -> Result<RecvPool> {
+        if n == 0 || slot_size == 0 || slot_size > u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "receive pool of {n} slots of {slot_size} bytes"
+            )));
+        }
+        let mr = pd.alloc_mr(n as usize * slot_size, AccessFlags::LOCAL_WRITE)?;
+        let pool = RecvPool {
+            inner: Arc::new(Inner {
+                target,
+                mr,
+                slot_size,
+                pending: Mutex::new((0..n).collect()),
+                batching: AtomicBool::new(false),
+                reposted: AtomicU64::new(0),
+                on_repost: None,
+            }),
+        };
+        pool.inner.flush_checked()?;
+        // The initial posts are not returns: install the hook only now.
+        let mut inner = Arc::try_unwrap(pool.inner).ok().expect("not shared yet");
+        inner.on_repost = on_repost;
+        inner.reposted = AtomicU64::new(0);
+        Ok(RecvPool {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Bytes per slot.
+    pub fn slot_size(&self) -> usize {
+        self.inner.slot_size
+    }
+
+    /// Receives reposted since creation.
+    pub fn reposted(&self) -> u64 {
+        self.inner.reposted.load(Ordering::Relaxed)
+    }
+
+    /// Turns a receive completion of this pool into its slot. An error completion
+    /// (a flushed receive of a dead QP) yields its status; its buffer is reposted
+    /// only to an SRQ, which outlives the QP.
+    pub fn complete(&self, wc: &WorkCompletion) -> std::result::Result<RecvSlot, WcStatus> {
+        let mut slot = RecvSlot {
+            pool: self.inner.clone(),
+            idx: wc.wr_id as u32,
+            len: (wc.byte_len as usize).min(self.inner.slot_size),
+            retired: false,
+        };
+        if wc.is_ok() {
+            return Ok(slot);
+        }
+        // A QP's own receive is not reposted: its QP is in error and would flush it
+        // straight back. An SRQ outlives the QP, so its buffer goes back.
+        slot.retired = matches!(self.inner.target, RecvTarget::Qp(_));
+        Err(wc.status)
+    }
+
+    /// Starts a batch: reposts wait until the returned guard drops.
+    pub fn batch(&self) -> RecvBatch<'_> {
+        self.inner.batching.store(true, Ordering::SeqCst);
+        RecvBatch { pool: self }
+    }
+}
+
+impl Drop for RecvBatch<'_> {
+    fn drop(&mut self) {
+        self.pool.inner.batching.store(false, Ordering::SeqCst);
+        self.pool.inner.flush();
+    }
+}
+
+impl Inner {
+    fn flush(&self) {
+        if let Err(e) = self.flush_checked() {
+            // The queue is gone or in error: the connection is being torn down, and
+            // its buffers are not needed any more.
+            tracing::debug!(error = %e, "receive repost refused");
+        }
+    }
+
+    fn flush_checked(&self) -> Result<()> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        while !pending.is_empty() {
+            let k = pending.len().min(POST_CHUNK);
+            let mut sges = [Sge::default(); POST_CHUNK];
+            for (s, &idx) in sges.iter_mut().zip(&pending[pending.len() - k..]) {
+                *s = self
+                    .mr
+                    .sge(idx as usize * self.slot_size, self.slot_size as u32);
+            }
+            let wrs: [RecvWr<'_>; POST_CHUNK] = std::array::from_fn(|i| RecvWr {
+                wr_id: u64::from(pending[pending.len() - k + i.min(k - 1)]),
+                sg_list: std::slice::from_ref(&sges[i]),
+            });
+            let wrs = &wrs[..k];
+            // Each SGE names a whole slot of this pool's live region; a slot is pending
+            // only after its `RecvSlot` dropped (or before it was ever posted), so
+            // nothing reads or writes it until its completion is reaped and turned into
+            // a new `RecvSlot`; the region outlives the queue (field order).
+            let r = match &self.target {
+                // SAFETY: as explained above.
+                RecvTarget::Srq(s) => unsafe { s.post_recv(wrs) },
+                // SAFETY: as explained above.
+                RecvTarget::Qp(q) => unsafe { q.post_recv(wrs) },
+            };
+            let posted = match &r {
+                Ok(()) => k,
+                Err(Error::Post { index, .. }) => *index,
+                Err(_) => 0,
+            };
+            let new_len = pending.len() - k;
+            if posted < k {
+                // Keep the refused ones so a later flush can try again.
+                pending.drain(new_len..new_len + posted);
+            } else {
+                pending.truncate(new_len);
+            }
+            if posted > 0 {
+                self.reposted.fetch_add(posted as u64, Ordering::Relaxed);
+                if let Some(hook) = &self.on_repost {
+                    hook(posted as u32);
+                }
+            }
+            r?;
+        }
+        Ok(())
+    }
+}
+
+impl RecvSlot {
+    /// The received bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the receive for this slot completed and the buffer is reposted only
+        // when this guard drops, so the device writes nothing here while it lives.
+        unsafe {
+            self.pool
+                .mr
+                .slice(self.idx as usize * self.pool.slot_size, self.len)
+        }
+    }
+
+    /// Number of received bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was received (a frame with only an immediate).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for RecvSlot {
+    fn drop(&mut self) {
+        if self.retired {
+            return;
+        }
+        self.pool
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.idx);
+        // Pairs with the store in `RecvBatch::drop`: either the batch's flush sees
+        // this slot, or this load sees the batch over and flushes it here.
+        if !self.pool.batching.load(Ordering::SeqCst) {
+            self.pool.flush();
+        }
+    }
+}
+
+impl std::fmt::Debug for RecvSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecvSlot({} bytes)", self.len)
+    }
+}
+
+impl std::fmt::Debug for RecvPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvPool")
+            .field("slot_size", &self.inner.slot_size)
+            .finish()
+    }
+}

@@ -1,0 +1,147 @@
+//! The message layer over the soft provider: two devices in one process, waiting by
+//! polling with a deadline (never sleeping).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{RecvPool, RecvSlot, RecvTarget, SendRing};
+use crate::{
+    AccessFlags, CompletionQueue, Device, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair,
+    SharedReceiveQueue, SoftConfig, SrqInitAttr, WcOpcode, WorkCompletion,
+};
+
+struct Side {
+    pd: ProtectionDomain,
+    cq: Arc<CompletionQueue>,
+    _dev: Device,
+}
+
+fn side() -> Side {
+    let dev = Device::open_soft(SoftConfig::default()).unwrap();
+    Side {
+        pd: dev.alloc_pd().unwrap(),
+        cq: Arc::new(dev.create_cq(256).unwrap()),
+        _dev: dev,
+    }
+}
+
+fn qp(s: &Side, srq: Option<&SharedReceiveQueue>) -> Arc<QueuePair> {
+    let mut init = QpInitAttr::new(QpType::Rc, &s.cq, &s.cq);
+    init.srq = srq;
+    init.cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    Arc::new(s.pd.create_qp(&init).unwrap())
+}
+
+fn connect(a: &QueuePair, b: &QueuePair) {
+    let (ea, eb) = (a.endpoint(1).unwrap(), b.endpoint(2).unwrap());
+    a.connect_rc(&eb, 1, AccessFlags::empty()).unwrap();
+    b.connect_rc(&ea, 2, AccessFlags::empty()).unwrap();
+}
+
+/// Polls `cq` (driving `other` too) until a completion comes.
+fn next(cq: &CompletionQueue, other: &CompletionQueue) -> WorkCompletion {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut wc = [WorkCompletion::default()];
+    loop {
+        let _ = other.poll(&mut []);
+        if cq.poll(&mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        assert!(Instant::now() < deadline, "no completion within 10 s");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn slots_cycle_through_send_ring_and_receive_pool_with_selective_signaling() {
+    let (a, b) = (side(), side());
+    let (qa, qb) = (qp(&a, None), qp(&b, None));
+    connect(&qa, &qb);
+    let reposts = Arc::new(AtomicU32::new(0));
+    let hook = {
+        let r = reposts.clone();
+        Box::new(move |n: u32| {
+            r.fetch_add(n, Ordering::Relaxed);
+        })
+    };
+    let pool = RecvPool::new(&b.pd, RecvTarget::Qp(qb.clone()), 8, 1024, Some(hook)).unwrap();
+    let mut ring = SendRing::new(&a.pd, qa.clone(), 8, 1024).unwrap();
+
+    // Four times as many messages as slots: slots must come back to be reused.
+    for i in 0..32u32 {
+        let slot = loop {
+            if let Some(s) = ring.acquire() {
+                break s;
+            }
+            let wc = next(&a.cq, &b.cq);
+            assert!(wc.is_ok(), "{wc:?}");
+            ring.handle_completion(&wc);
+        };
+        let len = if i % 2 == 0 { 40 } else { 900 }; // inline and not
+        ring.buf(&slot)[..len].fill(i as u8);
+        ring.post(slot, len, 0x100 + i).unwrap();
+
+        let wc = next(&b.cq, &a.cq);
+        assert_eq!(wc.opcode, WcOpcode::Recv);
+        assert_eq!(wc.imm_data, Some(0x100 + i));
+        let got: RecvSlot = pool.complete(&wc).unwrap();
+        assert_eq!(got.len(), len);
+        assert!(got.bytes().iter().all(|&x| x == i as u8));
+        drop(got); // reposts the receive
+    }
+    assert_eq!(reposts.load(Ordering::Relaxed), 32);
+    assert_eq!(pool.reposted(), 32);
+    // Every slot is free or awaiting the signaled completion that covers it.
+    assert!(ring.free_slots() + ring.in_flight() == 8);
+}
+
+#[test]
+fn one_srq_pool_serves_two_connections_and_batches_reposts() {
+    let (srv, c1, c2) = (side(), side(), side());
+    let srq = Arc::new(
+        srv.pd
+            .create_srq(&SrqInitAttr {
+                max_wr: 16,
+                max_sge: 1,
+                srq_limit: 0,
+            })
+            .unwrap(),
+    );
+    let pool = RecvPool::new(&srv.pd, RecvTarget::Srq(srq.clone()), 16, 512, None).unwrap();
+    let (s1, s2) = (qp(&srv, Some(&srq)), qp(&srv, Some(&srq)));
+    let (q1, q2) = (qp(&c1, None), qp(&c2, None));
+    connect(&q1, &s1);
+    connect(&q2, &s2);
+    let mut r1 = SendRing::new(&c1.pd, q1.clone(), 4, 512).unwrap();
+    let mut r2 = SendRing::new(&c2.pd, q2.clone(), 4, 512).unwrap();
+    for (ring, tag) in [(&mut r1, 1u8), (&mut r2, 2u8)] {
+        for _ in 0..4 {
+            let s = ring.acquire().unwrap();
+            ring.buf(&s)[0] = tag;
+            ring.post(s, 1, u32::from(tag)).unwrap();
+        }
+        assert!(ring.acquire().is_none(), "all four slots in flight");
+    }
+    let mut held = Vec::new();
+    let batch = pool.batch();
+    for _ in 0..8 {
+        let wc = next(&srv.cq, &c1.cq);
+        let _ = c2.cq.poll(&mut []);
+        let slot = pool.complete(&wc).unwrap();
+        let from = if wc.qp_num == s1.qp_num() { 1 } else { 2 };
+        assert_eq!(slot.bytes(), &[from]);
+        assert_eq!(wc.imm_data, Some(u32::from(from)));
+        held.push(slot);
+    }
+    drop(held);
+    assert_eq!(pool.reposted(), 0, "reposts wait for the batch");
+    drop(batch);
+    assert_eq!(pool.reposted(), 8, "one flush at the end of the batch");
+}

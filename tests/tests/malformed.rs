@@ -1,0 +1,121 @@
+//! Bad input from a raw peer: a client that speaks the handshake but then posts
+//! garbage frames. The server must answer every frame (so the peer's credits stay
+//! balanced), never crash, and keep serving everyone else.
+
+use std::time::{Duration, Instant};
+
+use rpc_core::client::Grpc;
+use rpc_core::transport::{Channel, Server};
+use rpc_core::Request;
+use rpc_transport::msg::{handshake, Hello, RecvPool, RecvTarget, SendRing};
+use rpc_transport::{
+    AccessFlags, Device, QpCap, QpInitAttr, QpType, SoftConfig, WcOpcode, WorkCompletion,
+};
+use tests::{path, serve_echo, Echo};
+
+/// Deterministic xorshift.
+fn rng(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_frames_are_answered_and_crash_nothing() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr, _t) = serve_echo(Server::builder(), async move {
+        let _ = rx.await;
+    })
+    .await;
+
+    // A raw client over the message layer.
+    let dev = Device::open_soft(SoftConfig::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
+    init.cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let qp = std::sync::Arc::new(pd.create_qp(&init).unwrap());
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let hello = Hello {
+        flags: 0,
+        endpoint: qp.endpoint(5).unwrap(),
+        slot_size: 8192,
+        credits: 8,
+        max_message: 1 << 20,
+    };
+    handshake::send(&mut tcp, &hello).await.unwrap();
+    let reply = handshake::recv(&mut tcp).await.unwrap();
+    assert!(!reply.rejected());
+    qp.connect_rc(&reply.endpoint, 5, AccessFlags::empty())
+        .unwrap();
+    let slot = reply.slot_size as usize;
+    let pool = RecvPool::new(&pd, RecvTarget::Qp(qp.clone()), 8, slot, None).unwrap();
+    let mut ring = SendRing::new(&pd, qp.clone(), 8, slot).unwrap();
+
+    let mut seed = 0x5eed_u64;
+    for i in 0..300 {
+        // One frame at a time: random kind and call id, random bytes, sometimes a
+        // plausible request head with lying lengths.
+        let s = loop {
+            if let Some(s) = ring.acquire() {
+                break s;
+            }
+            let mut wc = [WorkCompletion::default(); 8];
+            let n = cq.poll(&mut wc).unwrap();
+            for w in &wc[..n] {
+                ring.handle_completion(w);
+            }
+            tokio::task::yield_now().await;
+        };
+        let len = (rng(&mut seed) % 300) as usize;
+        let buf = ring.buf(&s);
+        for b in &mut buf[..len] {
+            *b = rng(&mut seed) as u8;
+        }
+        if i % 3 == 0 && len >= 16 {
+            buf[12] = 0;
+            buf[13] = (rng(&mut seed) % 40) as u8;
+        }
+        let imm = ((rng(&mut seed) % 16) as u32) << 28 | (i as u32 % 5);
+        ring.post(s, len, imm).unwrap();
+
+        // Exactly one answer comes back for it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut wc = [WorkCompletion::default(); 1];
+            if cq.poll(&mut wc).unwrap() == 1 {
+                let w = wc[0];
+                assert!(w.is_ok(), "frame {i}: {w:?}");
+                if w.opcode == WcOpcode::Recv {
+                    drop(pool.complete(&w).unwrap());
+                    break;
+                }
+                ring.handle_completion(&w);
+            }
+            assert!(Instant::now() < deadline, "frame {i} got no answer");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    // The server still serves a well-behaved client.
+    let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
+    let r = Grpc::new(ch)
+        .unary::<Echo, Echo>(
+            Request::new(Echo {
+                id: 9,
+                data: vec![1],
+            }),
+            path("Echo"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.into_inner().id, 9);
+    drop(tx);
+}

@@ -1,0 +1,104 @@
+//! Cross-process: the server runs as a child process (this test binary re-executed
+//! with an environment variable); killing it must end in-flight calls UNAVAILABLE.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rpc_core::client::Grpc;
+use rpc_core::transport::{Channel, Server};
+use rpc_core::{Code, Request};
+use tests::{path, serve_echo, Echo};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+const CHILD: &str = "RDMA_RPC_TEST_CHILD_SERVER";
+
+/// In the child: serve until stdin closes (the parent exited or let go), printing the
+/// port first. In a normal test run: does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_server() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let stop = async {
+        let mut sink = Vec::new();
+        let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+    };
+    let (addr, task) = serve_echo(Server::builder(), stop).await;
+    println!("PORT {}", addr.port());
+    task.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_server_ends_in_flight_calls_unavailable() {
+    tests::init_tracing();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = tokio::process::Command::new(exe)
+        .args(["--exact", "child_server", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let port = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            // libtest prints "test child_server ... " before the test's own output.
+            if let Some(i) = l.find("PORT ") {
+                return l[i + 5..].trim().parse::<u16>().unwrap();
+            }
+        }
+        panic!("child exited without a port");
+    })
+    .await
+    .expect("child server started within 30 s");
+
+    let ch = Channel::connect(format!("rdma://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let mut g = Grpc::new(ch.clone());
+    let ok = g
+        .unary::<Echo, Echo>(
+            Request::new(Echo {
+                id: 5,
+                data: vec![1],
+            }),
+            path("Echo"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.into_inner().id, 5);
+
+    // Calls that the server holds for a minute, then the server dies.
+    let mut calls = Vec::new();
+    for i in 0..8 {
+        let mut g = Grpc::new(ch.clone());
+        calls.push(tokio::spawn(async move {
+            g.unary::<Echo, Echo>(
+                Request::new(Echo {
+                    id: 60_000 + i,
+                    data: vec![],
+                }),
+                path("Sleep"),
+            )
+            .await
+        }));
+    }
+    child.kill().await.unwrap();
+    let t0 = Instant::now();
+    for c in calls {
+        let e = tokio::time::timeout(Duration::from_secs(10), c)
+            .await
+            .expect("every in-flight call ends")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    // And new calls fail fast too.
+    let e = g
+        .unary::<Echo, Echo>(Request::new(Echo::default()), path("Echo"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable);
+}
