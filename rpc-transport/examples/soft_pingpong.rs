@@ -1,9 +1,10 @@
 //! 64-byte RC ping-pong over two soft devices, next to a raw TCP ping-pong over
 //! loopback measured in the same run. Both sides busy-poll.
 //!
-//! `cargo run --release -p rpc-transport --example soft_pingpong [iters]`
+//! `cargo run --release -p rpc-transport --example soft_pingpong [iters] [name filter]`
 //! runs: raw TCP (two threads), soft RC (two threads, two processes), soft UD (two
-//! threads; the payload sits after the 40-byte GRH area on receive).
+//! threads; the payload sits after the 40-byte GRH area on receive), and event-driven
+//! variants under tokio (`poll_async` against tokio's `TcpStream`).
 //!
 //! Across network namespaces: `SOFT_BIND` is the address this process's soft devices
 //! bind, and `SOFT_CHILD_WRAP` a command prefix for the child process, e.g.
@@ -141,9 +142,6 @@ fn ud_side(
         .unwrap();
     let mr = pd.alloc_mr(64 * 1024, AccessFlags::LOCAL_WRITE).unwrap();
     qp.activate_ud(0x5eed, 0).unwrap();
-    tx(qp.endpoint(0).unwrap());
-    let peer = rx();
-    let ah = pd.create_ah(&AhAttr::from_endpoint(&peer, 0)).unwrap();
     let slot = 40 + SIZE;
     let post_recv = |i: u64| {
         let sge = [mr.sge(slot * (1 + i as usize % RECVS as usize), slot as u32)];
@@ -156,9 +154,13 @@ fn ud_side(
         }
         .unwrap();
     };
+    // Receives first: a datagram arriving before them would be dropped, as UD does.
     for i in 0..RECVS {
         post_recv(i);
     }
+    tx(qp.endpoint(0).unwrap());
+    let peer = rx();
+    let ah = pd.create_ah(&AhAttr::from_endpoint(&peer, 0)).unwrap();
     let sge = [mr.sge(0, SIZE as u32)];
     let dest = UdDest {
         ah: &ah,
@@ -220,6 +222,139 @@ fn ud_threads(iters: usize) -> Vec<Duration> {
     );
     server.join().unwrap();
     s
+}
+
+/// RC ping-pong where both sides sleep in `poll_async` between messages.
+fn soft_async(iters: usize) -> Vec<Duration> {
+    let side = |client: bool, tx: mpsc::Sender<QpEndpoint>, rx: mpsc::Receiver<QpEndpoint>| {
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let dev = Device::open_soft(SoftConfig::default()).unwrap();
+            let pd = dev.alloc_pd().unwrap();
+            let cq = dev.create_cq(256).unwrap();
+            let qp = pd
+                .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+                .unwrap();
+            let mr = pd.alloc_mr(64 * 1024, AccessFlags::LOCAL_WRITE).unwrap();
+            tx.send(qp.endpoint(0).unwrap()).unwrap();
+            qp.connect_rc(&rx.recv().unwrap(), 0, AccessFlags::empty())
+                .unwrap();
+            let post_recv = |i: u64| {
+                let sge = [mr.sge(SIZE * (1 + i as usize % RECVS as usize), SIZE as u32)];
+                // SAFETY: as in `soft_side`.
+                unsafe {
+                    qp.post_recv(&[RecvWr {
+                        wr_id: i,
+                        sg_list: &sge,
+                    }])
+                }
+                .unwrap();
+            };
+            for i in 0..RECVS {
+                post_recv(i);
+            }
+            let sge = [mr.sge(0, SIZE as u32)];
+            let send = |n: u64| {
+                let flags = if n % 32 == 31 {
+                    SendFlags::INLINE | SendFlags::SIGNALED
+                } else {
+                    SendFlags::INLINE
+                };
+                // SAFETY: inline payload, copied during the call.
+                unsafe { qp.post_send(&[SendWr::new(n, SendOp::Send, &sge).flags(flags)]) }
+                    .unwrap();
+            };
+            rt.block_on(async {
+                let mut wc = [WorkCompletion::default(); 16];
+                let mut samples = Vec::with_capacity(iters);
+                for i in 0..(WARMUP + iters) as u64 {
+                    let t = Instant::now();
+                    if client {
+                        send(i);
+                    }
+                    let id = loop {
+                        let n = cq.poll_async(&mut wc).await.unwrap();
+                        if let Some(w) = wc[..n]
+                            .iter()
+                            .find(|w| w.opcode == rpc_transport::WcOpcode::Recv)
+                        {
+                            break w.wr_id;
+                        }
+                    };
+                    post_recv(id);
+                    if client {
+                        if i >= WARMUP as u64 {
+                            samples.push(t.elapsed());
+                        }
+                    } else {
+                        send(i);
+                    }
+                }
+                // Let the last ACKs out before the device goes away.
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(20), cq.poll_async(&mut wc)).await;
+                samples
+            })
+        })
+    };
+    let (tx_a, rx_b) = mpsc::channel();
+    let (tx_b, rx_a) = mpsc::channel();
+    let server = side(false, tx_b, rx_b);
+    let client = side(true, tx_a, rx_a);
+    let s = client.join().unwrap();
+    server.join().unwrap();
+    s
+}
+
+/// The same under tokio over TCP.
+fn tcp_async(iters: usize) -> Vec<Duration> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::from_std({
+                l.set_nonblocking(true).unwrap();
+                l
+            })
+            .unwrap();
+            let (mut s, _) = l.accept().await.unwrap();
+            s.set_nodelay(true).unwrap();
+            let mut buf = [0u8; SIZE];
+            for _ in 0..WARMUP + iters {
+                s.read_exact(&mut buf).await.unwrap();
+                s.write_all(&buf).await.unwrap();
+            }
+        })
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let v = rt.block_on(async {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.set_nodelay(true).unwrap();
+        let mut buf = [0u8; SIZE];
+        let mut v = Vec::with_capacity(iters);
+        for i in 0..WARMUP + iters {
+            let t = Instant::now();
+            c.write_all(&buf).await.unwrap();
+            c.read_exact(&mut buf).await.unwrap();
+            if i >= WARMUP {
+                v.push(t.elapsed());
+            }
+        }
+        v
+    });
+    server.join().unwrap();
+    v
 }
 
 fn soft_threads(iters: usize) -> Vec<Duration> {
@@ -340,9 +475,19 @@ fn main() {
         return;
     }
     let iters = args.get(1).map(|s| s.parse().unwrap()).unwrap_or(20_000);
-    report("raw TCP (threads)", raw_tcp(iters));
-    report("soft RC (threads)", soft_threads(iters));
-    report("soft RC (processes)", soft_processes(iters));
-    report("soft UD (threads)", ud_threads(iters));
-    report("raw TCP (threads)", raw_tcp(iters));
+    // An optional second argument runs only the measurements whose name contains it.
+    let only = args.get(2).cloned().unwrap_or_default();
+    type Run = (&'static str, fn(usize) -> Vec<Duration>);
+    let runs: [Run; 7] = [
+        ("raw TCP (threads)", raw_tcp),
+        ("soft RC (threads)", soft_threads),
+        ("soft RC (processes)", soft_processes),
+        ("soft UD (threads)", ud_threads),
+        ("tokio TCP (event)", tcp_async),
+        ("soft RC (event)", soft_async),
+        ("raw TCP (threads)", raw_tcp),
+    ];
+    for (name, f) in runs.into_iter().filter(|(n, _)| n.contains(only.as_str())) {
+        report(name, f(iters));
+    }
 }

@@ -1,141 +1,117 @@
-//! The RDMA side: one RC QP per process, Send/Receive, both sides busy-polling one CQ.
+//! The RDMA side: one RC QP per process, Send-with-Immediate/Receive, both sides
+//! busy-polling one CQ.
 //!
-//! The server echoes each ping-pong message straight from the receive slot it landed
-//! in (no copy), and reposts the slot once the echo's send completes. In the streaming
-//! phase it reposts each slot at once and answers the last message with a 1-byte Send.
+//! Built on the safe message layer ([`SendRing`], [`RecvPool`]), so the tool posts
+//! no work request itself: the ring owns the send buffers and the pool the receive
+//! buffers, each handing them out only while no work request names them. Sends are selectively
+//! signaled (the ring's policy), so a send completion may free several slots.
+//!
+//! The server copies each ping-pong message from the receive slot it landed in into
+//! a send slot and echoes that, with the same immediate (the client checks it). In
+//! the streaming phase it reposts each receive at once (batched per poll) and
+//! answers the last message with a 1-byte Send.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rpc_transport::msg::{RecvPool, RecvSlot, RecvTarget, SendRing, SendSlot};
 use rpc_transport::{
-    AccessFlags, CompletionQueue, Device, MemoryRegion, ProviderKind, QpCap, QpInitAttr, QpType,
-    QueuePair, RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WorkCompletion,
+    AccessFlags, CompletionQueue, Device, ProviderKind, QpCap, QpInitAttr, QpType, WcOpcode,
+    WorkCompletion,
 };
 
 use crate::oob::{Oob, Params};
 use crate::stats::Summary;
 use crate::Result;
 
-/// `wr_id` of a receive: `RECV | slot`; of a send: `SEND | slot` (slot 0 for the
-/// client's only send buffer).
-const RECV: u64 = 1 << 32;
-const SEND: u64 = 2 << 32;
-const SLOT_MASK: u64 = 0xffff_ffff;
-/// `wr_id` of the server's reply to the last streamed message: it frees no ring slot.
-const REPLY: u64 = SEND | SLOT_MASK;
 /// Largest inline payload the tool asks for with `--inline`.
 const MAX_INLINE_ASK: u32 = 256;
+/// Immediate of the server's reply to the last streamed message.
+const REPLY_IMM: u32 = u32::MAX;
 
-/// Everything one side needs: its QP, the CQ for both directions and its memory.
+/// Everything one side needs: its QP (shared by the ring and the pool), the CQ for
+/// both directions and the buffers.
 struct Link {
-    // Declared first so it is destroyed before the memory its WRs name.
-    qp: QueuePair,
+    // Field order: the ring and the pool each drop their handle on the QP before
+    // their memory; the QP goes with the last handle, before the CQ and the device.
+    /// `window` send slots of `size` bytes: at most `window` sends in flight.
+    ring: SendRing,
+    /// Receive slots of `size` bytes on the QP's own receive queue.
+    pool: RecvPool,
     cq: CompletionQueue,
-    /// Receive ring of `slots` × `size` bytes.
-    ring: MemoryRegion,
-    /// What the client sends (and the server's final 1-byte reply).
-    out: MemoryRegion,
-    slots: usize,
     size: u32,
-    /// Whether sends go inline (`--inline` and `size` ≤ granted max_inline_data).
-    inline: bool,
-    psn: u32,
     dev: Device,
 }
 
 impl Link {
-    fn open(device: &str, p: Params) -> Result<Link> {
+    /// Creates the QP, trades `LID:QPN:PSN:GID` with the peer, brings the QP to RTS
+    /// and posts the receives; the server posts them before it answers, so the
+    /// client may send at once.
+    fn connect(device: &str, p: Params, oob: &mut Oob, server: bool) -> Result<Link> {
         let dev = Device::open(device)?;
         let pd = dev.alloc_pd()?;
         // Twice the window, so reposting can lag the sender a little without RNR.
-        let slots = (2 * p.window as usize).max(16);
-        let cq = dev.create_cq(2 * slots as u32 + 16)?;
+        let slots = (2 * p.window).max(16);
+        let cq = dev.create_cq(2 * slots + 16)?;
         let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
         init.cap = QpCap {
-            max_send_wr: slots as u32 + 1,
-            max_recv_wr: slots as u32,
+            max_send_wr: slots + 1,
+            max_recv_wr: slots,
             max_send_sge: 1,
             max_recv_sge: 1,
+            // The ring sends inline whatever fits the granted max_inline_data.
             max_inline_data: if p.inline {
                 p.size.min(MAX_INLINE_ASK)
             } else {
                 0
             },
         };
-        let qp = pd.create_qp(&init)?;
-        let inline = p.inline && p.size <= qp.cap().max_inline_data;
-        let ring = pd.alloc_mr(slots * p.size as usize, AccessFlags::LOCAL_WRITE)?;
-        let out = pd.alloc_mr(p.size as usize, AccessFlags::LOCAL_WRITE)?;
-        out.write(0, &vec![0xa5; p.size as usize]);
+        let qp = Arc::new(pd.create_qp(&init)?);
+        let mut ring = SendRing::new(&pd, qp.clone(), p.window, p.size as usize)?;
+        // The client's payload, written once: slots keep their bytes across sends.
+        let held: Vec<SendSlot> = std::iter::from_fn(|| ring.acquire()).collect();
+        for s in held {
+            ring.buf(&s).fill(0xa5);
+            ring.release(s);
+        }
+
         // ibv_rc_pingpong draws its PSN at random; any 24-bit value will do.
         let nanos = std::time::SystemTime::UNIX_EPOCH
             .elapsed()
             .map_or(0, |d| d.subsec_nanos());
-        let psn = nanos ^ std::process::id();
-        Ok(Link {
-            qp,
-            cq,
-            ring,
-            out,
-            slots,
-            size: p.size,
-            inline,
-            psn: psn & 0xff_ffff,
-            dev,
-        })
-    }
-
-    /// Trades `LID:QPN:PSN:GID` with the peer and brings the QP to RTS; the server
-    /// posts its receives before it answers, so the client may send at once.
-    fn connect(&self, oob: &mut Oob, server: bool) -> Result<()> {
-        let local = self.qp.endpoint(self.psn)?;
-        let remote = if server {
+        let psn = (nanos ^ std::process::id()) & 0xff_ffff;
+        let local = qp.endpoint(psn)?;
+        let open_pool = || {
+            RecvPool::new(
+                &pd,
+                RecvTarget::Qp(qp.clone()),
+                slots,
+                p.size as usize,
+                None,
+            )
+        };
+        let (remote, pool) = if server {
             let remote = oob.recv_endpoint()?;
-            self.qp
-                .connect_rc(&remote, self.psn, AccessFlags::empty())?;
-            self.post_ring()?;
+            qp.connect_rc(&remote, psn, AccessFlags::empty())?;
+            let pool = open_pool()?;
             oob.send_endpoint(&local)?;
-            remote
+            (remote, pool)
         } else {
             oob.send_endpoint(&local)?;
             let remote = oob.recv_endpoint()?;
-            self.qp
-                .connect_rc(&remote, self.psn, AccessFlags::empty())?;
-            self.post_ring()?;
-            remote
+            qp.connect_rc(&remote, psn, AccessFlags::empty())?;
+            (remote, open_pool()?)
         };
-        tracing::debug!(%local, %remote, "connected");
-        Ok(())
-    }
-
-    fn post_ring(&self) -> Result<()> {
-        (0..self.slots).try_for_each(|i| self.post_recv(i))
-    }
-
-    fn post_recv(&self, slot: usize) -> Result<()> {
-        let sge = [self.ring.sge(slot * self.size as usize, self.size)];
-        let wr = RecvWr {
-            wr_id: RECV | slot as u64,
-            sg_list: &sge,
-        };
-        // SAFETY: the slot belongs to `ring`, which outlives the QP (field order); the
-        // tool reads a slot only after its receive completed and reposts it only after
-        // any echo sent from it completed.
-        unsafe { self.qp.post_recv(&[wr]) }?;
-        Ok(())
-    }
-
-    /// Sends `len` bytes of `mr` at `off` with `wr_id`.
-    fn post_send(&self, mr: &MemoryRegion, off: usize, len: u32, wr_id: u64) -> Result<()> {
-        let sge = [mr.sge(off, len)];
-        let mut flags = SendFlags::SIGNALED;
-        if self.inline && len <= self.size {
-            flags |= SendFlags::INLINE;
-        }
-        let wr = SendWr::new(wr_id, SendOp::Send, &sge).flags(flags);
-        // SAFETY: `mr` is `out` (never written after setup) or a ring slot that is not
-        // reposted as a receive until this send completes; both outlive the QP.
-        unsafe { self.qp.post_send(&[wr]) }?;
-        Ok(())
+        tracing::debug!(%local, %remote, inline_max = qp.cap().max_inline_data, "connected");
+        drop(qp);
+        Ok(Link {
+            ring,
+            pool,
+            cq,
+            size: p.size,
+            dev,
+        })
     }
 
     /// One busy poll: completions are returned, failures become errors.
@@ -148,18 +124,32 @@ impl Link {
         }
         Ok(&wc[..n])
     }
-}
 
-fn slot_of(wc: &WorkCompletion) -> usize {
-    (wc.wr_id & SLOT_MASK) as usize
+    /// A receive completion as its slot (reposted when dropped).
+    fn received(&self, w: &WorkCompletion) -> Result<RecvSlot> {
+        self.pool
+            .complete(w)
+            .map_err(|status| format!("receive {:#x} failed: {status}", w.wr_id).into())
+    }
+
+    /// Posts `slot` so that it asks for a completion, which then covers every send
+    /// before it: the ring signals the post that leaves it with no free slot, so the
+    /// other free slots are held across the post.
+    fn post_signaled(&mut self, slot: SendSlot, len: usize, imm: u32) -> Result<()> {
+        let held: Vec<SendSlot> = std::iter::from_fn(|| self.ring.acquire()).collect();
+        let r = self.ring.post(slot, len, imm);
+        for s in held {
+            self.ring.release(s);
+        }
+        Ok(r?)
+    }
 }
 
 /// Client: connects, runs the ping-pong and streaming phases, and summarises them.
 pub(crate) fn client(device: &str, p: Params, oob: &mut Oob) -> Result<(ProviderKind, Summary)> {
-    let link = Link::open(device, p)?;
-    link.connect(oob, false)?;
-    let mut rtts = ping_pong(&link, p)?;
-    let elapsed = stream(&link, p)?;
+    let mut link = Link::connect(device, p, oob, false)?;
+    let mut rtts = ping_pong(&mut link, p)?;
+    let elapsed = stream(&mut link, p)?;
     // Keep the QP until the server has seen its last send acknowledged: destroying it
     // at once could drop that acknowledgement (ibv_rc_pingpong syncs the same way).
     oob.expect_word("RDMA-DONE")?;
@@ -167,57 +157,80 @@ pub(crate) fn client(device: &str, p: Params, oob: &mut Oob) -> Result<(Provider
     Ok((link.dev.provider(), Summary::new(&mut rtts, bytes, elapsed)))
 }
 
-fn ping_pong(link: &Link, p: Params) -> Result<Vec<Duration>> {
+fn ping_pong(link: &mut Link, p: Params) -> Result<Vec<Duration>> {
     let mut wc = [WorkCompletion::default(); 16];
     let mut rtts = Vec::with_capacity(p.iters as usize);
-    let mut sends_in_flight = 0usize;
     for i in 0..p.warmup + p.iters {
         let start = Instant::now();
-        link.post_send(&link.out, 0, link.size, SEND)?;
-        sends_in_flight += 1;
-        let mut echoed = false;
-        // The send's own completion may trail the echo; reap it whenever it comes, but
-        // never let the send queue fill.
-        while !echoed || sends_in_flight >= link.slots {
+        // A full ring has a signaled send coming that frees it: reap until a slot is
+        // free (the completions of earlier sends may trail their echoes).
+        let slot = loop {
+            if let Some(s) = link.ring.acquire() {
+                break s;
+            }
+            for w in link.poll(&mut wc)? {
+                if w.opcode != WcOpcode::Send {
+                    return Err(format!("unexpected {:?} completion", w.opcode).into());
+                }
+                link.ring.handle_completion(w);
+            }
+        };
+        link.ring.post(slot, link.size as usize, i)?;
+        let mut echo = None;
+        while echo.is_none() {
             for w in link.poll(&mut wc)? {
                 if w.opcode == WcOpcode::Send {
-                    sends_in_flight -= 1;
-                } else {
-                    if w.byte_len != link.size {
-                        return Err(
-                            format!("echo of {} bytes, sent {}", w.byte_len, link.size).into()
-                        );
-                    }
-                    link.post_recv(slot_of(w))?;
-                    echoed = true;
+                    link.ring.handle_completion(w);
+                    continue;
                 }
+                let got = link.received(w)?;
+                if got.len() != link.size as usize || w.imm_data != Some(i) {
+                    return Err(format!(
+                        "echo of {} bytes with immediate {:?}, sent {} with {i}",
+                        got.len(),
+                        w.imm_data,
+                        link.size
+                    )
+                    .into());
+                }
+                echo = Some(got);
             }
         }
         if i >= p.warmup {
             rtts.push(start.elapsed());
         }
+        // Reposts the receive, outside the timed round trip.
+        drop(echo);
     }
     Ok(rtts)
 }
 
-/// Streams `iters` messages with at most `window` outstanding; returns the time until
-/// the server's reply to the last one.
-fn stream(link: &Link, p: Params) -> Result<Duration> {
+/// Streams `iters` messages with at most `window` outstanding (the ring's slots);
+/// returns the time until the server's reply to the last one. The last send is
+/// signaled so that the phase ends with every send completed.
+fn stream(link: &mut Link, p: Params) -> Result<Duration> {
     let mut wc = [WorkCompletion::default(); 16];
-    let (mut posted, mut completed) = (0u32, 0u32);
+    let mut posted = 0u32;
     let mut replied = None;
     let start = Instant::now();
-    while replied.is_none() || completed < posted {
-        while posted < p.iters && posted - completed < p.window {
-            link.post_send(&link.out, 0, link.size, SEND)?;
+    while replied.is_none() || link.ring.in_flight() > 0 {
+        while posted < p.iters {
+            let Some(slot) = link.ring.acquire() else {
+                break;
+            };
             posted += 1;
+            if posted == p.iters {
+                link.post_signaled(slot, link.size as usize, posted)?;
+            } else {
+                link.ring.post(slot, link.size as usize, posted)?;
+            }
         }
         for w in link.poll(&mut wc)? {
             if w.opcode == WcOpcode::Send {
-                completed += 1;
+                link.ring.handle_completion(w);
             } else {
+                drop(link.received(w)?);
                 replied = Some(start.elapsed());
-                link.post_recv(slot_of(w))?;
             }
         }
     }
@@ -227,40 +240,68 @@ fn stream(link: &Link, p: Params) -> Result<Duration> {
 /// Server: connects, echoes `warmup + iters` messages, then counts `iters` streamed
 /// messages and replies to the last.
 pub(crate) fn serve(device: &str, p: Params, oob: &mut Oob) -> Result<()> {
-    let link = Link::open(device, p)?;
-    link.connect(oob, true)?;
+    let mut link = Link::connect(device, p, oob, true)?;
     let echoes = u64::from(p.warmup + p.iters);
     let total = echoes + u64::from(p.iters);
     let mut wc = [WorkCompletion::default(); 16];
-    let (mut received, mut sends_in_flight) = (0u64, 0usize);
+    // Messages to echo that wait for a free send slot, with their immediates.
+    let mut waiting: VecDeque<(RecvSlot, Option<u32>)> = VecDeque::with_capacity(4);
+    let mut received = 0u64;
     let mut replied = false;
-    while !replied || sends_in_flight > 0 {
-        for w in link.poll(&mut wc)? {
-            let slot = slot_of(w);
-            match w.opcode {
-                WcOpcode::Send => {
-                    sends_in_flight -= 1;
-                    if w.wr_id != REPLY {
-                        link.post_recv(slot)?;
-                    }
-                }
-                _ if received < echoes => {
-                    received += 1;
-                    let off = slot * link.size as usize;
-                    link.post_send(&link.ring, off, w.byte_len, SEND | slot as u64)?;
-                    sends_in_flight += 1;
-                }
-                _ => {
-                    received += 1;
-                    link.post_recv(slot)?;
-                    if received == total {
-                        link.post_send(&link.out, 0, 1, REPLY)?;
-                        sends_in_flight += 1;
-                        replied = true;
-                    }
-                }
+    while !replied || link.ring.in_flight() > 0 {
+        let done = link.poll(&mut wc)?;
+        if done.is_empty() {
+            continue;
+        }
+        // Receives freed in one poll are reposted as one post list, after the echoes.
+        let pool = link.pool.clone();
+        let _batch = pool.batch();
+        for w in done {
+            if w.opcode == WcOpcode::Send {
+                link.ring.handle_completion(w);
+                continue;
             }
+            let msg = link.received(w)?;
+            received += 1;
+            if received <= echoes {
+                waiting.push_back((msg, w.imm_data));
+                continue;
+            }
+            drop(msg);
+            if received == total {
+                let slot = acquire(&mut link)?;
+                link.post_signaled(slot, 1, REPLY_IMM)?;
+                replied = true;
+            }
+        }
+        while !waiting.is_empty() {
+            let Some(slot) = link.ring.acquire() else {
+                break;
+            };
+            let (msg, imm) = waiting.pop_front().expect("not empty");
+            // The one copy of the echo path: the received bytes (--size, up to a
+            // slot) into the send slot, so the receive slot can be reposted at once
+            // (when the batch ends, after the echo is posted).
+            link.ring.buf(&slot)[..msg.len()].copy_from_slice(msg.bytes());
+            link.ring.post(slot, msg.len(), imm.unwrap_or(0))?;
         }
     }
     oob.send_word("RDMA-DONE")
+}
+
+/// A free send slot, reaping send completions until one is; only used once the
+/// client has stopped sending, so no receive can come in meanwhile.
+fn acquire(link: &mut Link) -> Result<SendSlot> {
+    let mut wc = [WorkCompletion::default(); 16];
+    loop {
+        if let Some(s) = link.ring.acquire() {
+            return Ok(s);
+        }
+        for w in link.poll(&mut wc)? {
+            if w.opcode != WcOpcode::Send {
+                return Err(format!("unexpected {:?} completion", w.opcode).into());
+            }
+            link.ring.handle_completion(w);
+        }
+    }
 }

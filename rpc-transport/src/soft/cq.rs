@@ -6,6 +6,13 @@
 //! few QPs it simply tries each (one `read` per QP, like a raw TCP poller); with many it
 //! asks its epoll set which sockets are ready, so a server with hundreds of
 //! connections does not issue a read per connection per poll.
+//!
+//! Waiting: `event_fd` is that epoll set (level-triggered): the QPs' sockets, the
+//! device's UDP socket when UD QPs complete here, and an eventfd signalled when a
+//! completion lands in an armed CQ from outside its own poll. Readable means "poll now".
+//!
+//! Overrun: a push into a full ring puts the CQ in error (`poll` returns
+//! `CqOverrun`, `CqErr` is raised); its QPs see it and move to ERR.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -64,6 +71,8 @@ pub struct Cq {
     overrun: AtomicBool,
     armed: AtomicU8,
     notify: EventFd,
+    /// `notify` may be readable (lets `consume_events` skip a syscall when not).
+    signaled: AtomicBool,
     epoll: Epoll,
     // Taken by this CQ's poller for the whole progress pass (and briefly at QP
     // creation): uncontended unless the same CQ is polled from two threads at once.
@@ -92,6 +101,7 @@ impl Cq {
             overrun: AtomicBool::new(false),
             armed: AtomicU8::new(ARM_NONE),
             notify,
+            signaled: AtomicBool::new(false),
             epoll,
             members: Mutex::new(Members::default()),
             deferred: Mutex::new(Vec::new()),
@@ -223,7 +233,7 @@ impl Cq {
                 self.overrun.store(true, Ordering::Relaxed);
                 drop(r);
                 self.dev.raise(AsyncEvent::CqErr(ObjectId(self.id)));
-                self.notify.signal();
+                self.signal();
                 return false;
             }
             let tail = (r.head + r.len) % cap;
@@ -247,12 +257,19 @@ impl Cq {
     }
 
     /// Signals the event descriptor if the CQ is armed for this kind of completion.
+    fn signal(&self) {
+        // Flag first: a `consume_events` racing with us either sees the flag and
+        // drains, or runs before and leaves the fresh signal readable.
+        self.signaled.store(true, Ordering::Release);
+        self.notify.signal();
+    }
+
     /// `urgent`: solicited or an error, which also wakes a solicited-only arming.
     fn wake_if_armed(&self, urgent: bool) {
         let armed = self.armed.load(Ordering::Acquire);
         let wake = armed == ARM_ANY || (armed == ARM_SOLICITED && urgent);
         if wake && self.armed.swap(ARM_NONE, Ordering::AcqRel) != ARM_NONE {
-            self.notify.signal();
+            self.signal();
         }
     }
 
@@ -275,7 +292,9 @@ impl Cq {
     }
 
     pub(crate) fn consume_events(&self) {
-        self.notify.drain();
+        if self.signaled.swap(false, Ordering::AcqRel) {
+            self.notify.drain();
+        }
     }
 
     pub(crate) fn capacity(&self) -> u32 {

@@ -94,6 +94,14 @@ fn bind_pair(cfg: &SoftConfig) -> std::io::Result<(TcpListener, UdpSocket)> {
 impl Device {
     pub(crate) fn open(config: SoftConfig) -> Result<Arc<Device>> {
         let verb = |e| Error::verb("ibv_open_device", e);
+        if config.bind.is_unspecified() || config.bind.is_multicast() || config.bind.is_broadcast()
+        {
+            // The address becomes the GID peers connect to: it must name this host.
+            return Err(Error::InvalidArgument(format!(
+                "soft devices bind one unicast address, not {}",
+                config.bind
+            )));
+        }
         if config.ud_mtu < 256 || config.ud_mtu > 65_000 {
             return Err(Error::InvalidArgument(format!(
                 "ud_mtu {} outside 256..=65000",

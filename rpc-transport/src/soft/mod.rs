@@ -23,6 +23,11 @@
 //! | `ud` | UD over UDP |
 //! | `faults` | deterministic UD fault injection |
 //! | `helper` | the helper thread |
+//! | `sys` | eventfd and epoll wrappers |
+//!
+//! Locks, in the order they may nest: a CQ's member list, a QP, then the leaves (an
+//! SRQ, the key table, a CQ ring, the event queue, the parked-connection list). Each
+//! is per object and uncontended in the common case of one thread per CQ.
 
 mod cq;
 mod device;

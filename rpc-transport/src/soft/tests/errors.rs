@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::{
-    AhAttr, AsyncEvent, Error, Mtu, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendOp, SendWr,
-    WcStatus, WorkCompletion,
+    AhAttr, AsyncEvent, Device, Error, Mtu, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendOp,
+    SendWr, SoftConfig, WcStatus, WorkCompletion,
 };
 
 #[test]
@@ -210,4 +210,29 @@ fn a_peer_in_err_fails_sends_with_retry_exc_at_once() {
         "{:?}",
         start.elapsed()
     );
+}
+
+#[test]
+fn unusable_device_settings_are_refused() {
+    use std::net::Ipv4Addr;
+    let open = |cfg: SoftConfig| Device::open_soft(cfg).err();
+    let base = SoftConfig::default();
+    assert!(matches!(
+        open(SoftConfig {
+            bind: Ipv4Addr::UNSPECIFIED,
+            ..base.clone()
+        }),
+        Some(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        open(SoftConfig {
+            ud_mtu: 100,
+            ..base.clone()
+        }),
+        Some(Error::InvalidArgument(_))
+    ));
+    // A fixed port in use by another device is an error, not a shared NIC.
+    let d = Device::open_soft(base.clone()).unwrap();
+    let port = d.gid(1, 0).unwrap().soft_addr().unwrap().port();
+    assert!(open(SoftConfig { port, ..base }).is_some());
 }
