@@ -6,10 +6,11 @@
 # Parts (SOFTROCE_PARTS, comma list): smoke (the verbs provider's own device tests),
 # conformance (the provider-neutral suite on rxe0), interop (rc_pingpong_compat against
 # rdma-core's ibv_rc_pingpong, both directions), figures (rdma-pingpong beside
-# perftest's ib_send_lat / ib_send_bw, same boot).
+# perftest's ib_send_lat / ib_send_bw, same boot), rpc (rdma-rpc's end-to-end RPC tests,
+# whose default device here is rxe0).
 DEV=${RXE_DEV:-rxe0}
 GIDX=${RXE_GID_INDEX:-1}
-PARTS=${SOFTROCE_PARTS:-smoke,conformance,interop,figures}
+PARTS=${SOFTROCE_PARTS:-smoke,conformance,rpc,interop,figures}
 FAILS=0
 t() { read -r up _ < /proc/uptime; echo "$up"; }
 ok() { echo "softroce-check: ok $*"; }
@@ -78,6 +79,15 @@ fi
 if part conformance; then
   RDMA_RPC_TEST_DEVICE=$DEV libtest conformance 1200 ./conformance \
     --include-ignored --test-threads="${SOFTROCE_TEST_THREADS:-1}"
+fi
+
+if part rpc; then
+  # Every rpc-* binary staged by the host (tests/tests/*.rs built with rdma): unary calls,
+  # errors, large messages, malformed frames, dead peers, over verbs on rxe0.
+  for b in ./rpc-*; do
+    [ -x "$b" ] || { bad "rpc (no rpc-* test binary staged)"; break; }
+    libtest "${b#./}" 900 "$b" --test-threads=1
+  done
 fi
 
 if part interop; then
