@@ -1,5 +1,6 @@
 //! Shared helpers for rdma-rpc's integration tests: a hand-written prost message, a
-//! hand-implemented service (no codegen needed), and servers that stop by themselves.
+//! hand-implemented service (no codegen needed), servers that stop by themselves, and
+//! the code generated from `proto/helloworld.proto` and `proto/kv.proto` (`build.rs`).
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -11,6 +12,18 @@ use std::time::Duration;
 use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
 use rpc_core::transport::Server;
 use rpc_core::{Request, Response, Status};
+
+/// `proto/helloworld.proto`: `GreeterClient`, `greeter_server::Greeter`.
+#[allow(missing_docs, unreachable_pub)]
+pub mod hello_world {
+    rpc_core::include_proto!("helloworld");
+}
+
+/// `proto/kv.proto`: `KeyValueClient`, `key_value_server::KeyValue`.
+#[allow(missing_docs, unreachable_pub)]
+pub mod kv {
+    rpc_core::include_proto!("kv");
+}
 
 static ABORTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static STARTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
