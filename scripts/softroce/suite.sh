@@ -82,10 +82,10 @@ if part conformance; then
 fi
 
 if part rpc; then
-  # Every rpc-* binary staged by the host (tests/tests/*.rs built with rdma): unary calls,
+  # Every e2e-* binary staged by the host (tests/tests/*.rs built with rdma): unary calls,
   # errors, large messages, malformed frames, dead peers, over verbs on rxe0.
-  for b in ./rpc-*; do
-    [ -x "$b" ] || { bad "rpc (no rpc-* test binary staged)"; break; }
+  for b in ./e2e-*; do
+    [ -x "$b" ] || { bad "rpc (no e2e-* test binary staged)"; break; }
     libtest "${b#./}" 900 "$b" --test-threads=1
   done
 fi
