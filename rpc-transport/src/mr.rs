@@ -26,7 +26,7 @@ pub struct RemoteMr {
 }
 
 impl RemoteMr {
-    /// Fixed-size big-endian encoding (16 bytes) for out-of-band exchange.
+    /// Fixed-size big-endian encoding (20 bytes: addr, len, rkey) for out-of-band exchange.
     pub fn to_bytes(&self) -> [u8; 20] {
         let mut b = [0u8; 20];
         b[0..8].copy_from_slice(&self.addr.to_be_bytes());
