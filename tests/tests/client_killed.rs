@@ -94,6 +94,7 @@ fn names(prefix: &str) -> Vec<String> {
 /// blocking calls, then waits (for its stdin to close, or to be killed). In a normal
 /// test run: does nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child-process entry: its parent test runs it in a child process"]
 async fn child_client() {
     let Some(uri) = std::env::var_os(CHILD) else {
         return;
@@ -173,7 +174,13 @@ async fn a_killed_client_process_is_reclaimed_without_disturbing_others() {
     // that block in the handler.
     let exe = std::env::current_exe().unwrap();
     let mut child = tokio::process::Command::new(exe)
-        .args(["--exact", "child_client", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_client",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, &uri)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

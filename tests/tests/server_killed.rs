@@ -15,6 +15,7 @@ const CHILD: &str = "RDMA_RPC_TEST_CHILD_SERVER";
 /// In the child: serve until stdin closes (the parent exited or let go), printing the
 /// port first. In a normal test run: does nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child-process entry: its parent test runs it in a child process"]
 async fn child_server() {
     if std::env::var_os(CHILD).is_none() {
         return;
@@ -33,7 +34,13 @@ async fn killing_the_server_ends_in_flight_calls_unavailable() {
     tests::init_tracing();
     let exe = std::env::current_exe().unwrap();
     let mut child = tokio::process::Command::new(exe)
-        .args(["--exact", "child_server", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_server",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -112,8 +112,9 @@ impl KeyValue for Store {
 }
 
 /// In the child: serves greeter + kv on 127.0.0.1 port 0, prints the address, and
-/// shuts down when stdin closes. In a normal test run: does nothing.
+/// shuts down when stdin closes. Ignored in a normal run; outside a child it returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child-process entry: its parent test runs it in a child process"]
 async fn child_server() {
     if std::env::var_os(CHILD).is_none() {
         return;
@@ -139,7 +140,13 @@ async fn generated_clients_call_a_server_in_another_process() {
     tests::init_tracing();
     let exe = std::env::current_exe().unwrap();
     let mut child = tokio::process::Command::new(exe)
-        .args(["--exact", "child_server", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_server",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
