@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tower::Service;
 
+use super::lock;
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::{ClientConfig, ClientConn, Completion, Reply};
 use crate::payload::Payload;
@@ -66,10 +67,6 @@ struct Conn {
     cq: Arc<CompletionQueue>,
     mode: CompletionMode,
     default_timeout: Option<Duration>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The device client connections of this process share (one soft NIC or one verbs

@@ -62,6 +62,12 @@ impl From<std::io::Error> for Error {
 }
 
 /// Default frame (slot) size: one slot holds small calls whole.
+/// Locks a mutex, ignoring poisoning: a panicking handler or caller must not wedge a
+/// connection's shared state for everyone else.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub(crate) const DEFAULT_SLOT_SIZE: usize = 8 * 1024;
 /// Default calls in flight per connection. The handshake asks for one credit more:
 /// the engine keeps the last one for CANCEL frames.

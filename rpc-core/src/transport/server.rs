@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rpc_transport::msg::{self, handshake, Hello, RecvPool, RecvTarget, SendRing};
@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 use tower::util::BoxCloneService;
 use tower::Service;
 
+use super::lock;
 use crate::engine::{ServerConfig, ServerConn};
 use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use crate::status::Status;
@@ -35,10 +36,6 @@ impl Routes {
     pub(crate) fn get(&self, name: &str) -> Option<BoxService> {
         self.0.get(name).map(|s| lock(s).clone())
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[derive(Debug, Clone)]

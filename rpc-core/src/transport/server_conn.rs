@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tower::ServiceExt;
 
+use super::lock;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
@@ -34,10 +35,6 @@ pub(crate) struct SConn {
     slot_wait: Notify,
     /// Tells the liveness watcher to close the TCP connection (server shutdown).
     pub(crate) shutdown: Notify,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl SConn {
