@@ -175,3 +175,74 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// A child process running one `#[ignore]`d entry test of this same test binary.
+pub struct ChildTest {
+    /// The process (killed when dropped); its stdin is piped, so dropping
+    /// `child.stdin` is an end-of-file the child can wait for.
+    pub child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl ChildTest {
+    /// Re-executes the running test binary to run only `test` (an `#[ignore]`d child
+    /// entry), with `env.0 = env.1` set so that it knows it is the child.
+    pub fn spawn(test: &str, env: (&str, &str)) -> ChildTest {
+        let exe = std::env::current_exe().expect("path of the running test binary");
+        let mut child = tokio::process::Command::new(exe)
+            .args([
+                "--exact",
+                test,
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(env.0, env.1)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("re-executing the test binary");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+        ChildTest { child, lines }
+    }
+
+    /// The rest of the first line of the child's output that contains `tag` (libtest
+    /// may print `test NAME ... ` before the child's own text on the same line).
+    ///
+    /// # Panics
+    /// If the child exits first, or prints no such line within 30 s.
+    pub async fn read_tagged(&mut self, tag: &str) -> String {
+        let read = async {
+            while let Some(l) = self
+                .lines
+                .next_line()
+                .await
+                .expect("reading the child's output")
+            {
+                if let Some(i) = l.find(tag) {
+                    return l[i + tag.len()..].trim().to_string();
+                }
+            }
+            panic!("the child exited before printing {tag:?}");
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .unwrap_or_else(|_| panic!("the child printed no {tag:?} within 30 s"))
+    }
+
+    /// Every remaining line of the child's output, once it has closed its stdout.
+    pub async fn rest(&mut self) -> Vec<String> {
+        let mut rest = Vec::new();
+        while let Some(l) = self
+            .lines
+            .next_line()
+            .await
+            .expect("reading the child's output")
+        {
+            rest.push(l);
+        }
+        rest
+    }
+}

@@ -2,7 +2,6 @@
 //! does not disturb other clients, and the server reclaims what it held: its handlers
 //! are stopped and its share of the receive pool goes to the next client.
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +11,8 @@ use rpc_core::{Request, Response, Status};
 use tests::hello_world::greeter_client::GreeterClient;
 use tests::hello_world::greeter_server::{Greeter, GreeterServer};
 use tests::hello_world::{HelloReply, HelloRequest};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tests::ChildTest;
+use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 const CHILD: &str = "RDMA_RPC_TEST_CHILD_CLIENT_OF";
@@ -172,32 +172,8 @@ async fn a_killed_client_process_is_reclaimed_without_disturbing_others() {
 
     // The child client takes the rest of the pool and fills its credits with calls
     // that block in the handler.
-    let exe = std::env::current_exe().unwrap();
-    let mut child = tokio::process::Command::new(exe)
-        .args([
-            "--exact",
-            "child_client",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, &uri)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(l) = lines.next_line().await.unwrap() {
-            if l.contains("CALLING") {
-                return;
-            }
-        }
-        panic!("the child client exited before calling");
-    })
-    .await
-    .expect("the child client connected within 30 s");
+    let mut child = ChildTest::spawn("child_client", (CHILD, uri.as_str()));
+    child.read_tagged("CALLING").await;
     let got = recv_n(&mut entered, CALLS as usize, 30, "child calls entered").await;
     assert_eq!(got, names("block-child"));
     assert!(
@@ -207,7 +183,7 @@ async fn a_killed_client_process_is_reclaimed_without_disturbing_others() {
 
     // Kill the child while its calls are in the handlers.
     let before_kill = *done.borrow();
-    child.kill().await.unwrap();
+    child.child.kill().await.unwrap();
     drop(child);
 
     // Its handlers are stopped (dropped, never finished)...

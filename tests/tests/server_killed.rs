@@ -1,14 +1,13 @@
 //! Cross-process: the server runs as a child process (this test binary re-executed
 //! with an environment variable); killing it must end in-flight calls UNAVAILABLE.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rpc_core::client::Grpc;
 use rpc_core::transport::{Channel, Server};
 use rpc_core::{Code, Request};
-use tests::{path, serve_echo, Echo};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tests::{path, serve_echo, ChildTest, Echo};
+use tokio::io::AsyncReadExt;
 
 const CHILD: &str = "RDMA_RPC_TEST_CHILD_SERVER";
 
@@ -32,33 +31,8 @@ async fn child_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_server_ends_in_flight_calls_unavailable() {
     tests::init_tracing();
-    let exe = std::env::current_exe().unwrap();
-    let mut child = tokio::process::Command::new(exe)
-        .args([
-            "--exact",
-            "child_server",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let port = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(l) = lines.next_line().await.unwrap() {
-            // libtest prints "test child_server ... " before the test's own output.
-            if let Some(i) = l.find("PORT ") {
-                return l[i + 5..].trim().parse::<u16>().unwrap();
-            }
-        }
-        panic!("child exited without a port");
-    })
-    .await
-    .expect("child server started within 30 s");
+    let mut child = ChildTest::spawn("child_server", (CHILD, "1"));
+    let port: u16 = child.read_tagged("PORT ").await.parse().unwrap();
 
     let ch = Channel::connect(format!("rdma://127.0.0.1:{port}"))
         .await
@@ -91,7 +65,7 @@ async fn killing_the_server_ends_in_flight_calls_unavailable() {
             .await
         }));
     }
-    child.kill().await.unwrap();
+    child.child.kill().await.unwrap();
     let t0 = Instant::now();
     for c in calls {
         let e = tokio::time::timeout(Duration::from_secs(10), c)

@@ -3,113 +3,26 @@
 //! parent calls it through `GreeterClient`/`KeyValueClient`, then shuts it down by
 //! closing its stdin and expects a clean exit.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rpc_core::transport::{Channel, Server};
-use rpc_core::{Code, Request, Response, Status};
+// The server runs the services the examples ship (their own generated code); the
+// client side uses this crate's, so the two only share the wire.
+use examples::greeter::MyGreeter;
+use examples::hello_world::greeter_server::GreeterServer;
+use examples::kv::key_value_server::KeyValueServer;
+use examples::kv_store::MemoryStore;
+use rpc_core::Code;
 use tests::hello_world::greeter_client::GreeterClient;
-use tests::hello_world::greeter_server::{Greeter, GreeterServer};
-use tests::hello_world::{HelloReply, HelloRequest};
+use tests::hello_world::HelloRequest;
 use tests::kv::key_value_client::KeyValueClient;
-use tests::kv::key_value_server::{KeyValue, KeyValueServer};
-use tests::kv::{
-    DeleteRequest, DeleteResponse, Entry, GetRequest, GetResponse, PutRequest, PutResponse,
-    ScanRequest, ScanResponse,
-};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tests::kv::{GetRequest, PutRequest, ScanRequest};
+use tests::ChildTest;
+use tokio::io::AsyncReadExt;
 
 const CHILD: &str = "RDMA_RPC_TEST_TWO_PROCESS_SERVER";
-
-/// Greets by name; an empty name is `INVALID_ARGUMENT`.
-struct Greet;
-
-#[rpc_core::async_trait]
-impl Greeter for Greet {
-    async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
-        let name = req.into_inner().name;
-        if name.is_empty() {
-            return Err(Status::invalid_argument("name must not be empty"));
-        }
-        Ok(Response::new(HelloReply {
-            message: format!("Hello {name}!"),
-        }))
-    }
-}
-
-/// An in-memory key-value store; an empty key is `INVALID_ARGUMENT`.
-#[derive(Default)]
-struct Store(Mutex<BTreeMap<Vec<u8>, Vec<u8>>>);
-
-impl Store {
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, Vec<u8>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-fn check_key(key: &[u8]) -> Result<(), Status> {
-    if key.is_empty() {
-        return Err(Status::invalid_argument("key must not be empty"));
-    }
-    Ok(())
-}
-
-#[rpc_core::async_trait]
-impl KeyValue for Store {
-    async fn get(&self, req: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        let key = req.into_inner().key;
-        check_key(&key)?;
-        let value = self.map().get(&key).cloned();
-        Ok(Response::new(GetResponse { value }))
-    }
-
-    async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
-        let PutRequest { key, value } = req.into_inner();
-        check_key(&key)?;
-        let previous = self.map().insert(key, value);
-        Ok(Response::new(PutResponse { previous }))
-    }
-
-    async fn delete(
-        &self,
-        req: Request<DeleteRequest>,
-    ) -> Result<Response<DeleteResponse>, Status> {
-        let key = req.into_inner().key;
-        check_key(&key)?;
-        let existed = self.map().remove(&key).is_some();
-        Ok(Response::new(DeleteResponse { existed }))
-    }
-
-    async fn scan(&self, req: Request<ScanRequest>) -> Result<Response<ScanResponse>, Status> {
-        let ScanRequest {
-            start_key,
-            end_key,
-            limit,
-        } = req.into_inner();
-        let limit = if limit == 0 { 100 } else { limit as usize };
-        let end = if end_key.is_empty() {
-            Bound::Unbounded
-        } else {
-            Bound::Excluded(end_key)
-        };
-        let map = self.map();
-        let mut it = map.range((Bound::Included(start_key), end));
-        let entries: Vec<Entry> = it
-            .by_ref()
-            .take(limit)
-            .map(|(k, v)| Entry {
-                key: k.clone(),
-                value: v.clone(),
-            })
-            .collect();
-        let next_key = it.next().map(|(k, _)| k.clone()).unwrap_or_default();
-        Ok(Response::new(ScanResponse { entries, next_key }))
-    }
-}
 
 /// In the child: serves greeter + kv on 127.0.0.1 port 0, prints the address, and
 /// shuts down when stdin closes. Ignored in a normal run; outside a child it returns.
@@ -127,8 +40,8 @@ async fn child_server() {
     };
     println!("ADDR {addr}");
     Server::builder()
-        .add_service(GreeterServer::new(Greet))
-        .add_service(KeyValueServer::new(Store::default()))
+        .add_service(GreeterServer::new(MyGreeter))
+        .add_service(KeyValueServer::new(MemoryStore::default()))
         .serve_with_listener(listener, stop)
         .await
         .expect("server runs and shuts down cleanly");
@@ -138,33 +51,8 @@ async fn child_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generated_clients_call_a_server_in_another_process() {
     tests::init_tracing();
-    let exe = std::env::current_exe().unwrap();
-    let mut child = tokio::process::Command::new(exe)
-        .args([
-            "--exact",
-            "child_server",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(l) = lines.next_line().await.unwrap() {
-            // libtest prints "test child_server ... " before the test's own output.
-            if let Some(i) = l.find("ADDR ") {
-                return l[i + 5..].trim().to_string();
-            }
-        }
-        panic!("child exited without an address");
-    })
-    .await
-    .expect("child server started within 30 s");
+    let mut child = ChildTest::spawn("child_server", (CHILD, "1"));
+    let addr = child.read_tagged("ADDR ").await;
 
     let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
     let mut greeter = GreeterClient::new(ch.clone());
@@ -262,15 +150,12 @@ async fn generated_clients_call_a_server_in_another_process() {
     assert!(scan.next_key.is_empty());
 
     // Clean shutdown: closing stdin is the child's signal.
-    drop(child.stdin.take());
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+    drop(child.child.stdin.take());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.child.wait())
         .await
         .expect("the child server shuts down within 30 s")
         .unwrap();
-    let mut rest = Vec::new();
-    while let Some(l) = lines.next_line().await.unwrap() {
-        rest.push(l);
-    }
+    let rest = child.rest().await;
     assert!(status.success(), "child exited with {status}: {rest:?}");
     assert!(
         rest.iter().any(|l| l.contains("SERVER STOPPED")),
