@@ -203,25 +203,34 @@ fn ud_side(
     samples
 }
 
-fn ud_threads(iters: usize) -> Vec<Duration> {
+/// One ping-pong side in this thread, the other in a second thread, exchanging their
+/// endpoints over channels.
+type Endpoints = (
+    Box<dyn FnOnce(QpEndpoint) + Send>,
+    Box<dyn FnOnce() -> QpEndpoint + Send>,
+);
+
+fn two_threads(iters: usize, side: fn(bool, usize, Endpoints) -> Vec<Duration>) -> Vec<Duration> {
     let (tx_a, rx_b) = mpsc::channel();
     let (tx_b, rx_a) = mpsc::channel();
     let server = std::thread::spawn(move || {
-        ud_side(
-            false,
-            iters,
-            move |e| tx_b.send(e).unwrap(),
-            move || rx_b.recv().unwrap(),
-        )
+        let ends: Endpoints = (
+            Box::new(move |e| tx_b.send(e).unwrap()),
+            Box::new(move || rx_b.recv().unwrap()),
+        );
+        side(false, iters, ends)
     });
-    let s = ud_side(
-        true,
-        iters,
-        move |e| tx_a.send(e).unwrap(),
-        move || rx_a.recv().unwrap(),
+    let ends: Endpoints = (
+        Box::new(move |e| tx_a.send(e).unwrap()),
+        Box::new(move || rx_a.recv().unwrap()),
     );
+    let s = side(true, iters, ends);
     server.join().unwrap();
     s
+}
+
+fn ud_threads(iters: usize) -> Vec<Duration> {
+    two_threads(iters, |client, n, (tx, rx)| ud_side(client, n, tx, rx))
 }
 
 /// RC ping-pong where both sides sleep in `poll_async` between messages.
@@ -358,24 +367,7 @@ fn tcp_async(iters: usize) -> Vec<Duration> {
 }
 
 fn soft_threads(iters: usize) -> Vec<Duration> {
-    let (tx_a, rx_b) = mpsc::channel();
-    let (tx_b, rx_a) = mpsc::channel();
-    let server = std::thread::spawn(move || {
-        soft_side(
-            false,
-            iters,
-            move |e| tx_b.send(e).unwrap(),
-            move || rx_b.recv().unwrap(),
-        )
-    });
-    let s = soft_side(
-        true,
-        iters,
-        move |e| tx_a.send(e).unwrap(),
-        move || rx_a.recv().unwrap(),
-    );
-    server.join().unwrap();
-    s
+    two_threads(iters, |client, n, (tx, rx)| soft_side(client, n, tx, rx))
 }
 
 fn soft_processes(iters: usize) -> Vec<Duration> {
