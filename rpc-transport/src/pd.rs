@@ -5,7 +5,6 @@ use std::sync::Arc;
 use crate::access::AccessFlags;
 use crate::ah::{AddressHandle, AhAttr, AhImp};
 use crate::device::Device;
-use crate::dispatch::dispatch;
 use crate::error::{Error, Result};
 use crate::mr::{MemoryRegion, MrImp};
 use crate::mr_buffer::MrBuffer;
@@ -13,13 +12,16 @@ use crate::qp::{create_qp, QpInitAttr, QueuePair};
 use crate::soft;
 use crate::srq::{SharedReceiveQueue, SrqImp, SrqInitAttr};
 
+#[derive(Clone)]
 pub(crate) enum PdImp {
     Soft(Arc<soft::Pd>),
     #[cfg(feature = "rdma")]
     Verbs(Arc<crate::verbs::Pd>),
 }
 
-/// A protection domain (`ibv_pd`). Objects created from it keep it alive.
+/// A protection domain (`ibv_pd`). Objects created from it keep it alive; cloning
+/// shares the same domain.
+#[derive(Clone)]
 pub struct ProtectionDomain {
     pub(crate) imp: PdImp,
     device: Device,
@@ -78,20 +80,6 @@ impl ProtectionDomain {
             PdImp::Verbs(pd) => AhImp::Verbs(pd.create_ah(attr)?),
         };
         Ok(AddressHandle::new(imp, *attr))
-    }
-
-    pub(crate) fn clone_handle(&self) -> ProtectionDomain {
-        let imp = dispatch!(&self.imp, PdImp, p => p.clone().into());
-        ProtectionDomain {
-            imp,
-            device: self.device.clone(),
-        }
-    }
-}
-
-impl Clone for ProtectionDomain {
-    fn clone(&self) -> Self {
-        self.clone_handle()
     }
 }
 
