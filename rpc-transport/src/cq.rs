@@ -110,13 +110,21 @@ impl CompletionQueue {
     /// Polls; when the CQ is empty, arms it and waits under tokio for the next
     /// completion. Returns at least one completion (or an error).
     pub async fn poll_async(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
+        let n = self.poll(wc)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        self.wait_async(wc).await
+    }
+
+    /// [`CompletionQueue::poll_async`] for a caller that has just polled the CQ empty
+    /// (its last batch was shorter than its buffer): arms first, so the only poll
+    /// before sleeping is the one that catches a completion racing with the arming.
+    /// Each poll costs the soft provider a read per connection, and verbs a lock, so
+    /// an event-driven driver saves one futile poll per wake-up.
+    pub async fn wait_async(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         loop {
-            let n = self.poll(wc)?;
-            if n > 0 {
-                return Ok(n);
-            }
             self.req_notify(false)?;
-            // A completion that raced with arming is already in the queue.
             let n = self.poll(wc)?;
             if n > 0 {
                 return Ok(n);
@@ -126,12 +134,16 @@ impl CompletionQueue {
                 .readable()
                 .await
                 .map_err(|e| Error::verb("ibv_get_cq_event", e))?;
+            // Clear tokio's readiness now, not only when woken for nothing: left set, the
+            // next wait would return at once and poll twice in vain. Nothing is lost: an
+            // event after this point sets readiness anew (tokio compares ticks), and
+            // every wait polls after arming before it sleeps.
+            guard.clear_ready();
             self.consume_events();
             let n = self.poll(wc)?;
             if n > 0 {
                 return Ok(n);
             }
-            guard.clear_ready();
         }
     }
 

@@ -35,6 +35,10 @@ struct Shared {
     returned: AtomicU32,
     /// Callers waiting in `poll_ready`.
     ready: Mutex<Vec<Waker>>,
+    /// Set while queued frames (fragments, RFRs, CANCELs) wait for tokens: only then
+    /// does a returned token need the driver. Kicking it on every repost would cost a
+    /// task wake-up and a futile CQ poll per call.
+    starved: AtomicBool,
     /// Work for the driver that no completion announces (returned tokens with
     /// fragments waiting, a cancel to send, shutdown).
     kick: Notify,
@@ -135,6 +139,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
 
     let shared = Arc::new(Shared {
         returned: AtomicU32::new(0),
+        starved: AtomicBool::new(false),
         ready: Mutex::new(Vec::new()),
         kick: Notify::new(),
         shutdown: Notify::new(),
@@ -143,8 +148,11 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
     let hook = {
         let shared = shared.clone();
         Box::new(move |n: u32| {
-            shared.returned.fetch_add(n, Ordering::AcqRel);
-            shared.kick.notify_one();
+            // SeqCst pairs with `pump`: either it sees these tokens or we see `starved`.
+            shared.returned.fetch_add(n, Ordering::SeqCst);
+            if shared.starved.load(Ordering::SeqCst) {
+                shared.kick.notify_one();
+            }
             shared.wake_ready();
         })
     };
@@ -196,21 +204,32 @@ impl Conn {
     }
 
     /// Sends what the engine has queued while credits and unpromised slots last.
+    /// Frames left waiting for tokens mark the connection starved, so that the repost
+    /// hook kicks the driver when tokens come back (a lack of slots needs no kick:
+    /// send completions reach the driver anyway).
     fn pump(&self, st: &mut State) {
-        self.sync_tokens(st);
-        while st.engine.wants_transmit()
-            && st.engine.free_tokens() > 0
-            && st.ring.free_slots() > st.reserved_slots
-        {
-            let slot = st.ring.acquire().expect("free slot checked");
-            let Some(t) = st.engine.poll_transmit(st.ring.buf(&slot)) else {
-                st.ring.release(slot);
-                break;
-            };
-            if let Err(e) = st.ring.post(slot, t.len, t.imm) {
-                self.fail(st, Status::unavailable(format!("post failed: {e}")));
+        loop {
+            self.sync_tokens(st);
+            while st.engine.wants_transmit()
+                && st.engine.free_tokens() > 0
+                && st.ring.free_slots() > st.reserved_slots
+            {
+                let slot = st.ring.acquire().expect("free slot checked");
+                let Some(t) = st.engine.poll_transmit(st.ring.buf(&slot)) else {
+                    st.ring.release(slot);
+                    break;
+                };
+                if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                    self.fail(st, Status::unavailable(format!("post failed: {e}")));
+                    return;
+                }
+            }
+            let starved = st.engine.wants_transmit() && st.engine.free_tokens() <= 1;
+            self.shared.starved.store(starved, Ordering::SeqCst);
+            if !starved || self.shared.returned.load(Ordering::SeqCst) == 0 {
                 return;
             }
+            // Tokens came back between the look and the flag: use them now.
         }
     }
 
@@ -300,11 +319,14 @@ impl Conn {
 /// The connection's driver: reaps its CQ until the connection dies or closes.
 async fn drive(conn: Arc<Conn>) {
     let mut wcs = [WorkCompletion::default(); 64];
+    let mut drained = false;
     loop {
         if conn.shared.closing.load(Ordering::Acquire) {
             return;
         }
-        match poll::wait(&conn.cq, conn.mode, &mut wcs, &conn.shared.kick).await {
+        let r = poll::wait(&conn.cq, conn.mode, &mut wcs, &conn.shared.kick, drained).await;
+        drained = matches!(r, Ok(n) if n > 0 && n < wcs.len());
+        match r {
             Ok(0) => {
                 let mut st = lock(&conn.state);
                 if st.engine.dead().is_some() {

@@ -38,15 +38,26 @@ impl Default for CompletionMode {
 
 /// Waits for completions into `wc` by `mode`, returning early with 0 when `kick` is
 /// notified (someone has work for the driver that no completion will announce).
+/// `drained`: the caller's last poll returned fewer completions than `wc` holds, so
+/// the CQ was empty then and an event-driven wait can arm at once instead of polling
+/// first (every futile poll of the soft provider is a `recv` per connection).
 pub(crate) async fn wait(
     cq: &CompletionQueue,
     mode: CompletionMode,
     wc: &mut [WorkCompletion],
     kick: &tokio::sync::Notify,
+    drained: bool,
 ) -> rpc_transport::Result<usize> {
     let spin = match mode {
         CompletionMode::Busy => None,
-        CompletionMode::Event => Some(Duration::ZERO),
+        CompletionMode::Event => {
+            return tokio::select! {
+                r = async {
+                    if drained { cq.wait_async(wc).await } else { cq.poll_async(wc).await }
+                } => r,
+                () = kick.notified() => Ok(0),
+            };
+        }
         CompletionMode::Adaptive(d) => Some(d),
     };
     let start = Instant::now();
@@ -69,7 +80,7 @@ pub(crate) async fn wait(
         }
     }
     tokio::select! {
-        r = cq.poll_async(wc) => r,
+        r = cq.wait_async(wc) => r,
         () = kick.notified() => Ok(0),
     }
 }
