@@ -22,7 +22,7 @@ use crate::engine::{ServerConfig, ServerConn};
 use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::poll::{self, CompletionMode};
-use crate::transport::server_conn::SConn;
+use crate::transport::server_conn::{Dispatch, SConn};
 use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
 
 type BoxService = BoxCloneService<ServerCall, ServerReply, Status>;
@@ -46,6 +46,7 @@ struct ServerSettings {
     max_message: usize,
     mode: CompletionMode,
     device: Option<String>,
+    inline: bool,
 }
 
 /// Builds and runs a server.
@@ -64,6 +65,7 @@ impl Default for Server {
                 max_message: DEFAULT_MAX_MESSAGE,
                 mode: CompletionMode::default(),
                 device: None,
+                inline: true,
             },
         }
     }
@@ -116,6 +118,16 @@ impl Server {
     /// Opens this RDMA device instead of the default one.
     pub fn device(mut self, name: impl Into<String>) -> Self {
         self.settings.device = Some(name.into());
+        self
+    }
+
+    /// Whether a handler starts on the server's completion task and is spawned only
+    /// if it has to wait (default), or is spawned as a task at once. Inline start
+    /// saves a spawn per call for handlers that answer without waiting; a handler
+    /// that computes for long before its first `.await` then delays the other calls,
+    /// so turn this off (or use `spawn_blocking`) for such services.
+    pub fn inline_handlers(mut self, inline: bool) -> Self {
+        self.settings.inline = inline;
         self
     }
 
@@ -270,10 +282,14 @@ struct Shared {
 /// The server's one poller: every connection's receives (through the SRQ) and sends.
 async fn receive_loop(sh: Arc<Shared>) {
     let mut wcs = [WorkCompletion::default(); 64];
+    let mut calls = Vec::with_capacity(wcs.len());
+    let mut drained = false;
     while !sh.closing.load(Ordering::Acquire) {
-        match poll::wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick).await {
+        let r = poll::wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick, drained).await;
+        drained = matches!(r, Ok(n) if n > 0 && n < wcs.len());
+        match r {
             Ok(0) => {}
-            Ok(n) => handle(&sh, &wcs[..n]),
+            Ok(n) => handle(&sh, &wcs[..n], &mut calls),
             Err(e) => {
                 tracing::error!(error = %e, "server completion queue failed");
                 return;
@@ -282,9 +298,11 @@ async fn receive_loop(sh: Arc<Shared>) {
     }
 }
 
-fn handle(sh: &Arc<Shared>, wcs: &[WorkCompletion]) {
+/// Handles a batch of completions; complete requests collect in `calls` and run once
+/// the connection table's lock is released.
+fn handle(sh: &Arc<Shared>, wcs: &[WorkCompletion], calls: &mut Vec<Dispatch>) {
     let now = Instant::now();
-    let _batch = sh.pool.batch();
+    let batch = sh.pool.batch();
     let conns = lock(&sh.conns);
     for wc in wcs {
         let conn = conns.get(&wc.qp_num);
@@ -293,7 +311,7 @@ fn handle(sh: &Arc<Shared>, wcs: &[WorkCompletion]) {
                 let slot = sh.pool.complete(wc);
                 match (conn, slot) {
                     (Some(c), Ok(slot)) => {
-                        c.on_frame(now, wc.imm_data.unwrap_or(0), slot, &sh.routes)
+                        calls.extend(c.on_frame(now, wc.imm_data.unwrap_or(0), slot));
                     }
                     (Some(c), Err(_)) => c.kill(),
                     // A connection already gone: the slot goes back to the pool.
@@ -306,6 +324,11 @@ fn handle(sh: &Arc<Shared>, wcs: &[WorkCompletion]) {
                 }
             }
         }
+    }
+    drop(conns);
+    drop(batch);
+    for call in calls.drain(..) {
+        call.run(&sh.routes, sh.settings.inline);
     }
 }
 
