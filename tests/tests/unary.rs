@@ -278,10 +278,20 @@ async fn metadata_travels_both_ways_and_with_statuses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_stops_its_handler_on_the_server() {
-    let (uri, _stop) = echo_server(Server::builder()).await;
+    // Inline start (the default): the handler is spawned when it first waits.
+    cancelled_call_stops_its_handler(Server::builder(), 600_123).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_stops_its_handler_when_handlers_are_spawned_at_once() {
+    cancelled_call_stops_its_handler(Server::builder().inline_handlers(false), 600_124).await;
+}
+
+/// `millis`: a handler that would sleep ten minutes, distinct per test; no deadline.
+async fn cancelled_call_stops_its_handler(builder: Server, millis: u64) {
+    let (uri, _stop) = echo_server(builder).await;
     let ch = Channel::connect(uri).await.unwrap();
     let mut g = Grpc::new(ch.clone());
-    let millis = 600_123; // a handler that would sleep ten minutes; no deadline
     let req = Request::new(Echo {
         id: millis,
         data: vec![],
