@@ -265,8 +265,8 @@ impl<W> ClientConn<W> {
         } else {
             // Too big for one slot: encode once into owned memory (bounded by
             // `max_send_message`) and push it out in slot-sized fragments.
-            let mut v = vec![0u8; body_len];
-            body.encode_to(&mut v);
+            let v = body.encode_to_vec();
+            debug_assert_eq!(v.len(), body_len);
             out[head_len..].copy_from_slice(&v[..room]);
             self.transmit.push_back(id);
             (

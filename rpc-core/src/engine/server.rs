@@ -383,8 +383,8 @@ impl ServerConn {
                 imm: wire::imm(Kind::Resp, id),
             });
         }
-        let mut body = vec![0u8; body_len];
-        msg.encode_to(&mut body);
+        let body = msg.encode_to_vec();
+        debug_assert_eq!(body.len(), body_len);
         out[head_len..].copy_from_slice(&body[..room]);
         self.buffered += body.len();
         self.calls

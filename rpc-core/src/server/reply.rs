@@ -14,6 +14,12 @@ pub trait EncodeMessage: Send + 'static {
     fn encoded_len(&self) -> usize;
     /// Writes the encoding into `out` (at least `encoded_len()` bytes long).
     fn encode_to(&self, out: &mut [u8]);
+    /// The encoding in memory of its own (a message too big for one slot).
+    fn encode_to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.encoded_len()];
+        self.encode_to(&mut v);
+        v
+    }
 }
 
 impl<M: Message + Send + 'static> EncodeMessage for M {
@@ -23,6 +29,11 @@ impl<M: Message + Send + 'static> EncodeMessage for M {
 
     fn encode_to(&self, mut out: &mut [u8]) {
         self.encode_raw(&mut out);
+    }
+
+    fn encode_to_vec(&self) -> Vec<u8> {
+        // Appends into reserved capacity: no zero-fill of a many-megabyte buffer.
+        Message::encode_to_vec(self)
     }
 }
 

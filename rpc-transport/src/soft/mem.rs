@@ -46,6 +46,34 @@ fn walk<E>(
     Ok(done)
 }
 
+/// Appends bytes `[offset, offset + len)` of the SGE list to `out`, checking each SGE
+/// it touches as [`gather`] does; on error `out` may hold a prefix (the caller
+/// truncates). Appending spares the zero-fill a `resize` then copy would cost.
+pub(crate) fn gather_append(
+    keys: &KeyTable,
+    pd: u32,
+    sges: &[Sge],
+    offset: u64,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), KeyError> {
+    walk(sges, offset, len, |sge, start, n, _| {
+        let r = keys.resolve(
+            sge.lkey,
+            pd,
+            sge.addr,
+            u64::from(sge.length),
+            AccessFlags::empty(),
+        )?;
+        // SAFETY: `[r.ptr + start, + n)` lies inside the SGE, which `resolve` checked is
+        // inside a live registered buffer held by `r.buf` for this scope.
+        let src = unsafe { std::slice::from_raw_parts(r.ptr.add(start as usize), n) };
+        out.extend_from_slice(src);
+        Ok(())
+    })?;
+    Ok(())
+}
+
 /// Copies bytes `[offset, offset + out.len())` of the SGE list into `out`, checking
 /// each SGE it touches (whole SGE: key, PD, bounds). The caller keeps the range inside
 /// the list's total.

@@ -293,18 +293,17 @@ pub(super) fn pump(cx: &mut Cx<'_>) {
         }
         let at = cx.tx.buf.len();
         cx.frame(flags, seq, &body, seg);
-        let p = cx.tx.buf.len();
-        cx.tx.buf.resize(p + seg, 0);
         let off = w.done_bytes;
         if w.inline {
             let src = &cx.sq.inline_data(i)[off as usize..off as usize + seg];
-            cx.tx.buf[p..].copy_from_slice(src);
-        } else if mem::gather(
+            cx.tx.buf.extend_from_slice(src);
+        } else if mem::gather_append(
             &cx.qp.dev.keys,
             cx.qp.pd.id,
             w.sges(),
             off,
-            &mut cx.tx.buf[p..],
+            seg,
+            &mut cx.tx.buf,
         )
         .is_err()
         {
