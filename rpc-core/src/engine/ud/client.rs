@@ -354,6 +354,16 @@ impl<W, S> UdClient<W, S> {
         }
     }
 
+    /// Lends the send slot of open call `id` (to post a just-started call from it).
+    pub fn with_slot(&self, id: u32, f: impl FnOnce(&S)) {
+        if let Some(c) = self.calls[(id % self.cfg.window) as usize]
+            .as_ref()
+            .filter(|c| c.id == id)
+        {
+            f(&c.slot);
+        }
+    }
+
     /// The caller gave up on `id`: forget it (no CANCEL is sent: the server's stored
     /// reply, if any, is dropped once `ack_below` passes the id). The slot comes back.
     pub fn cancel(&mut self, id: u32) -> Option<S> {

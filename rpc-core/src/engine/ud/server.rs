@@ -109,6 +109,8 @@ struct Entry {
 #[derive(Debug)]
 struct Session {
     peer_qpn: u32,
+    /// Largest datagram both sides take (the server's, or the client's if smaller).
+    datagram: usize,
     /// Every id below is forgotten (the client's `ack_below`).
     base: u32,
     entries: Vec<Entry>,
@@ -170,9 +172,10 @@ impl UdServer {
         s
     }
 
-    /// Opens a session for the client UD QP `peer_qpn`; refused (`RESOURCE_EXHAUSTED`
+    /// Opens a session for the client UD QP `peer_qpn` that receives datagrams of up
+    /// to `datagram` bytes (capped at the server's); refused (`RESOURCE_EXHAUSTED`
     /// naming the limit) when `max_sessions` are open.
-    pub fn open_session(&mut self, peer_qpn: u32) -> Result<u32, Status> {
+    pub fn open_session(&mut self, peer_qpn: u32, datagram: usize) -> Result<u32, Status> {
         if self.sessions.len() >= self.cfg.max_sessions as usize {
             self.stats.sessions_refused += 1;
             return Err(Status::resource_exhausted(format!(
@@ -197,6 +200,7 @@ impl UdServer {
             id,
             Session {
                 peer_qpn,
+                datagram: datagram.clamp(UD_HEAD_LEN + RESPONSE_HEAD_LEN + 64, self.cfg.datagram),
                 base: 1,
                 entries,
             },
@@ -326,13 +330,12 @@ impl UdServer {
         result: Result<(&MetadataMap, &dyn EncodeMessage), Status>,
         out: &mut [u8],
     ) -> Option<Transmit> {
-        let datagram = self.cfg.datagram;
         let window = self.cfg.window;
-        let Some(e) = self
+        let Some((datagram, e)) = self
             .sessions
             .get_mut(&session)
-            .map(|s| &mut s.entries[(id % window) as usize])
-            .filter(|e| e.id == id && e.state == State::Running)
+            .map(|s| (s.datagram, &mut s.entries[(id % window) as usize]))
+            .filter(|(_, e)| e.id == id && e.state == State::Running)
         else {
             self.stats.abandoned_replies += 1;
             return None;

@@ -122,7 +122,7 @@ fn run(seed: u64, k: Knobs, n: u64, window: u32, timeout: Option<Duration>) -> O
         datagram: DGRAM,
         max_sessions: 4,
     });
-    let session = server.open_session(77).unwrap();
+    let session = server.open_session(77, DGRAM).unwrap();
     let mut client: UdClient<u64, Slot> =
         UdClient::new(UdClientConfig::new(session, window, DGRAM));
     let mut executed: HashMap<u64, u32> = HashMap::new();
@@ -279,7 +279,7 @@ fn stray_and_duplicate_replies_are_dropped_and_counted() {
         datagram: DGRAM,
         max_sessions: 1,
     });
-    let sess = s.open_session(5).unwrap();
+    let sess = s.open_session(5, DGRAM).unwrap();
     let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 4, DGRAM));
     let now = Instant::now();
     let md = MetadataMap::new();
@@ -341,9 +341,9 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
         datagram: DGRAM,
         max_sessions: 1,
     });
-    let sess = s.open_session(5).unwrap();
+    let sess = s.open_session(5, DGRAM).unwrap();
     assert_eq!(
-        s.open_session(6).unwrap_err().code(),
+        s.open_session(6, DGRAM).unwrap_err().code(),
         Code::ResourceExhausted
     );
     let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 2, DGRAM));
