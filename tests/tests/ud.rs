@@ -2,8 +2,10 @@
 //! at-most-once execution under loss and duplication, bounded per-session state with
 //! 1,000 clients, the RC fallback and the payload limit, deadlines, a lost server.
 //!
-//! The device is the soft one unless `RDMA_RPC_TEST_DEVICE` names another (the VM
-//! suite runs this binary on rxe0); fault-injection tests need soft and say so.
+//! Tests without fault injection run on the default device (rxe0 in the SoftRoCE VM,
+//! where this binary is staged as `e2e-ud`; soft elsewhere) or the one
+//! `RDMA_RPC_TEST_DEVICE` names; fault injection exists only on soft, so the tests
+//! that inject faults open soft devices whatever the build.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -69,17 +71,17 @@ impl tower::Service<ServerCall> for Count {
     }
 }
 
-/// The device to test on: `RDMA_RPC_TEST_DEVICE`, else a new soft device.
+/// The device to test on: `RDMA_RPC_TEST_DEVICE`, else the default one.
 fn device() -> Device {
     match std::env::var("RDMA_RPC_TEST_DEVICE") {
         Ok(name) => Device::open(&name).expect("open RDMA_RPC_TEST_DEVICE"),
-        Err(_) => Device::open_soft(SoftConfig::default()).expect("soft device"),
+        Err(_) => Device::open_default().expect("default device"),
     }
 }
 
-/// Whether faults can be injected on this run's devices (soft only).
-fn soft() -> bool {
-    std::env::var("RDMA_RPC_TEST_DEVICE").map_or(true, |d| d == "soft0")
+/// A soft device, for fault injection.
+fn soft() -> Device {
+    Device::open_soft(SoftConfig::default()).expect("soft device")
 }
 
 struct Served {
@@ -145,14 +147,8 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_thousand_calls_at_5_percent_loss_and_1_percent_duplication_execute_exactly_once() {
-    if !soft() {
-        eprintln!("fault injection needs the soft provider: this test runs on soft only");
-    }
     const N: usize = 100_000;
-    let (sdev, cdev) = (
-        Device::open_soft(SoftConfig::default()).unwrap(),
-        Device::open_soft(SoftConfig::default()).unwrap(),
-    );
+    let (sdev, cdev) = (soft(), soft());
     for (d, seed) in [(&sdev, 1), (&cdev, 2)] {
         d.set_ud_faults(UdFaults {
             loss: 0.05,
@@ -213,15 +209,13 @@ async fn hundred_thousand_calls_at_5_percent_loss_and_1_percent_duplication_exec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicated_requests_execute_once() {
-    let (sdev, cdev) = (device(), device());
-    if soft() {
-        cdev.set_ud_faults(UdFaults {
-            duplicate: 1.0,
-            seed: 3,
-            ..UdFaults::default()
-        })
-        .unwrap();
-    }
+    let (sdev, cdev) = (soft(), soft());
+    cdev.set_ud_faults(UdFaults {
+        duplicate: 1.0,
+        seed: 3,
+        ..UdFaults::default()
+    })
+    .unwrap();
     let count = Count::new(1000);
     let srv = serve(Server::builder(), &sdev, count.clone()).await;
     let ch = srv.ud(&cdev).connect().await.unwrap();
@@ -234,9 +228,7 @@ async fn duplicated_requests_execute_once() {
     );
     let s = srv.stats.get().unwrap();
     assert_eq!(s.executed, 1000);
-    if soft() {
-        assert!(s.duplicates_suppressed >= 900, "{s:?}");
-    }
+    assert!(s.duplicates_suppressed >= 900, "{s:?}");
     srv.shut_down().await;
 }
 
@@ -351,11 +343,7 @@ async fn a_reply_too_big_for_a_datagram_is_resource_exhausted_and_runs_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn total_loss_ends_a_ud_call_at_its_deadline() {
-    if !soft() {
-        eprintln!("fault injection needs the soft provider: this test runs on soft only");
-    }
-    let sdev = Device::open_soft(SoftConfig::default()).unwrap();
-    let cdev = Device::open_soft(SoftConfig::default()).unwrap();
+    let (sdev, cdev) = (soft(), soft());
     let count = Count::new(4);
     let srv = serve(Server::builder(), &sdev, count.clone()).await;
     let ch = srv.ud(&cdev).connect().await.unwrap();
