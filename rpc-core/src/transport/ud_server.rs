@@ -73,7 +73,9 @@ impl UdStatsHandle {
     pub fn get(&self) -> Option<UdServerStats> {
         let side = lock(&self.0).upgrade()?;
         let st = lock(&side.state);
-        Some(st.engine.stats())
+        let mut s = st.engine.stats();
+        s.sends_dropped = st.sends_dropped;
+        Some(s)
     }
 }
 

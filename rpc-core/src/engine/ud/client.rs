@@ -302,7 +302,7 @@ impl<W, S> UdClient<W, S> {
         let id = head.call_id;
         if self.find(id).is_none() {
             // Already answered (or given up) if it lies below the ids sent.
-            if ud_wire::seq_lt(id, self.next_id) && id.wrapping_sub(self.next_id) != 0 {
+            if ud_wire::seq_lt(id, self.next_id) {
                 self.stats.duplicate_replies += 1;
             } else {
                 self.stats.stray_replies += 1;
@@ -319,19 +319,17 @@ impl<W, S> UdClient<W, S> {
             }
             Kind::Resp => {
                 let frame = &dgram[UD_HEAD_LEN..];
-                let result = parse_response(frame).map(|r| match r {
-                    Reply::InFrame { metadata, body } => Reply::InFrame {
+                let result = match parse_response(frame) {
+                    Ok(body) => body.map(|(metadata, body)| Reply::InFrame {
                         metadata,
                         body: body.start + UD_HEAD_LEN..body.end + UD_HEAD_LEN,
-                    },
-                    owned => owned,
-                });
-                if result
-                    .as_ref()
-                    .is_err_and(|s| s.message().starts_with("malformed"))
-                {
-                    self.stats.malformed += 1;
-                }
+                    }),
+                    Err(s) => {
+                        // The call still ends: its caller gets INTERNAL, not a hang.
+                        self.stats.malformed += 1;
+                        Err(s)
+                    }
+                };
                 let c = self.take(id).expect("found");
                 if !c.retransmitted {
                     let sample = now.saturating_duration_since(c.sent_at);
@@ -448,24 +446,22 @@ impl<W, S> UdClient<W, S> {
     }
 }
 
-/// Reads a whole response (UD has no fragments).
-fn parse_response(frame: &[u8]) -> Result<Reply, Status> {
-    let head = ResponseHead::read(frame)
-        .map_err(|e| Status::internal(format!("malformed response: {}", e.0)))?;
+/// The outcome a response carries (its metadata and body range, or its status).
+type Outcome = Result<(MetadataMap, std::ops::Range<usize>), Status>;
+
+/// Reads a whole response (UD has no fragments); `Err` if it is malformed.
+fn parse_response(frame: &[u8]) -> Result<Outcome, Status> {
+    let malformed = |why: &str| Status::internal(format!("malformed response: {why}"));
+    let head = ResponseHead::read(frame).map_err(|e| malformed(e.0))?;
     if frame.len() - head.body_start() != head.body_len as usize {
-        return Err(Status::internal(
-            "malformed response: body beyond one datagram",
-        ));
+        return Err(malformed("body beyond one datagram"));
     }
     let metadata = MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT)?;
     if head.code != 0 {
         let msg = String::from_utf8_lossy(&frame[head.msg()]).into_owned();
         let mut s = Status::new(head.code(), msg);
         *s.metadata_mut() = metadata;
-        return Err(s);
+        return Ok(Err(s));
     }
-    Ok(Reply::InFrame {
-        metadata,
-        body: head.body_start()..frame.len(),
-    })
+    Ok(Ok((metadata, head.body_start()..frame.len())))
 }

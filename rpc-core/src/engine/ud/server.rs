@@ -72,6 +72,9 @@ pub struct UdServerStats {
     pub abandoned_replies: u64,
     /// Handshakes refused because `max_sessions` were open.
     pub sessions_refused: u64,
+    /// Answers not sent because every send slot was in flight (the driver's count;
+    /// like lost datagrams, retransmission fetches the stored reply).
+    pub sends_dropped: u64,
 }
 
 /// A new request for the application (ranges index the datagram handled).

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use super::wire::UD_HEAD_LEN;
 use super::*;
 use crate::code::Code;
 use crate::engine::wire::Kind;
@@ -316,6 +317,23 @@ fn stray_and_duplicate_replies_are_dropped_and_counted() {
         (st.stray_replies, st.duplicate_replies, st.malformed),
         (2, 1, 1)
     );
+    // A reply that does not read still ends its call (INTERNAL), counted.
+    assert!(c.reserve());
+    let (id2, _) = c
+        .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+        .map_err(|e| e.0)
+        .unwrap();
+    let mut junk = reply[..UD_HEAD_LEN].to_vec();
+    junk[4..8].copy_from_slice(&id2.to_be_bytes());
+    junk.extend_from_slice(&[0xff; 5]);
+    let e = c
+        .handle_datagram(now, super::wire::imm(Kind::Resp, id2), &junk)
+        .unwrap()
+        .result
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Internal, "{e:?}");
+    assert_eq!(c.stats().malformed, 2);
+    assert_eq!(c.open_calls(), 0);
 
     // The server: a duplicate replays, a wrong source or session is dropped.
     // A RESP-kind datagram sent to the server is malformed.
