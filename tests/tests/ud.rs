@@ -270,7 +270,11 @@ async fn a_thousand_ud_clients_keep_the_servers_per_session_state_bounded() {
         t.await.unwrap();
     }
     let s = srv.stats.get().unwrap();
-    println!("{CLIENTS} UD clients: {s:?}, datagram {datagram}");
+    println!(
+        "{CLIENTS} UD clients on {} ({:?}): {s:?}, datagram {datagram}",
+        sdev.name(),
+        sdev.provider()
+    );
     assert_eq!(s.sessions, CLIENTS as u64);
     assert_eq!(s.executed, (CLIENTS * 4) as u64);
     // The stated bound: per session at most `window` entries and `window` datagrams.

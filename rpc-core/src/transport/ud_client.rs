@@ -269,19 +269,17 @@ impl Conn {
         let mut st = lock(&self.state);
         let State { engine, ring, .. } = &mut *st;
         let dest = &self.dest;
-        let mut failed = None;
         engine.handle_timeout(now, |slot, t| {
+            // A refused post (a full send queue) is a lost datagram: the next
+            // timeout retries, and the deadline or retry budget bounds it.
             if let Err(e) = ring.post(slot, t.len, t.imm, dest) {
-                failed = Some(e);
+                tracing::debug!(error = %e, "UD retransmission not posted");
             }
         });
         let mut ended = false;
         while let Some(c) = st.engine.poll_completion() {
             Self::finish(&mut st, c, None);
             ended = true;
-        }
-        if let Some(e) = failed {
-            self.fail(&mut st, Status::unavailable(format!("UD post failed: {e}")));
         }
         drop(st);
         if ended {
@@ -470,19 +468,16 @@ impl UdChannel {
                 buf,
             ) {
                 Ok((id, t)) => {
-                    // The engine holds the slot; post it from there.
-                    let posted = post_new(&mut st, &conn.dest, id, t);
-                    if let Err(e) = posted {
-                        let s = Status::unavailable(format!("UD post failed: {e}"));
-                        conn.fail(&mut st, s.clone());
-                        Err(s)
-                    } else {
-                        let rto_due = now + st.engine.config().rto_initial;
-                        if st.armed.is_none_or(|a| a > rto_due) {
-                            conn.kick.notify_one();
-                        }
-                        Ok(id)
+                    // The engine holds the slot; post it from there. A refused post
+                    // is a lost datagram, which the retransmission timer covers.
+                    if let Err(e) = post_new(&mut st, &conn.dest, id, t) {
+                        tracing::debug!(error = %e, "UD request not posted");
                     }
+                    let rto_due = now + st.engine.rto();
+                    if st.armed.is_none_or(|a| a > rto_due) {
+                        conn.kick.notify_one();
+                    }
+                    Ok(id)
                 }
                 Err((s, _tx, slot)) => {
                     st.ring.release(slot);

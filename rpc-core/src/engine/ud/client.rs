@@ -176,7 +176,8 @@ impl<W, S> UdClient<W, S> {
         self.reserved -= 1;
     }
 
-    fn rto(&self) -> Duration {
+    /// The retransmission timeout a call started now gets.
+    pub fn rto(&self) -> Duration {
         match self.srtt {
             None => self.cfg.rto_initial,
             Some(s) => (2 * s).clamp(self.cfg.rto_min, self.cfg.rto_max),
