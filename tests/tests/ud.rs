@@ -23,8 +23,10 @@ use tokio::sync::oneshot;
 
 const ECHO: &str = "/ud.Count/Echo";
 const BIG: &str = "/ud.Count/Big";
+const SLEEP: &str = "/ud.Count/Sleep";
 
-/// Echoes, counting executions per request id; `Big` replies with `id` bytes.
+/// Echoes, counting executions per request id; `Big` replies with `id` bytes,
+/// `Sleep` echoes after `data.len()` × 100 ms.
 #[derive(Clone)]
 struct Count(Arc<Vec<AtomicU32>>);
 
@@ -60,6 +62,10 @@ impl tower::Service<ServerCall> for Count {
             }
             let reply = match method.as_str() {
                 "Echo" => m,
+                "Sleep" => {
+                    tokio::time::sleep(Duration::from_millis(100) * m.data.len() as u32).await;
+                    m
+                }
                 "Big" => Echo {
                     id: m.id,
                     data: vec![7; m.id as usize],
@@ -396,5 +402,21 @@ async fn the_session_limit_refuses_the_next_client_naming_it() {
     })
     .await;
     srv.ud(&cdev).connect().await.unwrap();
+    srv.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_the_retry_budget_still_answers_once() {
+    let (sdev, cdev) = (device(), device());
+    let count = Count::new(4);
+    let srv = serve(Server::builder(), &sdev, count.clone()).await;
+    let ch = srv.ud(&cdev).connect().await.unwrap();
+    // 4.5 s: longer than 40 retransmissions with backoff to 100 ms (about 3.5 s). The
+    // server's IN_PROGRESS answers to the retransmissions keep the call alive.
+    let r = call(&ch, SLEEP, 1, vec![0; 45]).await.unwrap();
+    assert_eq!(r.id, 1);
+    assert_eq!(count.runs(1), 1);
+    let st = ch.ud_stats().unwrap();
+    assert!(st.in_progress > 0 && st.gave_up == 0, "{st:?}");
     srv.shut_down().await;
 }
