@@ -83,7 +83,11 @@ fi
 
 if part rpc; then
   # Every e2e-* binary staged by the host (tests/tests/*.rs built with rdma): unary calls,
-  # errors, large messages, malformed frames, dead peers, over verbs on rxe0.
+  # errors, large messages, malformed frames, dead peers, UD sessions (e2e-ud: its
+  # fault-injection tests open soft devices, the rest run on rxe0), over verbs on rxe0.
+  # e2e-ud opens a thousand UD sessions (a TCP connection each way and a completion
+  # channel per client): more descriptors than the default soft limit of 1024.
+  ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
   for b in ./e2e-*; do
     [ -x "$b" ] || { bad "rpc (no e2e-* test binary staged)"; break; }
     libtest "${b#./}" 900 "$b" --test-threads=1

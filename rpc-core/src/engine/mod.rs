@@ -19,11 +19,15 @@
 //! Server: `handle_frame` (a complete request comes back for dispatch), then
 //! `poll_cancelled` (handlers to stop) and `poll_transmit` (answers); a handler's
 //! reply goes through `respond`.
+//!
+//! UD sessions (one datagram per call, retransmission and at-most-once execution)
+//! are in [`ud`].
 
 mod client;
 mod server;
 #[cfg(test)]
 mod tests;
+pub mod ud;
 pub mod wire;
 
 pub use client::{ClientConfig, ClientConn, ClientStats, Completion, Reply};

@@ -74,9 +74,13 @@ struct Conn {
 }
 
 /// The device client connections of this process share (one soft NIC or one verbs
-/// context), opened on first use.
-fn shared_device(name: Option<&str>) -> rpc_transport::Result<Device> {
+/// context), opened on first use; or the one the endpoint names.
+pub(crate) fn shared_device(ep: &Endpoint) -> rpc_transport::Result<Device> {
     static DEFAULT: OnceLock<Device> = OnceLock::new();
+    if let Some(d) = &ep.settings.rdma_device {
+        return Ok(d.clone());
+    }
+    let name = ep.settings.device.as_deref();
     if name.is_some() {
         return msg::open_device(name);
     }
@@ -98,7 +102,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
     let mut tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
 
-    let dev = shared_device(s.device.as_deref())?;
+    let dev = shared_device(ep)?;
     let pd = dev.alloc_pd()?;
     // One CQ for sends and receives, so one poller sees everything of the connection.
     // One credit more than calls in flight: the engine keeps it for CANCEL frames.
@@ -373,9 +377,10 @@ impl Drop for Handle {
     }
 }
 
-/// A client connection: cheap to clone (clones share the connection), many calls in
-/// flight, a `tower::Service` whose `poll_ready` waits for a credit and a send slot.
-pub struct Channel {
+/// An RC client connection (the RC flavour of [`crate::transport::Channel`]): cheap
+/// to clone (clones share the connection), many calls in flight, a `tower::Service`
+/// whose `poll_ready` waits for a credit and a send slot.
+pub(crate) struct Channel {
     inner: Arc<Handle>,
     /// This clone holds a credit and a send slot from `poll_ready`.
     reserved: bool,
@@ -400,11 +405,6 @@ impl std::fmt::Debug for Channel {
 }
 
 impl Channel {
-    /// Connects to `rdma://host:port`.
-    pub async fn connect(uri: impl Into<String>) -> Result<Channel, Error> {
-        Endpoint::from_shared(uri)?.connect().await
-    }
-
     /// Takes a credit and a send slot for the next `call`, if both are free.
     fn try_reserve(&mut self, conn: &Conn) -> Option<Result<(), Status>> {
         let mut st = lock(&conn.state);

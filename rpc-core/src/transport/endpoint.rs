@@ -2,11 +2,15 @@
 
 use std::time::Duration;
 
-use crate::transport::client::{self, Channel};
+use crate::transport::channel::Channel;
+use crate::transport::client;
 use crate::transport::poll::CompletionMode;
+use crate::transport::ud_client;
 use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
 
-/// Where and how to connect: `rdma://host:port` plus settings, as tonic's `Endpoint`.
+/// Where and how to connect: `rdma://host:port` (RC) or `rdma+ud://host:port` (UD,
+/// see [the transport docs](crate::transport#ud-transport)) plus settings, as tonic's
+/// `Endpoint`.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub(crate) host: String,
@@ -24,6 +28,9 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) mode: CompletionMode,
     pub(crate) device: Option<String>,
+    pub(crate) rdma_device: Option<rpc_transport::Device>,
+    pub(crate) ud: bool,
+    pub(crate) ud_window: u32,
 }
 
 impl Default for Settings {
@@ -36,17 +43,26 @@ impl Default for Settings {
             connect_timeout: Duration::from_secs(10),
             mode: CompletionMode::default(),
             device: None,
+            rdma_device: None,
+            ud: false,
+            ud_window: 32,
         }
     }
 }
 
 impl Endpoint {
-    /// Parses `rdma://host:port`.
+    /// Parses `rdma://host:port` (RC) or `rdma+ud://host:port` (UD).
     pub fn from_shared(uri: impl Into<String>) -> Result<Endpoint, Error> {
         let uri = uri.into();
-        let rest = uri
-            .strip_prefix("rdma://")
-            .ok_or_else(|| Error::new(format!("{uri:?} is not an rdma://host:port address")))?;
+        let (ud, rest) = match uri.strip_prefix("rdma+ud://") {
+            Some(r) => (true, Some(r)),
+            None => (false, uri.strip_prefix("rdma://")),
+        };
+        let rest = rest.ok_or_else(|| {
+            Error::new(format!(
+                "{uri:?} is not an rdma://host:port or rdma+ud://host:port address"
+            ))
+        })?;
         let rest = rest.trim_end_matches('/');
         let (host, port) = rest
             .rsplit_once(':')
@@ -61,7 +77,10 @@ impl Endpoint {
         Ok(Endpoint {
             host: host.to_string(),
             port,
-            settings: Settings::default(),
+            settings: Settings {
+                ud,
+                ..Settings::default()
+            },
         })
     }
 
@@ -102,17 +121,41 @@ impl Endpoint {
         self
     }
 
+    /// Uses this already opened device (e.g. a soft device whose UD faults a test
+    /// sets, or one device shared by many channels) instead of opening one.
+    pub fn rdma_device(mut self, dev: rpc_transport::Device) -> Self {
+        self.settings.rdma_device = Some(dev);
+        self
+    }
+
+    /// Calls over UD (as `rdma+ud://`) or RC (as `rdma://`).
+    pub fn ud(mut self, yes: bool) -> Self {
+        self.settings.ud = yes;
+        self
+    }
+
+    /// UD calls outstanding at once (default 32; the server may grant fewer).
+    pub fn ud_window(mut self, n: u32) -> Self {
+        self.settings.ud_window = n.clamp(1, 1 << 16);
+        self
+    }
+
     /// Connects.
     pub async fn connect(&self) -> Result<Channel, Error> {
         let t = self.settings.connect_timeout;
-        tokio::time::timeout(t, client::connect(self))
-            .await
-            .map_err(|_| {
-                Error::new(format!(
-                    "connecting to {}:{} timed out",
-                    self.host, self.port
-                ))
-            })?
+        let connect = async {
+            if self.settings.ud {
+                ud_client::connect(self).await.map(Channel::ud)
+            } else {
+                client::connect(self).await.map(Channel::rc)
+            }
+        };
+        tokio::time::timeout(t, connect).await.map_err(|_| {
+            Error::new(format!(
+                "connecting to {}:{} timed out",
+                self.host, self.port
+            ))
+        })?
     }
 }
 
@@ -129,5 +172,12 @@ mod tests {
         assert!(Endpoint::from_shared("http://127.0.0.1:1").is_err());
         assert!(Endpoint::from_shared("rdma://127.0.0.1").is_err());
         assert!(Endpoint::from_shared("rdma://:80").is_err());
+        let e = Endpoint::from_shared("rdma+ud://10.0.0.1:7471").unwrap();
+        assert_eq!(
+            (e.host.as_str(), e.port, e.settings.ud),
+            ("10.0.0.1", 7471, true)
+        );
+        assert!(!Endpoint::from_shared("rdma://h:1").unwrap().settings.ud);
+        assert!(Endpoint::from_shared("rdma+udp://h:1").is_err());
     }
 }

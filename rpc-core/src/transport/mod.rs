@@ -2,7 +2,8 @@
 //!
 //! A thin tokio driver around [`crate::engine`]:
 //!
-//! * **Client** ([`Channel`]): one RC connection per `Channel` (clones share it).
+//! * **Client** ([`Channel`]): one RC connection per `Channel` (clones share it), or
+//!   with `rdma+ud://` a UD session (see below).
 //!   Callers encode their request straight into a registered send slot and post it
 //!   themselves (no hand-off on the send path); one driver task per connection reaps
 //!   the connection's single CQ (sends and receives), completes callers' waiters, and
@@ -17,19 +18,58 @@
 //! * Liveness: the handshake's TCP connection stays open; when it closes, every
 //!   in-flight call of the connection ends `UNAVAILABLE` (client) or the connection's
 //!   QP and credits are reclaimed (server).
+//!
+//! # UD transport
+//!
+//! `rdma+ud://host:port` (or [`Endpoint::ud`]) makes a `Channel` call over one UD
+//! queue pair instead of an RC connection: no per-client QP at the server (eRPC's and
+//! FaSST's model), for calls whose request and reply fit one datagram.
+//!
+//! * **Sessions.** The client still does the TCP handshake; the server assigns a
+//!   32-bit session id, and the TCP connection stays open as the liveness channel: a
+//!   session's server state is freed when it closes, and a client sees `UNAVAILABLE`
+//!   when the server goes. Duplicate suppression is keyed by session, never by QPN.
+//! * **Payload limit.** One datagram: the port's active MTU (capped at 4096; 1024 on
+//!   rxe over a 1500-byte netdev), which holds rdma-rpc's 12-byte UD header, the
+//!   request head, path, metadata and message. The 40-byte GRH lands in the receive
+//!   buffer (sized MTU + 40), not in the MTU. [`Channel::ud_datagram_limit`] says it.
+//! * **Too big.** A request that does not fit goes over an RC connection the channel
+//!   opens on first need, when the server accepts RC (the default); with
+//!   [`Server::accept_rc`]`(false)` it fails `RESOURCE_EXHAUSTED` naming the limit. A
+//!   reply that does not fit fails `RESOURCE_EXHAUSTED` naming the limit (the handler
+//!   ran; it is not run again over RC).
+//! * **Reliability** ([`crate::engine::ud`]): the client retransmits on timeout with
+//!   exponential backoff (2 ms before a measured RTT, then twice the smoothed RTT,
+//!   1–100 ms) and gives up at the call's deadline (`DEADLINE_EXCEEDED`) or, with no
+//!   deadline, after 40 retransmissions (`UNAVAILABLE`, unless the server keeps
+//!   answering "in progress"). The server executes each call at most once: a window
+//!   of `ud_window` entries per session (default 32) holds running calls and stored
+//!   replies, which it replays to a retransmitted request. Stray and duplicate replies
+//!   are dropped and counted ([`Channel::ud_stats`], [`UdStatsHandle`]).
+//! * **Bound.** Per session at most `ud_window` entries and `ud_window` × datagram
+//!   bytes of stored replies; at most [`Server::max_ud_sessions`] sessions (default
+//!   4096), beyond which the handshake is refused naming the limit.
+//! * **Receives.** The server's UD QP has its own receive queue and pool
+//!   ([`Server::ud_receive_slots`], default 1024), not the SRQ: an unflow-controlled
+//!   UD flood cannot take the receives the RC credits count on; a datagram that finds
+//!   no receive is lost, and retransmission covers it.
 
+mod channel;
 mod client;
 mod endpoint;
 mod poll;
 mod server;
 mod server_conn;
+mod ud_client;
+mod ud_server;
 
 use std::fmt;
 
-pub use client::Channel;
+pub use channel::Channel;
 pub use endpoint::Endpoint;
 pub use poll::CompletionMode;
 pub use server::{Router, Server};
+pub use ud_server::UdStatsHandle;
 
 /// A transport failure (connecting, binding, a handshake).
 #[derive(Debug)]

@@ -23,6 +23,7 @@ use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::poll::{self, CompletionMode};
 use crate::transport::server_conn::{Dispatch, SConn};
+use crate::transport::ud_server::{UdSettings, UdSide, UdStatsHandle};
 use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
 
 type BoxService = BoxCloneService<ServerCall, ServerReply, Status>;
@@ -47,6 +48,9 @@ struct ServerSettings {
     mode: CompletionMode,
     device: Option<String>,
     inline: bool,
+    rdma_device: Option<rpc_transport::Device>,
+    ud: UdSettings,
+    ud_stats: Option<UdStatsHandle>,
 }
 
 /// Builds and runs a server.
@@ -66,6 +70,14 @@ impl Default for Server {
                 mode: CompletionMode::default(),
                 device: None,
                 inline: true,
+                rdma_device: None,
+                ud: UdSettings {
+                    window: 32,
+                    max_sessions: 4096,
+                    recv_slots: 1024,
+                    accept_rc: true,
+                },
+                ud_stats: None,
             },
         }
     }
@@ -128,6 +140,47 @@ impl Server {
     /// so turn this off (or use `spawn_blocking`) for such services.
     pub fn inline_handlers(mut self, inline: bool) -> Self {
         self.settings.inline = inline;
+        self
+    }
+
+    /// Serves on this already opened device (e.g. a soft device whose UD faults a
+    /// test sets) instead of opening one.
+    pub fn rdma_device(mut self, dev: rpc_transport::Device) -> Self {
+        self.settings.rdma_device = Some(dev);
+        self
+    }
+
+    /// Whether RC connections are accepted (default yes). Without, only UD sessions
+    /// are served, and a UD client's call too big for a datagram fails
+    /// `RESOURCE_EXHAUSTED` naming the UD payload limit.
+    pub fn accept_rc(mut self, yes: bool) -> Self {
+        self.settings.ud.accept_rc = yes;
+        self
+    }
+
+    /// Most UD sessions open at once (default 4096); beyond, a UD handshake is
+    /// refused naming the limit. Each session's state is bounded by its window.
+    pub fn max_ud_sessions(mut self, n: u32) -> Self {
+        self.settings.ud.max_sessions = n;
+        self
+    }
+
+    /// UD calls a session may have outstanding (default 32): each holds at most this
+    /// many duplicate-suppression entries and as many stored replies of one datagram.
+    pub fn ud_window(mut self, n: u32) -> Self {
+        self.settings.ud.window = n.clamp(1, 1 << 16);
+        self
+    }
+
+    /// Receives posted on the UD QP's own receive queue (default 1024).
+    pub fn ud_receive_slots(mut self, n: u32) -> Self {
+        self.settings.ud.recv_slots = n.max(1);
+        self
+    }
+
+    /// Publishes the UD counters into `handle` while the server runs.
+    pub fn ud_stats(mut self, handle: UdStatsHandle) -> Self {
+        self.settings.ud_stats = Some(handle);
         self
     }
 
@@ -196,7 +249,10 @@ impl Router {
         signal: F,
     ) -> Result<(), Error> {
         let s = self.settings;
-        let dev = msg::open_device(s.device.as_deref())?;
+        let dev = match &s.rdma_device {
+            Some(d) => d.clone(),
+            None => msg::open_device(s.device.as_deref())?,
+        };
         let pd = dev.alloc_pd()?;
         let pool_slots = s.pool_slots.min(dev.attr().max_srq_wr.max(1));
         let srq = Arc::new(pd.create_srq(&SrqInitAttr {
@@ -221,8 +277,24 @@ impl Router {
             slot_size = s.slot_size,
             "rdma-rpc server listening"
         );
+        let routes = Arc::new(self.routes);
+        let ud = match UdSide::new(
+            &pd,
+            routes.clone(),
+            s.mode,
+            s.ud,
+            s.max_message,
+            s.ud_stats.as_ref(),
+        ) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                tracing::warn!(error = %e, "UD sessions not served");
+                None
+            }
+        };
         let shared = Arc::new(Shared {
-            routes: Arc::new(self.routes),
+            ud: ud.clone(),
+            routes,
             conns: Mutex::new(HashMap::new()),
             granted: Mutex::new(0),
             pool_slots,
@@ -235,6 +307,7 @@ impl Router {
             settings: s,
         });
         let poller = tokio::spawn(receive_loop(shared.clone()));
+        let ud_poller = ud.map(|u| tokio::spawn(u.run()));
         tokio::pin!(signal);
         loop {
             tokio::select! {
@@ -254,18 +327,26 @@ impl Router {
         }
         shared.closing.store(true, Ordering::Release);
         shared.kick.notify_one();
+        if let Some(u) = &shared.ud {
+            u.stop();
+        }
         let conns: Vec<Arc<SConn>> = lock(&shared.conns).drain().map(|(_, c)| c).collect();
         for c in conns {
             c.kill();
             c.shutdown.notify_one();
         }
         let _ = poller.await;
+        if let Some(p) = ud_poller {
+            let _ = p.await;
+        }
         Ok(())
     }
 }
 
 /// What the accept loop, the handshakes and the receive loop share.
 struct Shared {
+    /// The UD side, if the device could create it.
+    ud: Option<Arc<UdSide>>,
     routes: Arc<Routes>,
     conns: Mutex<HashMap<u32, Arc<SConn>>>,
     granted: Mutex<u32>,
@@ -337,6 +418,25 @@ async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
     let hello = handshake::recv(&mut tcp).await?;
     let s = &sh.settings;
+    if hello.is_ud() || !s.ud.accept_rc {
+        return match (&sh.ud, hello.is_ud()) {
+            (Some(ud), true) => ud.clone().accept(tcp, hello).await,
+            _ => {
+                let mut no = hello;
+                no.flags = handshake::FLAG_REJECTED | (hello.flags & handshake::FLAG_UD);
+                handshake::send(&mut tcp, &no).await?;
+                if hello.is_ud() {
+                    let ud = rpc_transport::msg::UdHello {
+                        session: 0,
+                        qkey: 0,
+                        flags: 0,
+                    };
+                    handshake::send_ud(&mut tcp, &ud).await?;
+                }
+                Err(Error::new("this server does not accept that transport"))
+            }
+        };
+    }
     // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames.
     let credits = hello.credits.min(s.credits + 1).max(2);
     let granted = {

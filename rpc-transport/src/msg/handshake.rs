@@ -15,6 +15,22 @@
 //! `slot_size` is the frame size both sides use (the server's wins), `credits` the
 //! frames the client may have unanswered (receives the server reserves for it), and
 //! `max_message` the largest message body each side accepts.
+//!
+//! # UD sessions (flag bit 1, [`FLAG_UD`])
+//!
+//! A client that calls over UD sets [`FLAG_UD`]; its `endpoint` is then its UD QP,
+//! `credits` the calls it wants outstanding (its window) and `slot_size` the largest
+//! datagram payload it can receive. A [`UdHello`] (12 bytes) follows each `Hello`
+//! that carries the flag, in both directions:
+//! ```text
+//! 0 session:u32 (server-assigned; 0 from the client)  4 qkey:u32
+//! 8 ud_flags:u32 (bit 0 = the server also accepts RC connections)
+//! ```
+//! The server answers with its UD QP as `endpoint`, the window it grants as
+//! `credits`, and the UD payload limit (the smaller of both sides' datagrams) as
+//! `slot_size`. A refusal sets [`FLAG_REJECTED`]; with [`FLAG_SESSIONS_FULL`] as well,
+//! `credits` is the server's session limit that was reached. Peers that never set
+//! `FLAG_UD` exchange exactly the bytes of version 1 without it, so RC is unchanged.
 
 use std::io;
 
@@ -28,6 +44,52 @@ pub const MAGIC: [u8; 4] = *b"RRPC";
 pub const VERSION: u16 = 1;
 /// Flag: the server refuses the connection (e.g. its receive pool is fully granted).
 pub const FLAG_REJECTED: u16 = 1;
+/// Flag: a UD session, not an RC connection; a [`UdHello`] follows the `Hello`.
+pub const FLAG_UD: u16 = 2;
+/// Flag (with [`FLAG_REJECTED`]): the server's UD session limit, in `credits`, is reached.
+pub const FLAG_SESSIONS_FULL: u16 = 4;
+/// `UdHello::flags` bit: the server accepts RC connections too.
+pub const UD_ACCEPTS_RC: u32 = 1;
+
+/// The UD part of a handshake (after a `Hello` with [`FLAG_UD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdHello {
+    /// Session id the server assigned (0 from the client).
+    pub session: u32,
+    /// Q_Key of the sender's UD QP.
+    pub qkey: u32,
+    /// [`UD_ACCEPTS_RC`].
+    pub flags: u32,
+}
+
+impl UdHello {
+    /// Encoded size.
+    pub const WIRE_LEN: usize = 12;
+
+    /// Encodes.
+    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
+        let mut b = [0u8; Self::WIRE_LEN];
+        b[0..4].copy_from_slice(&self.session.to_be_bytes());
+        b[4..8].copy_from_slice(&self.qkey.to_be_bytes());
+        b[8..12].copy_from_slice(&self.flags.to_be_bytes());
+        b
+    }
+
+    /// Decodes.
+    pub fn from_bytes(b: &[u8; Self::WIRE_LEN]) -> UdHello {
+        let w = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        UdHello {
+            session: w(0),
+            qkey: w(4),
+            flags: w(8),
+        }
+    }
+
+    /// Whether the server accepts RC connections too.
+    pub fn accepts_rc(&self) -> bool {
+        self.flags & UD_ACCEPTS_RC != 0
+    }
+}
 
 /// One side's half of the handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +149,24 @@ impl Hello {
     pub fn rejected(&self) -> bool {
         self.flags & FLAG_REJECTED != 0
     }
+
+    /// Whether this is a UD session's hello (a [`UdHello`] follows it).
+    pub fn is_ud(&self) -> bool {
+        self.flags & FLAG_UD != 0
+    }
+}
+
+/// Writes the UD part that follows a `Hello` with [`FLAG_UD`].
+pub async fn send_ud<S: AsyncWrite + Unpin>(s: &mut S, u: &UdHello) -> io::Result<()> {
+    s.write_all(&u.to_bytes()).await?;
+    s.flush().await
+}
+
+/// Reads the UD part that follows a `Hello` with [`FLAG_UD`].
+pub async fn recv_ud<S: AsyncRead + Unpin>(s: &mut S) -> io::Result<UdHello> {
+    let mut b = [0u8; UdHello::WIRE_LEN];
+    s.read_exact(&mut b).await?;
+    Ok(UdHello::from_bytes(&b))
 }
 
 /// Writes a hello.
@@ -140,5 +220,16 @@ mod tests {
         other = b;
         other[0] = b'X';
         assert!(Hello::from_bytes(&other).is_err());
+    }
+
+    #[test]
+    fn ud_hello_round_trips() {
+        let u = UdHello {
+            session: 0xdead_beef,
+            qkey: 0x1111_2222,
+            flags: UD_ACCEPTS_RC,
+        };
+        assert_eq!(UdHello::from_bytes(&u.to_bytes()), u);
+        assert!(u.accepts_rc());
     }
 }

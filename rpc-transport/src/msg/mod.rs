@@ -9,6 +9,9 @@
 //!   every connection of a server) or a QP's receive queue. A reaped receive becomes
 //!   a [`RecvSlot`] that exposes the received bytes and reposts its buffer when
 //!   dropped; reposts made inside a [`RecvPool::batch`] go out as one post list.
+//! * [`UdSendRing`]: send slots of a UD QP that stay with their owner while posted,
+//!   so a retransmission reposts the same bytes; a slot is reused only once its
+//!   owner released it and every send of it completed.
 //! * [`handshake`]: the versioned exchange over an out-of-band TCP connection that
 //!   stays open as the liveness channel.
 
@@ -17,10 +20,12 @@ mod recv_pool;
 mod send_ring;
 #[cfg(test)]
 mod tests;
+mod ud_ring;
 
-pub use handshake::Hello;
+pub use handshake::{Hello, UdHello};
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
 pub use send_ring::{SendRing, SendSlot};
+pub use ud_ring::{UdDestination, UdSendRing, UdSlot};
 
 use crate::device::Device;
 use crate::error::Result;

@@ -1,0 +1,442 @@
+//! The server's UD side: one UD QP beside the SRQ, its own receive pool and CQ, one
+//! poller task, and sessions opened over the handshake connection.
+//!
+//! The UD QP takes receives from **its own receive queue**, not the SRQ: UD traffic is
+//! not flow-controlled, and a flood of datagrams must not consume the receives the RC
+//! credit scheme counts on. A datagram that finds no receive posted is lost, which
+//! the client's retransmission covers. An address handle is created once per session
+//! at the handshake and cached for every reply of that session. Requests go to the
+//! same services as RC calls; each reply is stored (one datagram, copied into the
+//! entry's preallocated buffer) for replay to a retransmitted request. When a
+//! session's TCP connection closes, its state is freed; handlers still running finish
+//! and their replies are dropped.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use rpc_transport::msg::handshake::{self, Hello, UdHello};
+use rpc_transport::msg::{RecvPool, RecvSlot, RecvTarget, UdDestination, UdSendRing};
+use rpc_transport::{
+    AhAttr, CompletionQueue, Device, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair,
+    WcOpcode, WorkCompletion, GRH_LEN,
+};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Notify};
+use tower::ServiceExt;
+
+use super::lock;
+use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
+use crate::payload::Payload;
+use crate::server::{ServerCall, ServerReply};
+use crate::status::Status;
+use crate::transport::poll::{self, CompletionMode};
+use crate::transport::server::Routes;
+use crate::transport::Error;
+
+/// Q_Key of every rdma-rpc UD QP (high bit clear: a real Q_Key, not "use the QP's").
+pub(crate) const QKEY: u32 = 0x5252_5043;
+/// Largest datagram rdma-rpc uses, whatever the MTU.
+pub(crate) const MAX_DATAGRAM: usize = 4096;
+
+/// The UD payload limit of `dev`'s port 1: its active MTU (capped at 4096). The GRH
+/// takes 40 bytes of each receive buffer, not of the MTU.
+pub(crate) fn datagram_limit(dev: &Device) -> Result<usize, Error> {
+    let mtu = dev.port_attr(1)?.active_mtu.bytes() as usize;
+    Ok(mtu.min(MAX_DATAGRAM))
+}
+
+/// UD settings of a server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UdSettings {
+    pub(crate) window: u32,
+    pub(crate) max_sessions: u32,
+    pub(crate) recv_slots: u32,
+    pub(crate) accept_rc: bool,
+}
+
+/// Reads a running server's UD counters (pass a clone to
+/// [`Server::ud_stats`](crate::transport::Server::ud_stats)).
+#[derive(Clone, Default)]
+pub struct UdStatsHandle(Arc<Mutex<Weak<UdSide>>>);
+
+impl UdStatsHandle {
+    /// A handle not yet given to a server.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The server's UD counters and state sizes; `None` before it serves or after.
+    pub fn get(&self) -> Option<UdServerStats> {
+        let side = lock(&self.0).upgrade()?;
+        let st = lock(&side.state);
+        let mut s = st.engine.stats();
+        s.sends_dropped = st.sends_dropped;
+        Some(s)
+    }
+}
+
+impl std::fmt::Debug for UdStatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UdStatsHandle")
+    }
+}
+
+struct State {
+    engine: UdServer,
+    ring: UdSendRing,
+    dests: HashMap<u32, UdDestination>,
+    /// Where a reply is encoded when every send slot is in flight: it is still
+    /// stored for replay, and the client's retransmission fetches it.
+    scratch: Vec<u8>,
+    sends_dropped: u64,
+}
+
+/// The UD side of one server.
+pub(crate) struct UdSide {
+    state: Mutex<State>,
+    qp: Arc<QueuePair>,
+    pd: ProtectionDomain,
+    pool: RecvPool,
+    cq: Arc<CompletionQueue>,
+    routes: Arc<Routes>,
+    mode: CompletionMode,
+    settings: UdSettings,
+    max_message: usize,
+    kick: Notify,
+    closing: AtomicBool,
+    stop: watch::Sender<bool>,
+}
+
+impl UdSide {
+    /// Creates the UD QP, its pool, CQ and send ring.
+    pub(crate) fn new(
+        pd: &ProtectionDomain,
+        routes: Arc<Routes>,
+        mode: CompletionMode,
+        settings: UdSettings,
+        max_message: usize,
+        stats: Option<&UdStatsHandle>,
+    ) -> Result<Arc<UdSide>, Error> {
+        let dev = pd.device();
+        let datagram = datagram_limit(dev)?;
+        let max_wr = dev.attr().max_qp_wr.max(1);
+        let recv_slots = settings.recv_slots.min(max_wr);
+        let send_slots = 256.min(max_wr);
+        let cq = Arc::new(dev.create_cq(recv_slots + send_slots + 64)?);
+        let mut init = QpInitAttr::new(QpType::Ud, &cq, &cq);
+        init.cap = QpCap {
+            max_send_wr: send_slots,
+            max_recv_wr: recv_slots,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        let qp = Arc::new(pd.create_qp(&init)?);
+        qp.activate_ud(QKEY, 0)?;
+        let pool = RecvPool::new(
+            pd,
+            RecvTarget::Qp(qp.clone()),
+            recv_slots,
+            GRH_LEN + datagram,
+            None,
+        )?;
+        let ring = UdSendRing::new(pd, qp.clone(), send_slots, datagram)?;
+        let engine = UdServer::new(UdServerConfig {
+            window: settings.window,
+            datagram,
+            max_sessions: settings.max_sessions,
+        });
+        let side = Arc::new(UdSide {
+            state: Mutex::new(State {
+                engine,
+                ring,
+                dests: HashMap::new(),
+                scratch: vec![0; datagram],
+                sends_dropped: 0,
+            }),
+            qp,
+            pd: pd.clone(),
+            pool,
+            cq,
+            routes,
+            mode,
+            settings,
+            max_message,
+            kick: Notify::new(),
+            closing: AtomicBool::new(false),
+            stop: watch::channel(false).0,
+        });
+        if let Some(h) = stats {
+            *lock(&h.0) = Arc::downgrade(&side);
+        }
+        tracing::info!(
+            qpn = side.qp.qp_num(),
+            datagram,
+            window = settings.window,
+            max_sessions = settings.max_sessions,
+            "UD sessions served"
+        );
+        Ok(side)
+    }
+
+    /// Stops the poller and closes every session's connection (clients see
+    /// `UNAVAILABLE`).
+    pub(crate) fn stop(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.kick.notify_one();
+        let _ = self.stop.send(true);
+    }
+
+    /// The poller: the UD QP's receives and sends.
+    pub(crate) async fn run(self: Arc<Self>) {
+        let mut wcs = [WorkCompletion::default(); 64];
+        let mut drained = false;
+        while !self.closing.load(Ordering::Acquire) {
+            let r = poll::wait(&self.cq, self.mode, &mut wcs, &self.kick, drained).await;
+            drained = matches!(r, Ok(n) if n > 0 && n < wcs.len());
+            match r {
+                Ok(0) => {}
+                Ok(n) => self.handle(&wcs[..n]),
+                Err(e) => {
+                    tracing::error!(error = %e, "UD completion queue failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handle(self: &Arc<Self>, wcs: &[WorkCompletion]) {
+        let now = Instant::now();
+        let _batch = self.pool.batch();
+        let mut st = lock(&self.state);
+        for wc in wcs {
+            match wc.opcode {
+                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => {
+                    let Ok(slot) = self.pool.complete(wc) else {
+                        continue;
+                    };
+                    if slot.len() < GRH_LEN {
+                        continue;
+                    }
+                    let imm = wc.imm_data.unwrap_or(0);
+                    let inc =
+                        st.engine
+                            .handle_datagram(now, wc.src_qp, imm, &slot.bytes()[GRH_LEN..]);
+                    if let Some(inc) = inc {
+                        self.dispatch(inc, slot);
+                    }
+                }
+                _ => {
+                    st.ring.handle_completion(wc);
+                }
+            }
+        }
+        Self::pump(&mut st);
+    }
+
+    /// Sends queued replays and `IN_PROGRESS` answers while send slots last (beyond:
+    /// dropped, like any lost datagram).
+    fn pump(st: &mut State) {
+        while st.engine.wants_transmit() {
+            let Some(slot) = st.ring.acquire() else {
+                let mut scratch = std::mem::take(&mut st.scratch);
+                while st.engine.poll_transmit(&mut scratch).is_some() {
+                    st.sends_dropped += 1;
+                }
+                st.scratch = scratch;
+                return;
+            };
+            let State {
+                engine,
+                ring,
+                dests,
+                ..
+            } = st;
+            if let Some((session, t)) = engine.poll_transmit(ring.buf(&slot)) {
+                if let Some(d) = dests.get(&session) {
+                    if let Err(e) = ring.post(&slot, t.len, t.imm, d) {
+                        tracing::debug!(error = %e, "UD post failed");
+                    }
+                }
+            }
+            st.ring.release(slot);
+        }
+    }
+
+    fn dispatch(self: &Arc<Self>, inc: UdIncoming, slot: RecvSlot) {
+        let UdIncoming {
+            session,
+            id,
+            path,
+            body,
+            metadata,
+            timeout,
+        } = inc;
+        let n = slot.len();
+        let payload = Payload::from_slot(slot, GRH_LEN..n);
+        let call = ServerCall::from_parts(payload, path, body, metadata, timeout);
+        tokio::spawn(run_call(self.clone(), session, id, call, timeout));
+    }
+
+    fn respond(&self, session: u32, id: u32, result: Result<ServerReply, Status>) {
+        let parts = result.map(|r| r.into_parts());
+        let r = parts
+            .as_ref()
+            .map(|(m, msg)| (m, &**msg))
+            .map_err(Clone::clone);
+        let mut st = lock(&self.state);
+        let State {
+            engine,
+            ring,
+            dests,
+            scratch,
+            sends_dropped,
+        } = &mut *st;
+        match ring.acquire() {
+            Some(slot) => {
+                if let Some(t) = engine.respond(session, id, r, ring.buf(&slot)) {
+                    if let Some(d) = dests.get(&session) {
+                        if let Err(e) = ring.post(&slot, t.len, t.imm, d) {
+                            tracing::debug!(error = %e, "UD post failed");
+                        }
+                    }
+                }
+                ring.release(slot);
+            }
+            None => {
+                if engine.respond(session, id, r, scratch).is_some() {
+                    *sends_dropped += 1;
+                }
+            }
+        }
+    }
+
+    /// The server half of a UD session's handshake (its `Hello` already read), then
+    /// the liveness watch: the session lives exactly as long as the connection.
+    pub(crate) async fn accept(
+        self: Arc<Self>,
+        mut tcp: TcpStream,
+        hello: Hello,
+    ) -> Result<(), Error> {
+        let _their = handshake::recv_ud(&mut tcp).await?;
+        let ah = self.pd.create_ah(&AhAttr::from_endpoint(
+            &hello.endpoint,
+            self.pd.device().preferred_gid_index(),
+        ));
+        let opened = {
+            let mut st = lock(&self.state);
+            let datagram = (hello.slot_size as usize).min(st.engine.config().datagram);
+            st.engine
+                .open_session(hello.endpoint.qpn, datagram)
+                .map(|s| (s, datagram))
+        };
+        let (session, datagram) = match opened {
+            Ok(x) => x,
+            Err(status) => {
+                let mut no = hello;
+                no.flags =
+                    handshake::FLAG_REJECTED | handshake::FLAG_UD | handshake::FLAG_SESSIONS_FULL;
+                no.credits = self.settings.max_sessions;
+                handshake::send(&mut tcp, &no).await?;
+                handshake::send_ud(
+                    &mut tcp,
+                    &UdHello {
+                        session: 0,
+                        qkey: QKEY,
+                        flags: 0,
+                    },
+                )
+                .await?;
+                return Err(Error::new(status.message().to_string()));
+            }
+        };
+        let close = |side: &UdSide| {
+            let mut st = lock(&side.state);
+            st.engine.close_session(session);
+            st.dests.remove(&session);
+        };
+        let ah = match ah {
+            Ok(ah) => Arc::new(ah),
+            Err(e) => {
+                close(&self);
+                return Err(e.into());
+            }
+        };
+        lock(&self.state).dests.insert(
+            session,
+            UdDestination {
+                ah,
+                qpn: hello.endpoint.qpn,
+                qkey: QKEY,
+            },
+        );
+        let reply = Hello {
+            flags: handshake::FLAG_UD,
+            endpoint: self.qp.endpoint(0)?,
+            slot_size: datagram as u32,
+            credits: hello.credits.clamp(1, self.settings.window),
+            max_message: self.max_message as u64,
+        };
+        let ud = UdHello {
+            session,
+            qkey: QKEY,
+            flags: if self.settings.accept_rc {
+                handshake::UD_ACCEPTS_RC
+            } else {
+                0
+            },
+        };
+        let sent = async {
+            handshake::send(&mut tcp, &reply).await?;
+            handshake::send_ud(&mut tcp, &ud).await
+        };
+        if let Err(e) = sent.await {
+            close(&self);
+            return Err(e.into());
+        }
+        tracing::debug!(session, qpn = hello.endpoint.qpn, "UD session opened");
+        let mut stop = self.stop.subscribe();
+        tokio::select! {
+            () = handshake::closed(&mut tcp) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+        close(&self);
+        tracing::debug!(session, "UD session closed");
+        Ok(())
+    }
+}
+
+/// Runs one UD call (as the RC path does: routed, bounded by its deadline, a panic
+/// becomes INTERNAL) and stores and sends its reply.
+async fn run_call(
+    side: Arc<UdSide>,
+    session: u32,
+    id: u32,
+    call: Result<ServerCall, Status>,
+    timeout: Option<Duration>,
+) {
+    let routes = side.routes.clone();
+    let work = async move {
+        let call = call?;
+        let svc = routes
+            .get(call.service())
+            .ok_or_else(|| Status::unimplemented(format!("unknown service {}", call.service())))?;
+        svc.oneshot(call).await
+    };
+    let work = AssertUnwindSafe(work).catch_unwind();
+    let result = match timeout {
+        Some(t) => match tokio::time::timeout(t, work).await {
+            Ok(r) => r,
+            Err(_) => Ok(Err(Status::deadline_exceeded(format!(
+                "deadline of {t:?} exceeded on the server"
+            )))),
+        },
+        None => work.await,
+    };
+    let result = result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")));
+    side.respond(session, id, result);
+}
