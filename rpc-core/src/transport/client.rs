@@ -129,7 +129,11 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
     let reply = handshake::recv(&mut tcp).await?;
     if reply.rejected() {
         return Err(Error::new(
-            "server refused the connection (no receive credits left)",
+            if reply.flags & handshake::FLAG_TRANSPORT_OFF != 0 {
+                "server refused the connection: it does not accept RC connections (UD only)"
+            } else {
+                "server refused the connection (no receive credits left)"
+            },
         ));
     }
     let credits = reply.credits.min(ask);

@@ -423,7 +423,9 @@ async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
             (Some(ud), true) => ud.clone().accept(tcp, hello).await,
             _ => {
                 let mut no = hello;
-                no.flags = handshake::FLAG_REJECTED | (hello.flags & handshake::FLAG_UD);
+                no.flags = handshake::FLAG_REJECTED
+                    | handshake::FLAG_TRANSPORT_OFF
+                    | (hello.flags & handshake::FLAG_UD);
                 handshake::send(&mut tcp, &no).await?;
                 if hello.is_ud() {
                     let ud = rpc_transport::msg::UdHello {

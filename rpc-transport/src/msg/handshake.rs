@@ -48,6 +48,9 @@ pub const FLAG_REJECTED: u16 = 1;
 pub const FLAG_UD: u16 = 2;
 /// Flag (with [`FLAG_REJECTED`]): the server's UD session limit, in `credits`, is reached.
 pub const FLAG_SESSIONS_FULL: u16 = 4;
+/// Flag (with [`FLAG_REJECTED`]): the server does not serve the transport asked for
+/// (RC on a server built with `accept_rc(false)`, or UD on one without a UD side).
+pub const FLAG_TRANSPORT_OFF: u16 = 8;
 /// `UdHello::flags` bit: the server accepts RC connections too.
 pub const UD_ACCEPTS_RC: u32 = 1;
 
