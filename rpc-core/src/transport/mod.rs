@@ -57,6 +57,7 @@
 mod channel;
 mod client;
 mod endpoint;
+mod handler;
 mod poll;
 mod server;
 mod server_conn;

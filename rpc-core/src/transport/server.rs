@@ -76,6 +76,7 @@ impl Default for Server {
                     max_sessions: 4096,
                     recv_slots: 1024,
                     accept_rc: true,
+                    inline: true,
                 },
                 ud_stats: None,
             },
@@ -140,6 +141,7 @@ impl Server {
     /// so turn this off (or use `spawn_blocking`) for such services.
     pub fn inline_handlers(mut self, inline: bool) -> Self {
         self.settings.inline = inline;
+        self.settings.ud.inline = inline;
         self
     }
 

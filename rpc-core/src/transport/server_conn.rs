@@ -1,24 +1,20 @@
 //! One server-side connection: its engine, its send slots, and answering calls.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
 use rpc_transport::msg::{RecvSlot, SendRing};
 use rpc_transport::WorkCompletion;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
-use tower::ServiceExt;
 
 use super::lock;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
+use crate::transport::handler::{run_handler, start_inline};
 use crate::transport::server::Routes;
 
 pub(crate) struct SState {
@@ -187,14 +183,10 @@ pub(crate) struct Dispatch {
 }
 
 impl Dispatch {
-    /// Runs the call on the caller's task until it first waits, and spawns it only
-    /// then. Most handlers answer without waiting (an echo, a lookup), and for them
-    /// this saves a task spawn, a scheduling round, and the abort-handle entry:
-    /// about a tenth of the instructions of a whole call on the soft provider. A
-    /// handler that computes for long before its first `.await` holds up the
-    /// completion task meanwhile, as in eRPC's dispatch-thread handlers; such work
-    /// belongs in `spawn_blocking`, or `Server::inline_handlers(false)` spawns every
-    /// call at once.
+    /// Runs the call, inline first when `inline` (see [`start_inline`]): a handler
+    /// that computes for long before its first `.await` holds up the completion task
+    /// meanwhile, as eRPC's dispatch-thread handlers do; such work belongs in
+    /// `spawn_blocking`, or `Server::inline_handlers(false)` spawns every call at once.
     pub(crate) fn run(self, routes: &Arc<Routes>, inline: bool) {
         let Dispatch {
             conn,
@@ -202,15 +194,15 @@ impl Dispatch {
             call,
             timeout,
         } = self;
-        let mut fut = Box::pin(run_call(conn.clone(), routes.clone(), id, call, timeout));
-        if inline {
-            let mut cx = Context::from_waker(Waker::noop());
-            if fut.as_mut().poll(&mut cx).is_ready() {
-                return;
+        let fut = run_call(conn.clone(), routes.clone(), id, call, timeout);
+        let fut = if inline {
+            match start_inline(fut) {
+                Some(f) => f,
+                None => return,
             }
-            // Pending: the spawned task polls it again at once, with a waker that
-            // counts, so nothing that became ready meanwhile is missed.
-        }
+        } else {
+            Box::pin(fut)
+        };
         let mut st = lock(&conn.state);
         if st.dead {
             return; // dropping the future stops the handler
@@ -222,8 +214,7 @@ impl Dispatch {
     }
 }
 
-/// Runs one call: routes it, bounds it by its deadline, catches a panicking
-/// handler (INTERNAL), and answers.
+/// Runs one call and answers it.
 async fn run_call(
     conn: Arc<SConn>,
     routes: Arc<Routes>,
@@ -231,23 +222,6 @@ async fn run_call(
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
 ) {
-    let work = async move {
-        let call = call?;
-        let svc = routes
-            .get(call.service())
-            .ok_or_else(|| Status::unimplemented(format!("unknown service {}", call.service())))?;
-        svc.oneshot(call).await
-    };
-    let work = AssertUnwindSafe(work).catch_unwind();
-    let result = match timeout {
-        Some(t) => match tokio::time::timeout(t, work).await {
-            Ok(r) => r,
-            Err(_) => Ok(Err(Status::deadline_exceeded(format!(
-                "deadline of {t:?} exceeded on the server"
-            )))),
-        },
-        None => work.await,
-    };
-    let result = result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")));
+    let result = run_handler(&routes, call, timeout).await;
     conn.respond(id, result).await;
 }

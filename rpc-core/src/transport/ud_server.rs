@@ -12,12 +12,10 @@
 //! and their replies are dropped.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
 use rpc_transport::msg::handshake::{self, Hello, UdHello};
 use rpc_transport::msg::{RecvPool, RecvSlot, RecvTarget, UdDestination, UdSendRing};
 use rpc_transport::{
@@ -26,13 +24,13 @@ use rpc_transport::{
 };
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
-use tower::ServiceExt;
 
 use super::lock;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
+use crate::transport::handler::{run_handler, start_inline};
 use crate::transport::poll::{self, CompletionMode};
 use crate::transport::server::Routes;
 use crate::transport::Error;
@@ -56,6 +54,8 @@ pub(crate) struct UdSettings {
     pub(crate) max_sessions: u32,
     pub(crate) recv_slots: u32,
     pub(crate) accept_rc: bool,
+    /// Handlers start on the poller (see `Server::inline_handlers`).
+    pub(crate) inline: bool,
 }
 
 /// Reads a running server's UD counters (pass a clone to
@@ -194,13 +194,14 @@ impl UdSide {
     /// The poller: the UD QP's receives and sends.
     pub(crate) async fn run(self: Arc<Self>) {
         let mut wcs = [WorkCompletion::default(); 64];
+        let mut calls = Vec::with_capacity(wcs.len());
         let mut drained = false;
         while !self.closing.load(Ordering::Acquire) {
             let r = poll::wait(&self.cq, self.mode, &mut wcs, &self.kick, drained).await;
             drained = matches!(r, Ok(n) if n > 0 && n < wcs.len());
             match r {
                 Ok(0) => {}
-                Ok(n) => self.handle(&wcs[..n]),
+                Ok(n) => self.handle(&wcs[..n], &mut calls),
                 Err(e) => {
                     tracing::error!(error = %e, "UD completion queue failed");
                     return;
@@ -209,9 +210,11 @@ impl UdSide {
         }
     }
 
-    fn handle(self: &Arc<Self>, wcs: &[WorkCompletion]) {
+    /// Handles a batch; requests collect in `calls` and run once the state lock is
+    /// released (a handler that answers at once takes it to store its reply).
+    fn handle(self: &Arc<Self>, wcs: &[WorkCompletion], calls: &mut Vec<(UdIncoming, RecvSlot)>) {
         let now = Instant::now();
-        let _batch = self.pool.batch();
+        let batch = self.pool.batch();
         let mut st = lock(&self.state);
         for wc in wcs {
             match wc.opcode {
@@ -227,7 +230,7 @@ impl UdSide {
                         st.engine
                             .handle_datagram(now, wc.src_qp, imm, &slot.bytes()[GRH_LEN..]);
                     if let Some(inc) = inc {
-                        self.dispatch(inc, slot);
+                        calls.push((inc, slot));
                     }
                 }
                 _ => {
@@ -236,6 +239,11 @@ impl UdSide {
             }
         }
         Self::pump(&mut st);
+        drop(st);
+        drop(batch);
+        for (inc, slot) in calls.drain(..) {
+            self.dispatch(inc, slot);
+        }
     }
 
     /// Sends queued replays and `IN_PROGRESS` answers while send slots last (beyond:
@@ -279,7 +287,14 @@ impl UdSide {
         let n = slot.len();
         let payload = Payload::from_slot(slot, GRH_LEN..n);
         let call = ServerCall::from_parts(payload, path, body, metadata, timeout);
-        tokio::spawn(run_call(self.clone(), session, id, call, timeout));
+        let fut = run_call(self.clone(), session, id, call, timeout);
+        if self.settings.inline {
+            if let Some(fut) = start_inline(fut) {
+                tokio::spawn(fut);
+            }
+        } else {
+            tokio::spawn(fut);
+        }
     }
 
     fn respond(&self, session: u32, id: u32, result: Result<ServerReply, Status>) {
@@ -410,8 +425,7 @@ impl UdSide {
     }
 }
 
-/// Runs one UD call (as the RC path does: routed, bounded by its deadline, a panic
-/// becomes INTERNAL) and stores and sends its reply.
+/// Runs one UD call and stores and sends its reply.
 async fn run_call(
     side: Arc<UdSide>,
     session: u32,
@@ -419,24 +433,6 @@ async fn run_call(
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
 ) {
-    let routes = side.routes.clone();
-    let work = async move {
-        let call = call?;
-        let svc = routes
-            .get(call.service())
-            .ok_or_else(|| Status::unimplemented(format!("unknown service {}", call.service())))?;
-        svc.oneshot(call).await
-    };
-    let work = AssertUnwindSafe(work).catch_unwind();
-    let result = match timeout {
-        Some(t) => match tokio::time::timeout(t, work).await {
-            Ok(r) => r,
-            Err(_) => Ok(Err(Status::deadline_exceeded(format!(
-                "deadline of {t:?} exceeded on the server"
-            )))),
-        },
-        None => work.await,
-    };
-    let result = result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")));
+    let result = run_handler(&side.routes, call, timeout).await;
     side.respond(session, id, result);
 }
