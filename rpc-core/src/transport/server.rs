@@ -366,13 +366,14 @@ struct Shared {
 async fn receive_loop(sh: Arc<Shared>) {
     let mut wcs = [WorkCompletion::default(); 64];
     let mut calls = Vec::with_capacity(wcs.len());
+    let mut corked = Vec::with_capacity(wcs.len());
     let mut drained = false;
     while !sh.closing.load(Ordering::Acquire) {
         let r = poll::wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick, drained).await;
         drained = matches!(r, Ok(n) if n > 0 && n < wcs.len());
         match r {
             Ok(0) => {}
-            Ok(n) => handle(&sh, &wcs[..n], &mut calls),
+            Ok(n) => handle(&sh, &wcs[..n], &mut calls, &mut corked),
             Err(e) => {
                 tracing::error!(error = %e, "server completion queue failed");
                 return;
@@ -382,13 +383,25 @@ async fn receive_loop(sh: Arc<Shared>) {
 }
 
 /// Handles a batch of completions; complete requests collect in `calls` and run once
-/// the connection table's lock is released.
-fn handle(sh: &Arc<Shared>, wcs: &[WorkCompletion], calls: &mut Vec<Dispatch>) {
+/// the connection table's lock is released. Every connection the batch touches is
+/// corked until its inline answers are in, so they leave as one post list.
+fn handle(
+    sh: &Arc<Shared>,
+    wcs: &[WorkCompletion],
+    calls: &mut Vec<Dispatch>,
+    corked: &mut Vec<Arc<SConn>>,
+) {
     let now = Instant::now();
     let batch = sh.pool.batch();
     let conns = lock(&sh.conns);
     for wc in wcs {
         let conn = conns.get(&wc.qp_num);
+        if let Some(c) = conn {
+            if !corked.iter().any(|k| Arc::ptr_eq(k, c)) {
+                c.cork();
+                corked.push(c.clone());
+            }
+        }
         match wc.opcode {
             WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => {
                 let slot = sh.pool.complete(wc);
@@ -412,6 +425,9 @@ fn handle(sh: &Arc<Shared>, wcs: &[WorkCompletion], calls: &mut Vec<Dispatch>) {
     drop(batch);
     for call in calls.drain(..) {
         call.run(&sh.routes, sh.settings.inline);
+    }
+    for c in corked.drain(..) {
+        c.uncork();
     }
 }
 

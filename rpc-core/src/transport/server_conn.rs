@@ -79,6 +79,22 @@ impl SConn {
         }
     }
 
+    /// Holds this connection's posts until [`SConn::uncork`]: the replies and
+    /// protocol answers of one batch of completions go out as one post list (one
+    /// doorbell; one `send` syscall on the soft provider) instead of one each.
+    pub(crate) fn cork(&self) {
+        lock(&self.state).ring.cork();
+    }
+
+    /// Posts what [`SConn::cork`] held back.
+    pub(crate) fn uncork(&self) {
+        let mut st = lock(&self.state);
+        if let Err(e) = st.ring.uncork() {
+            tracing::debug!(error = %e, "server post failed; dropping connection");
+            st.dead = true;
+        }
+    }
+
     /// A send completion of this connection.
     pub(crate) fn on_send_completion(&self, wc: &WorkCompletion) {
         let mut st = lock(&self.state);

@@ -41,7 +41,14 @@ pub struct SendRing {
     unsignaled: u32,
     signal_every: u32,
     max_inline: usize,
+    /// Posts held back by [`SendRing::cork`]: (slot, length, immediate).
+    held: Vec<(u32, usize, u32)>,
+    corked: bool,
 }
+
+/// WRs per post list when a cork is pulled: one doorbell (one `send` on the soft
+/// provider) per this many frames.
+const FLUSH_CHUNK: usize = 32;
 
 impl SendRing {
     /// Registers `n` slots of `slot_size` bytes in `pd` for sends on `qp`.
@@ -69,6 +76,8 @@ impl SendRing {
             unsignaled: 0,
             signal_every: (n / 4).max(1),
             max_inline,
+            held: Vec::new(),
+            corked: false,
         })
     }
 
@@ -123,33 +132,99 @@ impl SendRing {
             "{len} bytes do not fit a {}-byte slot",
             self.slot_size
         );
-        let signaled = self.unsignaled + 1 >= self.signal_every || self.free.is_empty();
-        let mut flags = SendFlags::empty();
-        if signaled {
-            flags |= SendFlags::SIGNALED;
+        if self.corked {
+            self.held.push((slot.idx, len, imm));
+            return Ok(());
         }
-        if len <= self.max_inline {
-            flags |= SendFlags::INLINE;
-        }
-        let sge = [self.mr.sge(slot.idx as usize * self.slot_size, len as u32)];
-        let sg_list: &[Sge] = if len == 0 { &[] } else { &sge };
-        let wr =
-            SendWr::new(u64::from(slot.idx), SendOp::SendWithImm { imm }, sg_list).flags(flags);
-        // SAFETY: the SGE names `len` bytes of this ring's own live region; the slot
-        // goes into `in_flight` and is neither handed out nor written (`buf` needs a
-        // `SendSlot`, which no one holds) until a signaled completion at or after it
-        // is reaped, or the QP, which the ring owns and drops before the region, is gone.
-        match unsafe { self.qp.post_send(&[wr]) } {
-            Ok(()) => {
-                self.in_flight.push_back((slot.idx, signaled));
-                self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
-                Ok(())
+        self.post_list(&[(slot.idx, len, imm)])
+    }
+
+    /// Holds back posts until [`SendRing::uncork`], which posts them as one WR list:
+    /// a server that answers a batch of requests rings the doorbell (on the soft
+    /// provider: makes one `send` syscall) once per batch instead of once per reply.
+    /// Held slots count as posted; nothing reaches the QP until the cork is pulled.
+    pub fn cork(&mut self) {
+        self.corked = true;
+    }
+
+    /// Posts everything held since [`SendRing::cork`], in order. On a refused post the
+    /// slots not posted come back now, as with [`SendRing::post`].
+    pub fn uncork(&mut self) -> Result<()> {
+        self.corked = false;
+        let held = std::mem::take(&mut self.held);
+        let mut r = Ok(());
+        let mut chunks = held.chunks(FLUSH_CHUNK);
+        for chunk in chunks.by_ref() {
+            r = self.post_list(chunk);
+            if r.is_err() {
+                break;
             }
-            Err(e) => {
-                self.free.push(slot.idx);
-                Err(e)
+        }
+        for chunk in chunks {
+            self.free.extend(chunk.iter().map(|&(idx, ..)| idx));
+        }
+        // Keep the buffer's capacity for the next cork.
+        self.held = held;
+        self.held.clear();
+        r
+    }
+
+    fn post_list(&mut self, frames: &[(u32, usize, u32)]) -> Result<()> {
+        let mut sges = [Sge::default(); FLUSH_CHUNK];
+        let mut signaled = [false; FLUSH_CHUNK];
+        let n = frames.len().min(FLUSH_CHUNK);
+        let mut unsignaled = self.unsignaled;
+        for (k, &(idx, len, _)) in frames[..n].iter().enumerate() {
+            sges[k] = self.mr.sge(idx as usize * self.slot_size, len as u32);
+            // The last frame of a list that leaves no slot free always asks for a
+            // completion, so a full ring has one coming that frees it.
+            signaled[k] =
+                unsignaled + 1 >= self.signal_every || (k + 1 == n && self.free.is_empty());
+            unsignaled = if signaled[k] { 0 } else { unsignaled + 1 };
+        }
+        let wr = |k: usize| {
+            let (idx, len, imm) = frames[k];
+            let mut flags = SendFlags::empty();
+            if signaled[k] {
+                flags |= SendFlags::SIGNALED;
+            }
+            if len <= self.max_inline {
+                flags |= SendFlags::INLINE;
+            }
+            let sg: &[Sge] = if len == 0 { &[] } else { &sges[k..k + 1] };
+            SendWr::new(u64::from(idx), SendOp::SendWithImm { imm }, sg).flags(flags)
+        };
+        // SAFETY (both posts): each SGE names `len` bytes of this ring's own live
+        // region; the slots go into `in_flight` and are neither handed out nor written
+        // (`buf` needs a `SendSlot`, which no one holds) until a signaled completion at
+        // or after them is reaped, or the QP, which the ring owns and drops before the
+        // region, is gone.
+        let r = if n == 1 {
+            // SAFETY: see above.
+            unsafe { self.qp.post_send(&[wr(0)]) }
+        } else {
+            let mut wrs = [wr(0); FLUSH_CHUNK];
+            for (k, w) in wrs.iter_mut().enumerate().take(n).skip(1) {
+                *w = wr(k);
+            }
+            // SAFETY: see above.
+            unsafe { self.qp.post_send(&wrs[..n]) }
+        };
+        let posted = match &r {
+            Ok(()) => n,
+            Err(Error::Post { index, .. }) => (*index).min(n),
+            Err(_) => 0,
+        };
+        for k in 0..n {
+            let idx = frames[k].0;
+            if k < posted {
+                self.in_flight.push_back((idx, signaled[k]));
+                self.unsignaled = if signaled[k] { 0 } else { self.unsignaled + 1 };
+            } else {
+                self.free.push(idx);
             }
         }
+        r
     }
 
     /// Frees the slots a send completion of this ring's QP covers: the signaled slot

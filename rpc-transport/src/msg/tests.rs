@@ -145,3 +145,62 @@ fn one_srq_pool_serves_two_connections_and_batches_reposts() {
     drop(batch);
     assert_eq!(pool.reposted(), 8, "one flush at the end of the batch");
 }
+
+#[test]
+fn a_corked_ring_holds_posts_and_uncork_sends_them_in_order() {
+    let (a, b) = (side(), side());
+    let wide = |s: &Side| {
+        let mut init = QpInitAttr::new(QpType::Rc, &s.cq, &s.cq);
+        init.cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        Arc::new(s.pd.create_qp(&init).unwrap())
+    };
+    let (qa, qb) = (wide(&a), wide(&b));
+    connect(&qa, &qb);
+    let pool = RecvPool::new(&b.pd, RecvTarget::Qp(qb.clone()), 64, 256, None).unwrap();
+    let mut ring = SendRing::new(&a.pd, qa.clone(), 48, 256).unwrap();
+
+    // More frames than one post list holds, so uncork posts several lists.
+    ring.cork();
+    for i in 0..40u32 {
+        let slot = ring.acquire().unwrap();
+        ring.buf(&slot)[..4].copy_from_slice(&i.to_be_bytes());
+        ring.post(slot, if i % 2 == 0 { 4 } else { 200 }, i)
+            .unwrap();
+    }
+    assert_eq!(ring.free_slots(), 8, "held posts keep their slots");
+    // Held frames never reached the QP: polls on both sides find nothing.
+    let mut wc = [WorkCompletion::default(); 4];
+    for _ in 0..100 {
+        assert_eq!(a.cq.poll(&mut wc).unwrap(), 0);
+        assert_eq!(b.cq.poll(&mut wc).unwrap(), 0);
+    }
+    ring.uncork().unwrap();
+    for i in 0..40u32 {
+        let wc = next(&b.cq, &a.cq);
+        assert_eq!(wc.imm_data, Some(i), "frames arrive in post order");
+        let got = pool.complete(&wc).unwrap();
+        assert_eq!(got.bytes()[..4], i.to_be_bytes());
+    }
+    // Slots come back through the signaled completions (one in twelve: the 36 frames
+    // up to the last signaled one); the 4 after it wait for a later one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ring.free_slots() < 44 {
+        let _ = b.cq.poll(&mut []);
+        if a.cq.poll(&mut wc[..1]).unwrap() == 1 {
+            assert!(wc[0].is_ok(), "{:?}", wc[0]);
+            ring.handle_completion(&wc[0]);
+        }
+        assert!(Instant::now() < deadline, "slots did not come back");
+    }
+    assert_eq!(ring.in_flight(), 4);
+    // Uncorked, a post goes out at once.
+    let slot = ring.acquire().unwrap();
+    ring.post(slot, 4, 99).unwrap();
+    assert_eq!(next(&b.cq, &a.cq).imm_data, Some(99));
+}
