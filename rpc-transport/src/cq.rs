@@ -1,6 +1,7 @@
 //! Completion queues: polled in batches, busy or under tokio.
 
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::io::unix::AsyncFd;
@@ -61,6 +62,11 @@ pub struct CompletionQueue {
     // Deregisters from the reactor before the provider closes the descriptor.
     async_fd: OnceLock<AsyncFd<RawFdRef>>,
     async_fd_init: Mutex<()>,
+    /// Armed, polled empty after arming, and no event consumed since: a wait that
+    /// was interrupted there (its future dropped, e.g. by a `select!`) can sleep
+    /// again without arming and polling anew, since anything completing meanwhile
+    /// raises the event.
+    armed_empty: AtomicBool,
     pub(crate) imp: CqImp,
 }
 
@@ -69,6 +75,7 @@ impl CompletionQueue {
         CompletionQueue {
             async_fd: OnceLock::new(),
             async_fd_init: Mutex::new(()),
+            armed_empty: AtomicBool::new(false),
             imp,
         }
     }
@@ -124,16 +131,20 @@ impl CompletionQueue {
     /// an event-driven driver saves one futile poll per wake-up.
     pub async fn wait_async(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         loop {
-            self.req_notify(false)?;
-            let n = self.poll(wc)?;
-            if n > 0 {
-                return Ok(n);
+            if !self.armed_empty.swap(false, Ordering::AcqRel) {
+                self.req_notify(false)?;
+                let n = self.poll(wc)?;
+                if n > 0 {
+                    return Ok(n);
+                }
             }
             let afd = self.async_fd()?;
+            self.armed_empty.store(true, Ordering::Release);
             let mut guard = afd
                 .readable()
                 .await
                 .map_err(|e| Error::verb("ibv_get_cq_event", e))?;
+            self.armed_empty.store(false, Ordering::Release);
             // Clear tokio's readiness now, not only when woken for nothing: left set, the
             // next wait would return at once and poll twice in vain. Nothing is lost: an
             // event after this point sets readiness anew (tokio compares ticks), and

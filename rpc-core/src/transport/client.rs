@@ -61,6 +61,8 @@ struct State {
     ring: SendRing,
     /// Send slots promised to callers by `poll_ready`.
     reserved_slots: usize,
+    /// The driver has been kicked to post held requests.
+    flush_kicked: bool,
 }
 
 /// One connection.
@@ -178,6 +180,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
             engine,
             ring,
             reserved_slots: 0,
+            flush_kicked: false,
         }),
         pool,
         cq,
@@ -227,7 +230,10 @@ impl Conn {
                     st.ring.release(slot);
                     break;
                 };
-                if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                if st.ring.holds() {
+                    // Behind held requests: frames of a call must not overtake its REQ.
+                    st.ring.hold(slot, t.len, t.imm);
+                } else if let Err(e) = st.ring.post(slot, t.len, t.imm) {
                     self.fail(st, Status::unavailable(format!("post failed: {e}")));
                     return;
                 }
@@ -238,6 +244,16 @@ impl Conn {
                 return;
             }
             // Tokens came back between the look and the flag: use them now.
+        }
+    }
+
+    /// Posts the requests callers held back (see `start`) as one list.
+    fn flush_held(&self, st: &mut State) {
+        st.flush_kicked = false;
+        if st.ring.holds() {
+            if let Err(e) = st.ring.uncork() {
+                self.fail(st, Status::unavailable(format!("post failed: {e}")));
+            }
         }
     }
 
@@ -317,6 +333,7 @@ impl Conn {
         }
         drop(batch); // reposts now, returning tokens through the hook
         self.pump(&mut st);
+        self.flush_held(&mut st);
         drop(st);
         if freed {
             self.shared.wake_ready();
@@ -333,7 +350,12 @@ async fn drive(conn: Arc<Conn>) {
             return;
         }
         let r = poll::wait(&conn.cq, conn.mode, &mut wcs, &conn.shared.kick, drained).await;
-        drained = matches!(r, Ok(n) if n > 0 && n < wcs.len());
+        // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
+        if let Ok(n) = r {
+            if n > 0 {
+                drained = n < wcs.len();
+            }
+        }
         match r {
             Ok(0) => {
                 let mut st = lock(&conn.state);
@@ -341,6 +363,7 @@ async fn drive(conn: Arc<Conn>) {
                     return;
                 }
                 conn.pump(&mut st);
+                conn.flush_held(&mut st);
             }
             Ok(n) => conn.handle(&wcs[..n]),
             Err(e) => {
@@ -492,6 +515,12 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
     }
 }
 
+/// Calls open on a connection above which a new request is left for the driver to
+/// post with others. At or below it a caller posts at once: a lone call never
+/// waits for a task switch. Measured with `rpc-bench` (32 B, soft provider): at 256
+/// in flight batching halves the client's CPU per call.
+const HOLD_ABOVE: usize = 4;
+
 /// Encodes the call into a send slot and posts it.
 fn start<M: Message + Send + 'static>(
     conn: &Conn,
@@ -515,6 +544,19 @@ fn start<M: Message + Send + 'static>(
         ring.buf(&slot),
     );
     match r {
+        Ok((id, t)) if st.engine.calls() > HOLD_ABOVE || st.ring.holds() => {
+            // Many calls in flight: the driver is busy with their replies and will
+            // post this request with the others of the burst, one doorbell (one
+            // `send` on the soft provider) for all, instead of one per caller.
+            st.ring.hold(slot, t.len, t.imm);
+            if !std::mem::replace(&mut st.flush_kicked, true) {
+                conn.shared.kick.notify_one();
+            }
+            if st.engine.wants_transmit() {
+                conn.pump(st);
+            }
+            Ok(id)
+        }
         Ok((id, t)) => {
             if let Err(e) = st.ring.post(slot, t.len, t.imm) {
                 conn.fail(st, Status::unavailable(format!("post failed: {e}")));

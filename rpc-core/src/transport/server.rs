@@ -370,7 +370,12 @@ async fn receive_loop(sh: Arc<Shared>) {
     let mut drained = false;
     while !sh.closing.load(Ordering::Acquire) {
         let r = poll::wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick, drained).await;
-        drained = matches!(r, Ok(n) if n > 0 && n < wcs.len());
+        // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
+        if let Ok(n) = r {
+            if n > 0 {
+                drained = n < wcs.len();
+            }
+        }
         match r {
             Ok(0) => {}
             Ok(n) => handle(&sh, &wcs[..n], &mut calls, &mut corked),

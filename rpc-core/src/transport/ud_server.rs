@@ -198,7 +198,12 @@ impl UdSide {
         let mut drained = false;
         while !self.closing.load(Ordering::Acquire) {
             let r = poll::wait(&self.cq, self.mode, &mut wcs, &self.kick, drained).await;
-            drained = matches!(r, Ok(n) if n > 0 && n < wcs.len());
+            // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
+            if let Ok(n) = r {
+                if n > 0 {
+                    drained = n < wcs.len();
+                }
+            }
             match r {
                 Ok(0) => {}
                 Ok(n) => self.handle(&wcs[..n], &mut calls),

@@ -139,6 +139,24 @@ impl SendRing {
         self.post_list(&[(slot.idx, len, imm)])
     }
 
+    /// Holds this one post back for the next [`SendRing::uncork`], corked or not: a
+    /// client with many calls in flight lets its driver post the requests of a burst
+    /// of callers as one list. Checked as [`SendRing::post`] checks.
+    pub fn hold(&mut self, slot: SendSlot, len: usize, imm: u32) {
+        assert_eq!(slot.ring, self.id, "slot of another ring");
+        assert!(
+            len <= self.slot_size,
+            "{len} bytes do not fit a {}-byte slot",
+            self.slot_size
+        );
+        self.held.push((slot.idx, len, imm));
+    }
+
+    /// Posts held back by [`SendRing::hold`] or a cork wait for [`SendRing::uncork`].
+    pub fn holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+
     /// Holds back posts until [`SendRing::uncork`], which posts them as one WR list:
     /// a server that answers a batch of requests rings the doorbell (on the soft
     /// provider: makes one `send` syscall) once per batch instead of once per reply.
@@ -147,7 +165,8 @@ impl SendRing {
         self.corked = true;
     }
 
-    /// Posts everything held since [`SendRing::cork`], in order. On a refused post the
+    /// Ends a cork and posts everything held (since [`SendRing::cork`], and by
+    /// [`SendRing::hold`]), in order. On a refused post the
     /// slots not posted come back now, as with [`SendRing::post`].
     pub fn uncork(&mut self) -> Result<()> {
         self.corked = false;
