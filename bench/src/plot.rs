@@ -61,7 +61,7 @@ pub(crate) fn write(path: &Path, panels: &[Panel]) -> Result<(), String> {
                 .build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0)?;
             chart
                 .configure_mesh()
-                .x_labels(6)
+                .x_labels(10)
                 .y_labels(5)
                 .x_label_formatter(&|v| format!("{v:.0}"))
                 .draw()?;

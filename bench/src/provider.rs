@@ -29,7 +29,7 @@ impl Provider {
         };
         let found = list
             .into_iter()
-            .find(|d| d.provider == want && device.map_or(true, |n| d.name == n));
+            .find(|d| d.provider == want && (device.is_none() || device == Some(d.name.as_str())));
         match (found, arg) {
             (Some(d), _) => Ok(Provider {
                 kind: d.provider,

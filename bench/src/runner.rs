@@ -1,8 +1,11 @@
 //! One cell in a closed loop: `concurrency` callers each make one call after
-//! another. Warm-up lasts `warmup` and until every caller has completed a call; then
-//! calls completing within the window are recorded (steady-state: completions per
-//! unit time). The window lasts `duration`, and longer if needed until `min_calls`
-//! have completed in it (a 4 MiB call with 256 in flight can outlast a short window).
+//! another. Warm-up lasts `warmup` and until as many calls have completed as there
+//! are callers (a round, on average: not every caller, as a system that starves some
+//! calls would stretch it); then calls completing within the window are recorded
+//! (steady state: completions per unit time). The window lasts `duration`, and longer
+//! if needed until `min_calls` have completed in it (a 4 MiB call with 256 in flight
+//! can outlast a short window). Calls still in flight after it are cancelled (their
+//! futures dropped), which every system under test turns into a cancellation.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,8 +55,8 @@ struct Shared {
     recorded: AtomicU64,
     /// Latest recorded completion, ns since `t0`.
     last: AtomicU64,
-    /// Callers that have completed at least one call.
-    warm: AtomicUsize,
+    /// Calls completed, window or not (for the warm-up).
+    completed: AtomicUsize,
     stop: AtomicBool,
     error: Mutex<Option<String>>,
     /// Something the driver waits for may have happened.
@@ -85,34 +88,35 @@ pub(crate) async fn closed_loop(
         from: AtomicU64::new(NOT_YET),
         recorded: AtomicU64::new(0),
         last: AtomicU64::new(0),
-        warm: AtomicUsize::new(0),
+        completed: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
         error: Mutex::new(None),
         changed: Notify::new(),
     });
+    // One histogram per caller: its lock is never contended while measuring, and it
+    // outlives the caller's task, which is aborted mid-call at the end.
+    let hists: Vec<_> = (0..callers.len())
+        .map(|_| Arc::new(Mutex::new(Histogram::default())))
+        .collect();
     let tasks: Vec<_> = callers
         .into_iter()
-        .map(|c| tokio::spawn(caller_loop(c, payload.clone(), shared.clone())))
+        .zip(&hists)
+        .map(|(c, h)| tokio::spawn(caller_loop(c, payload.clone(), shared.clone(), h.clone())))
         .collect();
     let driven = tokio::time::timeout(w.limit, drive(&shared, w, cpu)).await;
     shared.stop.store(true, Ordering::Release);
-    let result = match driven {
-        Ok(r) => r,
-        Err(_) => {
-            // Stalled calls are cancelled by dropping them.
-            for t in &tasks {
-                t.abort();
-            }
-            Err(format!("no result within {:?}", w.limit))
-        }
-    };
-    let mut hist = Histogram::default();
-    for t in tasks {
-        if let Ok(h) = t.await {
-            hist.merge(&h);
-        }
+    for t in &tasks {
+        t.abort();
     }
-    let (elapsed, client_cpu, server_cpu) = result?;
+    for t in tasks {
+        let _ = t.await;
+    }
+    let (elapsed, client_cpu, server_cpu) =
+        driven.map_err(|_| format!("no result within {:?}", w.limit))??;
+    let mut hist = Histogram::default();
+    for h in &hists {
+        hist.merge(&h.lock().unwrap_or_else(|e| e.into_inner()));
+    }
     if let Some(e) = shared.failed() {
         return Err(e);
     }
@@ -131,7 +135,7 @@ async fn drive(
     cpu: CpuProbe<'_>,
 ) -> Result<(Duration, Duration, Duration), String> {
     tokio::time::sleep(w.warmup).await;
-    wait_for(sh, || sh.warm.load(Ordering::Acquire) >= sh.callers).await?;
+    wait_for(sh, || sh.completed.load(Ordering::Acquire) >= sh.callers).await?;
     let (c0, s0) = cpu()?;
     let from = sh.since_t0(Instant::now());
     sh.from.store(from, Ordering::Release);
@@ -160,10 +164,13 @@ async fn wait_for(sh: &Shared, done: impl Fn() -> bool) -> Result<(), String> {
     }
 }
 
-/// One caller's loop; returns its latencies. Nothing here allocates per call.
-async fn caller_loop(mut caller: Caller, payload: Bytes, sh: Arc<Shared>) -> Histogram {
-    let mut hist = Histogram::default();
-    let mut warmed = false;
+/// One caller's loop, recording into `hist`. Nothing here allocates per call.
+async fn caller_loop(
+    mut caller: Caller,
+    payload: Bytes,
+    sh: Arc<Shared>,
+    hist: Arc<Mutex<Histogram>>,
+) {
     while !sh.stop.load(Ordering::Acquire) {
         let start = Instant::now();
         if let Err(e) = caller.call(&payload).await {
@@ -176,11 +183,8 @@ async fn caller_loop(mut caller: Caller, payload: Bytes, sh: Arc<Shared>) -> His
             break;
         }
         let end = Instant::now();
-        if !warmed {
-            warmed = true;
-            if sh.warm.fetch_add(1, Ordering::AcqRel) + 1 == sh.callers {
-                sh.changed.notify_one();
-            }
+        if sh.completed.fetch_add(1, Ordering::AcqRel) + 1 == sh.callers {
+            sh.changed.notify_one();
         }
         let end_ns = sh.since_t0(end);
         let from = sh.from.load(Ordering::Acquire);
@@ -196,7 +200,8 @@ async fn caller_loop(mut caller: Caller, payload: Bytes, sh: Arc<Shared>) -> His
             });
         match counted {
             Ok(r) => {
-                hist.record((end - start).as_nanos() as u64);
+                let ns = (end - start).as_nanos() as u64;
+                hist.lock().unwrap_or_else(|e| e.into_inner()).record(ns);
                 if !in_window {
                     sh.last.fetch_max(end_ns, Ordering::AcqRel);
                     if r + 1 >= sh.min_calls {
@@ -207,5 +212,4 @@ async fn caller_loop(mut caller: Caller, payload: Bytes, sh: Arc<Shared>) -> His
             Err(_) => break,
         }
     }
-    hist
 }

@@ -88,12 +88,16 @@ impl Histogram {
     }
 
     /// Nearest-rank percentile `p` (0–100] in nanoseconds: the middle of the bucket
-    /// holding that rank, kept within the exact min and max (0 when empty).
+    /// holding that rank, kept within the exact min and max; the last rank is the
+    /// exact max (0 when empty).
     pub(crate) fn percentile(&self, p: f64) -> f64 {
         if self.count == 0 {
             return 0.0;
         }
         let rank = ((p / 100.0 * self.count as f64).ceil() as u64).clamp(1, self.count);
+        if rank == self.count {
+            return self.max as f64;
+        }
         let mut seen = 0;
         for (i, &c) in self.counts.iter().enumerate() {
             seen += c;
