@@ -25,6 +25,20 @@ fn colour(s: System) -> RGBColor {
     }
 }
 
+/// A short axis label for a latency in µs: `20µs`, `1.5ms`, `300ms`, `2s`.
+fn latency_label(us: f64) -> String {
+    let (v, unit) = match us {
+        u if u >= 1e6 => (u / 1e6, "s"),
+        u if u >= 1e3 => (u / 1e3, "ms"),
+        u => (u, "µs"),
+    };
+    if v < 10.0 && v.fract() != 0.0 {
+        format!("{v:.1}{unit}")
+    } else {
+        format!("{v:.0}{unit}")
+    }
+}
+
 /// Writes the panels to `path` as SVG, in a grid with one row per payload size.
 pub(crate) fn write(path: &Path, panels: &[Panel]) -> Result<(), String> {
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
@@ -39,7 +53,7 @@ pub(crate) fn write(path: &Path, panels: &[Panel]) -> Result<(), String> {
             SVGBackend::new(path, (420 * cols as u32, 320 * rows as u32 + 40)).into_drawing_area();
         root.fill(&WHITE)?;
         let root = root.titled(
-            "rpc-bench: unary echo latency CDF (x: latency µs, log; y: fraction of calls ≤ x)",
+            "rpc-bench: unary echo latency CDF (x: latency, log scale; y: fraction of calls ≤ x)",
             ("sans-serif", 20),
         )?;
         let areas = root.split_evenly((rows, cols));
@@ -61,9 +75,9 @@ pub(crate) fn write(path: &Path, panels: &[Panel]) -> Result<(), String> {
                 .build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0)?;
             chart
                 .configure_mesh()
-                .x_labels(10)
+                .x_labels(6)
                 .y_labels(5)
-                .x_label_formatter(&|v| format!("{v:.0}"))
+                .x_label_formatter(&|v| latency_label(*v))
                 .draw()?;
             for (sys, pts) in &p.curves {
                 let c = colour(*sys);
@@ -85,4 +99,15 @@ pub(crate) fn write(path: &Path, panels: &[Panel]) -> Result<(), String> {
         Ok(())
     };
     draw().map_err(|e| format!("plotting to {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn latency_labels_pick_a_unit() {
+        assert_eq!(super::latency_label(20.0), "20µs");
+        assert_eq!(super::latency_label(1500.0), "1.5ms");
+        assert_eq!(super::latency_label(300_000.0), "300ms");
+        assert_eq!(super::latency_label(2_000_000.0), "2s");
+    }
 }
