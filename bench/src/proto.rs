@@ -1,0 +1,13 @@
+//! The echo service's generated code, once per framework.
+
+/// rdma-rpc's stubs for `proto/echo.proto` (the run connects its own `Channel`).
+#[allow(missing_docs, unreachable_pub, dead_code)]
+pub(crate) mod rdma {
+    include!(concat!(env!("OUT_DIR"), "/rdma/echo.rs"));
+}
+
+/// tonic's stubs for `proto/echo.proto`.
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub(crate) mod tonic {
+    include!(concat!(env!("OUT_DIR"), "/tonic/echo.rs"));
+}

@@ -1,0 +1,259 @@
+//! The figures of a run: JSON (every figure) and the table (with ratios against the
+//! baselines measured in the same run).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::runner::Measured;
+use crate::system::System;
+
+/// One measured cell. The first ten fields are the documented JSON shape.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Run {
+    pub(crate) system: &'static str,
+    pub(crate) workload: &'static str,
+    pub(crate) payload_bytes: usize,
+    pub(crate) concurrency: usize,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) p999_us: f64,
+    pub(crate) calls_per_s: f64,
+    /// Payload megabytes (10^6) per second, one direction (the echo carries as many back).
+    pub(crate) mb_per_s: f64,
+    /// Client plus server CPU time per call.
+    pub(crate) cpu_us_per_call: f64,
+    pub(crate) client_cpu_us_per_call: f64,
+    pub(crate) server_cpu_us_per_call: f64,
+    pub(crate) mean_us: f64,
+    pub(crate) max_us: f64,
+    pub(crate) calls: u64,
+    pub(crate) window_s: f64,
+    /// This run's figures divided by tonic's in the same cell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) vs_tonic: Option<Ratios>,
+    /// This run's figures divided by the raw TCP loop's in the same cell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) vs_tcp: Option<Ratios>,
+}
+
+/// Quotients against a baseline: below 1 is better for latency and CPU, above 1 for
+/// calls/s (and MB/s, which has the same ratio).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Ratios {
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+    pub(crate) p999: f64,
+    pub(crate) calls_per_s: f64,
+    pub(crate) cpu_per_call: f64,
+}
+
+/// A cell that did not produce figures, and why.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Failure {
+    pub(crate) system: &'static str,
+    pub(crate) workload: &'static str,
+    pub(crate) payload_bytes: usize,
+    pub(crate) concurrency: usize,
+    pub(crate) error: String,
+}
+
+/// Everything written by `--json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Report {
+    pub(crate) runs: Vec<Run>,
+    pub(crate) errors: Vec<Failure>,
+    pub(crate) warmup_s: f64,
+    pub(crate) duration_s: f64,
+    pub(crate) provider: String,
+    pub(crate) wall_s: f64,
+}
+
+fn us(ns: f64) -> f64 {
+    ns / 1e3
+}
+
+impl Run {
+    /// The figures of one cell.
+    pub(crate) fn new(system: System, payload: usize, concurrency: usize, m: &Measured) -> Run {
+        let calls = m.hist.count();
+        let secs = m.elapsed.as_secs_f64();
+        let per_call = |d: Duration| {
+            if calls == 0 {
+                0.0
+            } else {
+                d.as_secs_f64() * 1e6 / calls as f64
+            }
+        };
+        let calls_per_s = if secs > 0.0 { calls as f64 / secs } else { 0.0 };
+        Run {
+            system: system.name(),
+            workload: "unary",
+            payload_bytes: payload,
+            concurrency,
+            p50_us: us(m.hist.percentile(50.0)),
+            p99_us: us(m.hist.percentile(99.0)),
+            p999_us: us(m.hist.percentile(99.9)),
+            calls_per_s,
+            mb_per_s: calls_per_s * payload as f64 / 1e6,
+            cpu_us_per_call: per_call(m.client_cpu + m.server_cpu),
+            client_cpu_us_per_call: per_call(m.client_cpu),
+            server_cpu_us_per_call: per_call(m.server_cpu),
+            mean_us: us(m.hist.mean()),
+            max_us: us(m.hist.percentile(100.0)),
+            calls,
+            window_s: secs,
+            vs_tonic: None,
+            vs_tcp: None,
+        }
+    }
+
+    fn ratios(&self, base: &Run) -> Ratios {
+        let q = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+        Ratios {
+            p50: q(self.p50_us, base.p50_us),
+            p99: q(self.p99_us, base.p99_us),
+            p999: q(self.p999_us, base.p999_us),
+            calls_per_s: q(self.calls_per_s, base.calls_per_s),
+            cpu_per_call: q(self.cpu_us_per_call, base.cpu_us_per_call),
+        }
+    }
+}
+
+/// Fills every run's ratios against tonic and tcp in the same cell (where measured).
+pub(crate) fn add_ratios(runs: &mut [Run]) {
+    let find = |runs: &[Run], sys: System, r: &Run| {
+        runs.iter()
+            .find(|b| {
+                b.system == sys.name()
+                    && b.payload_bytes == r.payload_bytes
+                    && b.concurrency == r.concurrency
+            })
+            .cloned()
+    };
+    for i in 0..runs.len() {
+        let tonic = find(runs, System::Tonic, &runs[i]);
+        let tcp = find(runs, System::Tcp, &runs[i]);
+        runs[i].vs_tonic = tonic.map(|b| runs[i].ratios(&b));
+        runs[i].vs_tcp = tcp.map(|b| runs[i].ratios(&b));
+    }
+}
+
+/// `32 B`, `1 KiB`, `4 MiB`.
+pub(crate) fn size_label(n: usize) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} B"),
+    }
+}
+
+fn ratio(r: Option<f64>) -> String {
+    match r {
+        Some(x) if x.is_finite() => format!("{x:.2}"),
+        _ => "-".into(),
+    }
+}
+
+/// The human-readable table.
+pub(crate) fn table(runs: &[Run], errors: &[Failure]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:>7} {:>4} {:<11} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} | {:>6} {:>6} {:>7} {:>6} | {:>6} {:>7}",
+        "payload", "conc", "system", "p50 µs", "p99 µs", "p99.9 µs", "calls/s", "MB/s",
+        "CPU µs", "p50", "p99", "calls/s", "CPU", "p50", "calls/s",
+    );
+    let _ = writeln!(
+        s,
+        "{:>83} | {:^29} | {:^14}",
+        "(CPU: client+server per call)", "÷ tonic (same cell)", "÷ tcp"
+    );
+    let mut last = None;
+    for r in runs {
+        let cell = (r.payload_bytes, r.concurrency);
+        if last.is_some_and(|l| l != cell) {
+            s.push('\n');
+        }
+        last = Some(cell);
+        let t = r.vs_tonic;
+        let c = r.vs_tcp;
+        let _ = writeln!(
+            s,
+            "{:>7} {:>4} {:<11} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>8.1} {:>8.1} | {:>6} {:>6} {:>7} {:>6} | {:>6} {:>7}",
+            size_label(r.payload_bytes),
+            r.concurrency,
+            r.system,
+            r.p50_us,
+            r.p99_us,
+            r.p999_us,
+            r.calls_per_s,
+            r.mb_per_s,
+            r.cpu_us_per_call,
+            ratio(t.map(|x| x.p50)),
+            ratio(t.map(|x| x.p99)),
+            ratio(t.map(|x| x.calls_per_s)),
+            ratio(t.map(|x| x.cpu_per_call)),
+            ratio(c.map(|x| x.p50)),
+            ratio(c.map(|x| x.calls_per_s)),
+        );
+    }
+    for e in errors {
+        let _ = writeln!(
+            s,
+            "FAILED {} {} x{}: {}",
+            e.system,
+            size_label(e.payload_bytes),
+            e.concurrency,
+            e.error
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(system: System, p50: f64, cps: f64) -> Run {
+        Run {
+            system: system.name(),
+            workload: "unary",
+            payload_bytes: 32,
+            concurrency: 1,
+            p50_us: p50,
+            p99_us: p50,
+            p999_us: p50,
+            calls_per_s: cps,
+            mb_per_s: 0.0,
+            cpu_us_per_call: 10.0,
+            client_cpu_us_per_call: 5.0,
+            server_cpu_us_per_call: 5.0,
+            mean_us: p50,
+            max_us: p50,
+            calls: 1,
+            window_s: 1.0,
+            vs_tonic: None,
+            vs_tcp: None,
+        }
+    }
+
+    #[test]
+    fn ratios_divide_by_the_same_cell_of_each_baseline() {
+        let mut runs = vec![
+            run(System::RdmaRpc, 10.0, 4000.0),
+            run(System::Tonic, 50.0, 1000.0),
+            run(System::Tcp, 5.0, 8000.0),
+        ];
+        add_ratios(&mut runs);
+        let t = runs[0].vs_tonic.unwrap();
+        assert_eq!((t.p50, t.calls_per_s), (0.2, 4.0));
+        let c = runs[0].vs_tcp.unwrap();
+        assert_eq!((c.p50, c.calls_per_s), (2.0, 0.5));
+        assert_eq!(runs[1].vs_tonic.unwrap().p50, 1.0);
+        assert_eq!(size_label(4 << 20), "4 MiB");
+        assert_eq!(size_label(1024), "1 KiB");
+        assert_eq!(size_label(32), "32 B");
+    }
+}

@@ -1,0 +1,86 @@
+//! Clients and servers of each system, behind one `Caller` (a client slot that makes
+//! one call at a time) and one `serve` entry.
+
+mod rdma;
+mod tcp;
+mod tonic;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use tokio::net::TcpListener;
+
+use crate::provider::Provider;
+use crate::system::System;
+
+/// Largest message any system is configured to carry each way (rdma-rpc's default
+/// maximum; tonic's and the TCP loop's are raised to it).
+pub(crate) const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// One call in flight at a time; a cell runs `concurrency` of them at once.
+pub(crate) enum Caller {
+    /// A clone of one rdma-rpc client (clones share the connection).
+    Rdma(rdma::Caller),
+    /// A clone of one tonic client (clones share the HTTP/2 connection).
+    Tonic(tonic::Caller),
+    /// Its own TCP connection.
+    Tcp(tcp::Caller),
+}
+
+impl Caller {
+    /// One echo call of `payload`; the reply's length is checked.
+    pub(crate) async fn call(&mut self, payload: &Bytes) -> Result<(), String> {
+        let got = match self {
+            Caller::Rdma(c) => c.call(payload).await?,
+            Caller::Tonic(c) => c.call(payload).await?,
+            Caller::Tcp(c) => c.call(payload).await?,
+        };
+        if got != payload.len() {
+            return Err(format!("echo returned {got} bytes, sent {}", payload.len()));
+        }
+        Ok(())
+    }
+}
+
+/// `concurrency` callers of `system` connected to the server at `addr`.
+pub(crate) async fn connect(
+    system: System,
+    addr: SocketAddr,
+    concurrency: usize,
+    provider: &Provider,
+) -> Result<Vec<Caller>, String> {
+    let url = system.url(addr);
+    let callers = match system {
+        System::RdmaRpc | System::RdmaRpcUd => rdma::connect(&url, concurrency, provider)
+            .await?
+            .into_iter()
+            .map(Caller::Rdma)
+            .collect(),
+        System::Tonic => tonic::connect(&url, concurrency)
+            .await?
+            .into_iter()
+            .map(Caller::Tonic)
+            .collect(),
+        System::Tcp => tcp::connect(&url, concurrency)
+            .await?
+            .into_iter()
+            .map(Caller::Tcp)
+            .collect(),
+    };
+    Ok(callers)
+}
+
+/// Serves `system`'s echo on `listener` until `stop` completes.
+pub(crate) async fn serve(
+    system: System,
+    listener: TcpListener,
+    provider: &Provider,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    match system.server() {
+        System::RdmaRpc | System::RdmaRpcUd => rdma::serve(listener, provider, stop).await,
+        System::Tonic => tonic::serve(listener, stop).await,
+        System::Tcp => tcp::serve(listener, stop).await,
+    }
+}

@@ -1,0 +1,69 @@
+//! rdma-rpc: the generated echo client over one `Channel`, and the echo server.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use rpc_core::transport::{Endpoint, Server};
+use rpc_core::{Request, Response, Status};
+use tokio::net::TcpListener;
+
+use crate::proto::rdma::echo_client::EchoClient;
+use crate::proto::rdma::echo_server::{Echo, EchoServer};
+use crate::proto::rdma::{EchoRequest, EchoResponse};
+use crate::provider::Provider;
+
+/// A clone of the cell's client: all share one connection, as a user's would.
+pub(crate) struct Caller(EchoClient<rpc_core::transport::Channel>);
+
+impl Caller {
+    pub(crate) async fn call(&mut self, payload: &Bytes) -> Result<usize, String> {
+        let req = EchoRequest {
+            payload: payload.clone(),
+        };
+        let reply = self.0.unary_echo(req).await.map_err(|s| s.to_string())?;
+        Ok(reply.into_inner().payload.len())
+    }
+}
+
+pub(crate) async fn connect(
+    url: &str,
+    concurrency: usize,
+    provider: &Provider,
+) -> Result<Vec<Caller>, String> {
+    let channel = Endpoint::from_shared(url)
+        .map_err(|e| e.to_string())?
+        .device(provider.device())
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = EchoClient::new(channel);
+    Ok((0..concurrency).map(|_| Caller(client.clone())).collect())
+}
+
+/// Returns the request's payload (a reference-counted `Bytes`, not a copy).
+struct EchoService;
+
+#[rpc_core::async_trait]
+impl Echo for EchoService {
+    async fn unary_echo(
+        &self,
+        req: Request<EchoRequest>,
+    ) -> Result<Response<EchoResponse>, Status> {
+        Ok(Response::new(EchoResponse {
+            payload: req.into_inner().payload,
+        }))
+    }
+}
+
+pub(crate) async fn serve(
+    listener: TcpListener,
+    provider: &Provider,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    Server::builder()
+        .device(provider.device())
+        .add_service(EchoServer::new(EchoService))
+        .serve_with_listener(listener, stop)
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,71 @@
+//! A tiny real run of the binary: one cell per system, checked for the documented
+//! JSON shape (no timing assertions: only that every figure is there and calls ran).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const FIELDS: [&str; 10] = [
+    "system",
+    "workload",
+    "payload_bytes",
+    "concurrency",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "calls_per_s",
+    "mb_per_s",
+    "cpu_us_per_call",
+];
+
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("rpc-bench-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn one_cell_per_system_writes_every_field_and_ud_fails_cleanly() {
+    let json = scratch("run.json");
+    let plot = scratch("run.svg");
+    let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
+        .args(["--sizes", "32", "--concurrency", "2", "--warmup", "20ms"])
+        .args(["--duration", "50ms", "--ud", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plot)
+        .output()
+        .expect("rpc-bench runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rpc-bench failed: {stderr}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = report["runs"].as_array().expect("runs is a list");
+    for system in ["rdma-rpc", "tonic", "tcp"] {
+        let run = runs
+            .iter()
+            .find(|r| r["system"] == system)
+            .unwrap_or_else(|| panic!("no run of {system}: {report}"));
+        for f in FIELDS {
+            assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
+        }
+        assert_eq!(run["workload"], "unary");
+        assert_eq!(run["payload_bytes"], 32);
+        assert_eq!(run["concurrency"], 2);
+        assert!(run["calls"].as_u64().unwrap() > 0, "{run}");
+        assert!(run["calls_per_s"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    // rdma-rpc-ud is either measured or named in `errors` with a reason, never a crash.
+    let ud_runs = runs.iter().filter(|r| r["system"] == "rdma-rpc-ud").count();
+    let errors = report["errors"].as_array().expect("errors is a list");
+    let ud_errors: Vec<_> = errors
+        .iter()
+        .filter(|e| e["system"] == "rdma-rpc-ud")
+        .collect();
+    assert_eq!(ud_runs + ud_errors.len(), 1, "{report}");
+    for e in ud_errors {
+        assert!(!e["error"].as_str().unwrap().is_empty());
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("rdma-rpc") && svg.contains("tonic"));
+    let _ = std::fs::remove_file(json);
+    let _ = std::fs::remove_file(plot);
+}
