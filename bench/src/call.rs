@@ -11,7 +11,7 @@ use crate::systems::{self, Caller};
 
 /// Connects, warms up, makes the calls, prints `calls N seconds S`.
 pub(crate) async fn call(args: CallArgs) -> Result<(), String> {
-    let provider = Provider::resolve(args.provider.provider, args.provider.device.as_deref())?;
+    let provider = Provider::from_args(&args.provider)?;
     let conc = args.concurrency.max(1);
     let callers = systems::connect(args.system, args.addr, conc, &provider).await?;
     let payload = Bytes::from(vec![0xa5; args.payload]);

@@ -75,6 +75,22 @@ pub(crate) struct ProviderArgs {
     /// RDMA device name (default: soft0, or the first verbs device).
     #[arg(long)]
     pub(crate) device: Option<String>,
+    /// How rdma-rpc's client and server reap completions: `event` (its default: sleep
+    /// under tokio until a completion), `busy` (spin: lowest latency, a core per
+    /// poller), or `adaptive` (spin 200 µs after activity, then sleep).
+    #[arg(long, value_enum, default_value = "event")]
+    pub(crate) completion: CompletionArg,
+}
+
+/// `--completion` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CompletionArg {
+    /// Sleep on the completion channel (rdma-rpc's default).
+    Event,
+    /// Busy-poll.
+    Busy,
+    /// Spin for 200 µs after the last completion, then sleep.
+    Adaptive,
 }
 
 /// Options of `serve`.

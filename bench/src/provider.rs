@@ -1,13 +1,19 @@
 //! Which RDMA provider rdma-rpc runs on: soft by default; verbs when built with the
 //! `rdma` feature, on `--device` or the first verbs device found.
 
+use std::time::Duration;
+
+use rpc_core::transport::CompletionMode;
 use rpc_transport::{Device, ProviderKind};
+
+use crate::cli::{CompletionArg, ProviderArgs};
 
 /// A resolved provider choice: the device name passed to rdma-rpc.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Provider {
     kind: ProviderKind,
     device: String,
+    completion: CompletionArg,
 }
 
 /// `--provider` on the command line.
@@ -20,6 +26,13 @@ pub(crate) enum ProviderArg {
 }
 
 impl Provider {
+    /// Resolves `--provider`, `--device` and `--completion` against the devices present.
+    pub(crate) fn from_args(args: &ProviderArgs) -> Result<Provider, String> {
+        let mut p = Provider::resolve(args.provider, args.device.as_deref())?;
+        p.completion = args.completion;
+        Ok(p)
+    }
+
     /// Resolves `--provider` and `--device` against the devices present.
     pub(crate) fn resolve(arg: ProviderArg, device: Option<&str>) -> Result<Provider, String> {
         let list = Device::list().map_err(|e| format!("listing RDMA devices: {e}"))?;
@@ -34,6 +47,7 @@ impl Provider {
             (Some(d), _) => Ok(Provider {
                 kind: d.provider,
                 device: d.name,
+                completion: CompletionArg::Event,
             }),
             (None, ProviderArg::Verbs) if !cfg!(feature = "rdma") => {
                 Err("--provider verbs needs rpc-bench built with `--features rdma`".to_string())
@@ -50,6 +64,15 @@ impl Provider {
         &self.device
     }
 
+    /// How rdma-rpc reaps completions.
+    pub(crate) fn completion(&self) -> CompletionMode {
+        match self.completion {
+            CompletionArg::Event => CompletionMode::Event,
+            CompletionArg::Busy => CompletionMode::Busy,
+            CompletionArg::Adaptive => CompletionMode::Adaptive(Duration::from_micros(200)),
+        }
+    }
+
     /// Command-line arguments that select this provider in a child process.
     pub(crate) fn args(&self) -> Vec<String> {
         let p = match self.kind {
@@ -61,6 +84,13 @@ impl Provider {
             p.into(),
             "--device".into(),
             self.device.clone(),
+            "--completion".into(),
+            match self.completion {
+                CompletionArg::Event => "event",
+                CompletionArg::Busy => "busy",
+                CompletionArg::Adaptive => "adaptive",
+            }
+            .into(),
         ]
     }
 }

@@ -33,7 +33,7 @@ pub(crate) fn selected(args: &RunArgs) -> Vec<System> {
 /// Runs the benchmark and prints (and writes) its report.
 pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
     let started = Instant::now();
-    let provider = Provider::resolve(args.provider.provider, args.provider.device.as_deref())?;
+    let provider = Provider::from_args(&args.provider)?;
     let systems = selected(&args);
     let (warmup, duration) = if args.quick {
         (Duration::from_millis(150), Duration::from_millis(400))

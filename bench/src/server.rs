@@ -20,7 +20,7 @@ pub(crate) const QUIT: &str = "quit";
 
 /// Serves until `quit` or the end of stdin.
 pub(crate) async fn serve(args: ServeArgs) -> Result<(), String> {
-    let provider = Provider::resolve(args.provider.provider, args.provider.device.as_deref())?;
+    let provider = Provider::from_args(&args.provider)?;
     let listener = TcpListener::bind(("127.0.0.1", args.port))
         .await
         .map_err(|e| format!("binding 127.0.0.1:{}: {e}", args.port))?;

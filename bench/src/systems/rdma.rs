@@ -33,6 +33,7 @@ pub(crate) async fn connect(
     let channel = Endpoint::from_shared(url)
         .map_err(|e| e.to_string())?
         .device(provider.device())
+        .completion_mode(provider.completion())
         .connect()
         .await
         .map_err(|e| e.to_string())?;
@@ -62,6 +63,7 @@ pub(crate) async fn serve(
 ) -> Result<(), String> {
     Server::builder()
         .device(provider.device())
+        .completion_mode(provider.completion())
         .add_service(EchoServer::new(EchoService))
         .serve_with_listener(listener, stop)
         .await
