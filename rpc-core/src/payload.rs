@@ -38,6 +38,22 @@ impl Payload {
         }
     }
 
+    /// Decodes bytes `range` of the payload (the whole message: `0..len`). Owned bytes
+    /// are handed to prost as `Bytes`, so a `bytes` field of a reassembled (large)
+    /// message shares the buffer instead of copying megabytes out of it.
+    ///
+    /// # Panics
+    /// If `range` is outside the payload.
+    pub(crate) fn decode<M: prost::Message + Default>(
+        self,
+        range: std::ops::Range<usize>,
+    ) -> Result<M, prost::DecodeError> {
+        match self.repr {
+            Repr::Owned(v) => M::decode(bytes::Bytes::from(v).slice(range)),
+            Repr::Slot { slot, range: r } => M::decode(&slot.bytes()[r][range]),
+        }
+    }
+
     /// The message bytes.
     pub fn as_slice(&self) -> &[u8] {
         match &self.repr {

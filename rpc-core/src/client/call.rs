@@ -51,7 +51,10 @@ impl IncomingReply {
     /// Decodes the message (a reply that does not decode is `INTERNAL`, as in tonic);
     /// the payload's receive slot is released when this returns.
     pub fn decode<M: Message + Default>(self) -> Result<Response<M>, Status> {
-        let message = M::decode(self.payload.as_slice())
+        let len = self.payload.as_slice().len();
+        let message = self
+            .payload
+            .decode(0..len)
             .map_err(|e| Status::internal(format!("failed to decode response message: {e}")))?;
         Ok(Response::from_parts(self.metadata, message))
     }

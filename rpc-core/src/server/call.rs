@@ -84,7 +84,7 @@ impl ServerCall {
     /// Decodes the request message; a body that does not decode is
     /// `INVALID_ARGUMENT` (the caller sent something that is not this method's input).
     pub fn into_request<M: Message + Default>(self) -> Result<Request<M>, Status> {
-        let message = M::decode(&self.payload.as_slice()[self.body.clone()]).map_err(|e| {
+        let message = self.payload.decode(self.body.clone()).map_err(|e| {
             Status::invalid_argument(format!("failed to decode request message: {e}"))
         })?;
         let mut req = Request::from_parts(self.metadata, message);
