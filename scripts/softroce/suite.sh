@@ -172,6 +172,24 @@ if part figures; then
   echo "softroce-figure: ib_send_bw 64 KiB: ${bw:-?} MiB/s = $(awk -v b="$bw" 'BEGIN{if (b+0 > 0) printf "%.1f", b*8*1.048576; else print "?"}') Mb/s"
   echo "softroce-figure: rdma-pingpong 64 KiB: ${mbps:-?} Mb/s"
   echo "softroce-figure: rdma-pingpong / ib_send_bw bandwidth: $(awk -v m="$mbps" -v b="$bw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*8*1.048576); else print "?"}')"
+  # rpc-bench on the verbs provider (rxe0) beside tonic and raw TCP on the guest's
+  # loopback, same boot as ib_send_lat above; lean cells, since the guest CPU is
+  # emulated. Its 32 B p50 at one call in flight is set against ib_send_lat's round trip.
+  echo "---- figures-rpc-bench: ./rpc-bench --provider verbs --device $DEV ..."
+  # The guest has no jq: the table is read with awk ("32 B 1 rdma-rpc P50 ..." rows,
+  # "FAILED ..." lines for cells that could not run).
+  if timeout -s KILL 600 ./rpc-bench --provider verbs --device "$DEV" --ud \
+       --sizes 32,1K --concurrency 1,16 --duration 1 --warmup 0.2 \
+       --json /tmp/rpc-bench.json > /tmp/figures-rpc-bench.out 2>&1 \
+     && ! grep -q '^FAILED' /tmp/figures-rpc-bench.out \
+     && [ "$(awk '$4 == "rdma-rpc" && $8 > 0' /tmp/figures-rpc-bench.out | wc -l)" = 4 ]; then
+    cat /tmp/figures-rpc-bench.out; ok figures-rpc-bench
+    p50=$(awk '$1 == 32 && $2 == "B" && $3 == 1 && $4 == "rdma-rpc" {print $5}' /tmp/figures-rpc-bench.out)
+    echo "softroce-figure: rpc-bench rdma-rpc (verbs) 32 B unary p50 ${p50:-?} us; / ib_send_lat round trip: $(awk -v r="$p50" -v l="$lat" 'BEGIN{if (r+0 > 0 && l+0 > 0) printf "%.2fx", r/(2*l); else print "?"}')"
+  else
+    cat /tmp/figures-rpc-bench.out
+    bad figures-rpc-bench
+  fi
 fi
 
 echo

@@ -1,6 +1,8 @@
 //! The client side of one connection: call table, credits, fragments, deadlines.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::id_map::IdMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -110,7 +112,7 @@ pub struct ClientConn<W> {
     /// Tokens neither in use nor reserved.
     tokens: u32,
     reserved: u32,
-    calls: HashMap<u32, Call<W>>,
+    calls: IdMap<u32, Call<W>>,
     next_id: u32,
     /// Calls with frames to send, in turn.
     transmit: VecDeque<u32>,
@@ -131,7 +133,7 @@ impl<W> ClientConn<W> {
             cfg,
             tokens: cfg.credits,
             reserved: 0,
-            calls: HashMap::new(),
+            calls: IdMap::default(),
             next_id: 1,
             transmit: VecDeque::new(),
             completions: VecDeque::new(),

@@ -1,6 +1,8 @@
 //! The server side of one connection: reassembly, answers, response fragments.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::id_map::IdMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -88,7 +90,7 @@ enum Answer {
 #[derive(Debug)]
 pub struct ServerConn {
     cfg: ServerConfig,
-    calls: HashMap<u32, SCall>,
+    calls: IdMap<u32, SCall>,
     answers: VecDeque<(u32, Answer)>,
     buffered: usize,
     /// Running calls the client cancelled (the driver may stop their handlers).
@@ -105,7 +107,7 @@ impl ServerConn {
         assert!(cfg.frame_size >= MIN_FRAME);
         ServerConn {
             cfg,
-            calls: HashMap::new(),
+            calls: IdMap::default(),
             answers: VecDeque::new(),
             buffered: 0,
             cancelled: VecDeque::new(),

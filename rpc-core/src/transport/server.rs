@@ -19,6 +19,7 @@ use tower::Service;
 
 use super::lock;
 use crate::engine::{ServerConfig, ServerConn};
+use crate::id_map::IdMap;
 use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::poll::{self, CompletionMode};
@@ -297,7 +298,7 @@ impl Router {
         let shared = Arc::new(Shared {
             ud: ud.clone(),
             routes,
-            conns: Mutex::new(HashMap::new()),
+            conns: Mutex::new(IdMap::default()),
             granted: Mutex::new(0),
             pool_slots,
             pd,
@@ -350,7 +351,7 @@ struct Shared {
     /// The UD side, if the device could create it.
     ud: Option<Arc<UdSide>>,
     routes: Arc<Routes>,
-    conns: Mutex<HashMap<u32, Arc<SConn>>>,
+    conns: Mutex<IdMap<u32, Arc<SConn>>>,
     granted: Mutex<u32>,
     pool_slots: u32,
     pd: ProtectionDomain,

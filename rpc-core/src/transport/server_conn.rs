@@ -1,6 +1,5 @@
 //! One server-side connection: its engine, its send slots, and answering calls.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,6 +10,7 @@ use tokio::task::AbortHandle;
 
 use super::lock;
 use crate::engine::{Incoming, RequestBody, ServerConn};
+use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
@@ -23,7 +23,7 @@ pub(crate) struct SState {
     dead: bool,
     /// Handlers still running, so that a client's CANCEL or death stops them (one
     /// map entry per call: the price of not running abandoned work to the end).
-    running: HashMap<u32, AbortHandle>,
+    running: IdMap<u32, AbortHandle>,
 }
 
 /// A connection as the server sees it.
@@ -42,7 +42,7 @@ impl SConn {
                 engine,
                 ring,
                 dead: false,
-                running: HashMap::new(),
+                running: IdMap::default(),
             }),
             slot_wait: Notify::new(),
             shutdown: Notify::new(),

@@ -11,7 +11,6 @@
 //! session's TCP connection closes, its state is freed; handlers still running finish
 //! and their replies are dropped.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -27,6 +26,7 @@ use tokio::sync::{watch, Notify};
 
 use super::lock;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
+use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
@@ -88,7 +88,7 @@ impl std::fmt::Debug for UdStatsHandle {
 struct State {
     engine: UdServer,
     ring: UdSendRing,
-    dests: HashMap<u32, UdDestination>,
+    dests: IdMap<u32, UdDestination>,
     /// Where a reply is encoded when every send slot is in flight: it is still
     /// stored for replay, and the client's retransmission fetches it.
     scratch: Vec<u8>,
@@ -154,7 +154,7 @@ impl UdSide {
             state: Mutex::new(State {
                 engine,
                 ring,
-                dests: HashMap::new(),
+                dests: IdMap::default(),
                 scratch: vec![0; datagram],
                 sends_dropped: 0,
             }),

@@ -13,7 +13,9 @@
 //! first reply, and reused); sessions are capped by `max_sessions`. So all UD
 //! per-peer state is at most `max_sessions × window × (datagram + entry)` bytes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::id_map::IdMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -129,7 +131,7 @@ enum Answer {
 #[derive(Debug)]
 pub struct UdServer {
     cfg: UdServerConfig,
-    sessions: HashMap<u32, Session>,
+    sessions: IdMap<u32, Session>,
     next_session: u32,
     answers: VecDeque<(u32, Answer)>,
     stats: UdServerStats,
@@ -144,7 +146,7 @@ impl UdServer {
         assert!(cfg.window > 0 && cfg.datagram >= UD_HEAD_LEN + RESPONSE_HEAD_LEN + 64);
         UdServer {
             cfg,
-            sessions: HashMap::new(),
+            sessions: IdMap::default(),
             next_session: 1,
             answers: VecDeque::new(),
             stats: UdServerStats::default(),
