@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use prost::Message;
@@ -17,6 +17,7 @@ use tokio::sync::{oneshot, Notify};
 use tower::Service;
 
 use super::lock;
+use super::ready::ReadyWaiters;
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::{ClientConfig, ClientConn, Completion, Reply};
 use crate::payload::Payload;
@@ -34,7 +35,7 @@ struct Shared {
     /// Tokens returned by reposts and not yet handed to the engine.
     returned: AtomicU32,
     /// Callers waiting in `poll_ready`.
-    ready: Mutex<Vec<Waker>>,
+    ready: ReadyWaiters,
     /// Set while queued frames (fragments, RFRs, CANCELs) wait for tokens: only then
     /// does a returned token need the driver. Kicking it on every repost would cost a
     /// task wake-up and a futile CQ poll per call.
@@ -49,10 +50,7 @@ struct Shared {
 
 impl Shared {
     fn wake_ready(&self) {
-        let wakers = std::mem::take(&mut *lock(&self.ready));
-        for w in wakers {
-            w.wake();
-        }
+        self.ready.wake_all();
     }
 }
 
@@ -150,7 +148,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
     let shared = Arc::new(Shared {
         returned: AtomicU32::new(0),
         starved: AtomicBool::new(false),
-        ready: Mutex::new(Vec::new()),
+        ready: ReadyWaiters::default(),
         kick: Notify::new(),
         shutdown: Notify::new(),
         closing: AtomicBool::new(false),
@@ -477,21 +475,9 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
             return Poll::Ready(Ok(()));
         }
         let conn = self.inner.conn.clone();
-        if let Some(r) = self.try_reserve(&conn) {
-            return Poll::Ready(r);
-        }
-        // Register only when waiting (a registered waker is woken on every returned
-        // credit), then look again: a return racing with the first look still wakes us.
-        {
-            let mut ready = lock(&conn.shared.ready);
-            if !ready.iter().any(|w| w.will_wake(cx.waker())) {
-                ready.push(cx.waker().clone());
-            }
-        }
-        match self.try_reserve(&conn) {
-            Some(r) => Poll::Ready(r),
-            None => Poll::Pending,
-        }
+        conn.shared
+            .ready
+            .poll_reserve(cx, || self.try_reserve(&conn))
     }
 
     fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {

@@ -59,6 +59,7 @@ mod client;
 mod endpoint;
 mod handler;
 mod poll;
+mod ready;
 mod server;
 mod server_conn;
 mod ud_client;

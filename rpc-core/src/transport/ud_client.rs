@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use prost::Message;
@@ -25,6 +25,7 @@ use tokio::sync::{oneshot, Notify, OnceCell};
 use tower::{Service, ServiceExt};
 
 use super::lock;
+use super::ready::ReadyWaiters;
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::{UdClient, UdClientConfig, UdClientStats, UdCompletion};
 use crate::engine::Reply;
@@ -55,7 +56,7 @@ struct Conn {
     dest: UdDestination,
     mode: CompletionMode,
     default_timeout: Option<Duration>,
-    ready: Mutex<Vec<Waker>>,
+    ready: ReadyWaiters,
     kick: Notify,
     shutdown: Notify,
     closing: AtomicBool,
@@ -157,7 +158,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<UdChannel, Error> {
         },
         mode: s.mode,
         default_timeout: s.timeout,
-        ready: Mutex::new(Vec::new()),
+        ready: ReadyWaiters::default(),
         kick: Notify::new(),
         shutdown: Notify::new(),
         closing: AtomicBool::new(false),
@@ -176,10 +177,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<UdChannel, Error> {
 
 impl Conn {
     fn wake_ready(&self) {
-        let wakers = std::mem::take(&mut *lock(&self.ready));
-        for w in wakers {
-            w.wake();
-        }
+        self.ready.wake_all();
     }
 
     /// Hands an ended call to its caller and its send slot back to the ring.
@@ -407,19 +405,8 @@ impl UdChannel {
         if self.reserved {
             return Poll::Ready(Ok(()));
         }
-        if let Some(r) = self.try_reserve() {
-            return Poll::Ready(r);
-        }
-        {
-            let mut ready = lock(&self.inner.conn.ready);
-            if !ready.iter().any(|w| w.will_wake(cx.waker())) {
-                ready.push(cx.waker().clone());
-            }
-        }
-        match self.try_reserve() {
-            Some(r) => Poll::Ready(r),
-            None => Poll::Pending,
-        }
+        let conn = self.inner.conn.clone();
+        conn.ready.poll_reserve(cx, || self.try_reserve())
     }
 
     pub(crate) fn call<M: Message + Send + 'static>(
