@@ -440,13 +440,15 @@ fn run(cx: &mut Cx<'_>, sock: &mut TcpStream, rx: &mut RxBuf, read: bool) -> Res
     loop {
         let fatal = responder::pump(cx);
         requester::pump(cx);
-        // A fresh clock: a long pass (bulk data) must still ACK at its end.
-        let owed_long = cx
-            .st
-            .owed_since
-            .is_some_and(|t| cx.qp.dev.now_ns().saturating_sub(t) >= ACK_DELAY_NS);
+        // A fresh clock: a long pass (bulk data) must still ACK at its end. Read only
+        // when a lone ACK is in question (outgoing frames carry the ACK anyway).
+        let owed_long = || {
+            cx.st
+                .owed_since
+                .is_some_and(|t| cx.qp.dev.now_ns().saturating_sub(t) >= ACK_DELAY_NS)
+        };
         let unacked = cx.st.expected.wrapping_sub(cx.st.acked_out) & wire::SEQ_MASK;
-        if (owed_long || unacked >= ACK_EVERY) && unacked != 0 && cx.tx.is_empty() {
+        if unacked != 0 && cx.tx.is_empty() && (unacked >= ACK_EVERY || owed_long()) {
             cx.frame(0, 0, &Body::Ack, 0);
         }
         let drained = cx.tx.flush(sock).map_err(|_| Fault::Broken)?;
