@@ -75,17 +75,19 @@ pub(crate) struct ProviderArgs {
     /// RDMA device name (default: soft0, or the first verbs device).
     #[arg(long)]
     pub(crate) device: Option<String>,
-    /// How rdma-rpc's client and server reap completions: `event` (its default: sleep
-    /// under tokio until a completion), `busy` (spin: lowest latency, a core per
-    /// poller), or `adaptive` (spin 200 µs after activity, then sleep).
-    #[arg(long, value_enum, default_value = "event")]
+    /// How rdma-rpc's client and server reap completions: `default` (rdma-rpc's own:
+    /// spin 50 µs after activity, then sleep), `event` (sleep under tokio until a
+    /// completion), `busy` (spin: a core per poller), or `adaptive` (spin 200 µs).
+    #[arg(long, value_enum, default_value = "default")]
     pub(crate) completion: CompletionArg,
 }
 
 /// `--completion` on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum CompletionArg {
-    /// Sleep on the completion channel (rdma-rpc's default).
+    /// rdma-rpc's default `CompletionMode`.
+    Default,
+    /// Sleep on the completion channel.
     Event,
     /// Busy-poll.
     Busy,

@@ -47,7 +47,7 @@ impl Provider {
             (Some(d), _) => Ok(Provider {
                 kind: d.provider,
                 device: d.name,
-                completion: CompletionArg::Event,
+                completion: CompletionArg::Default,
             }),
             (None, ProviderArg::Verbs) if !cfg!(feature = "rdma") => {
                 Err("--provider verbs needs rpc-bench built with `--features rdma`".to_string())
@@ -67,6 +67,7 @@ impl Provider {
     /// How rdma-rpc reaps completions.
     pub(crate) fn completion(&self) -> CompletionMode {
         match self.completion {
+            CompletionArg::Default => CompletionMode::default(),
             CompletionArg::Event => CompletionMode::Event,
             CompletionArg::Busy => CompletionMode::Busy,
             CompletionArg::Adaptive => CompletionMode::Adaptive(Duration::from_micros(200)),
@@ -86,6 +87,7 @@ impl Provider {
             self.device.clone(),
             "--completion".into(),
             match self.completion {
+                CompletionArg::Default => "default",
                 CompletionArg::Event => "event",
                 CompletionArg::Busy => "busy",
                 CompletionArg::Adaptive => "adaptive",

@@ -88,6 +88,7 @@ async fn figures() {
     for mode in [
         CompletionMode::Busy,
         CompletionMode::Adaptive(Duration::from_micros(200)),
+        CompletionMode::default(),
         CompletionMode::Event,
     ] {
         run(mode).await;

@@ -5,16 +5,19 @@
 //! * **Client** ([`Channel`]): one RC connection per `Channel` (clones share it), or
 //!   with `rdma+ud://` a UD session (see below).
 //!   Callers encode their request straight into a registered send slot and post it
-//!   themselves (no hand-off on the send path); one driver task per connection reaps
-//!   the connection's single CQ (sends and receives), completes callers' waiters, and
-//!   pushes fragments as credits return. `poll_ready` reserves a credit and a send
-//!   slot (tower's reserve-then-call).
+//!   themselves while few calls are open (no hand-off on the send path); with more
+//!   open, the driver posts a burst of callers' requests as one list (one doorbell).
+//!   One driver task per connection reaps the connection's single CQ (sends and
+//!   receives), completes callers' waiters, and pushes fragments as credits return.
+//!   `poll_ready` reserves a credit and a send slot (tower's reserve-then-call).
 //! * **Server** ([`Server`]): one SRQ fed by one registered receive pool and one CQ
 //!   shared by all connections; one task reaps it, answers protocol frames in place,
-//!   and spawns a task per complete request that runs the service (routed by
-//!   `NamedService::NAME`) and encodes the reply into the connection's send slot.
+//!   and runs each complete request's service (routed by `NamedService::NAME`) on
+//!   the spot until it first waits, spawning it only then
+//!   ([`Server::inline_handlers`]); the answers of one batch of completions leave
+//!   each connection as one post list.
 //! * Completion reaping is selectable ([`CompletionMode`]): busy polling, event-driven
-//!   under tokio, or adaptive (spin briefly after activity, then sleep).
+//!   under tokio, or adaptive (spin briefly after activity, then sleep; the default).
 //! * Liveness: the handshake's TCP connection stays open; when it closes, every
 //!   in-flight call of the connection ends `UNAVAILABLE` (client) or the connection's
 //!   QP and credits are reclaimed (server).
