@@ -62,11 +62,11 @@ pub struct CompletionQueue {
     // Deregisters from the reactor before the provider closes the descriptor.
     async_fd: OnceLock<AsyncFd<RawFdRef>>,
     async_fd_init: Mutex<()>,
-    /// Armed, polled empty after arming, and no event consumed since: a wait that
-    /// was interrupted there (its future dropped, e.g. by a `select!`) can sleep
-    /// again without arming and polling anew, since anything completing meanwhile
-    /// raises the event.
-    armed_empty: AtomicBool,
+    /// Armed before its last poll, which emptied it, and no event consumed since:
+    /// anything completing from then on raises the event, so a wait can sleep without
+    /// arming and polling anew (after a short batch, or after a wait interrupted by a
+    /// `select!`).
+    armed_reaped: AtomicBool,
     pub(crate) imp: CqImp,
 }
 
@@ -75,7 +75,7 @@ impl CompletionQueue {
         CompletionQueue {
             async_fd: OnceLock::new(),
             async_fd_init: Mutex::new(()),
-            armed_empty: AtomicBool::new(false),
+            armed_reaped: AtomicBool::new(false),
             imp,
         }
     }
@@ -125,37 +125,48 @@ impl CompletionQueue {
     }
 
     /// [`CompletionQueue::poll_async`] for a caller that has just polled the CQ empty
-    /// (its last batch was shorter than its buffer): arms first, so the only poll
-    /// before sleeping is the one that catches a completion racing with the arming.
-    /// Each poll costs the soft provider a read per connection, and verbs a lock, so
-    /// an event-driven driver saves one futile poll per wake-up.
+    /// (its last batch was shorter than its buffer). The CQ is armed before every poll
+    /// that may precede a sleep, so a completion after the arm raises the event: when
+    /// such a poll leaves the CQ empty, the next wait sleeps at once instead of arming
+    /// and polling again. Each poll costs the soft provider a read per connection, and
+    /// verbs a lock, so an event-driven driver polls once per wake-up.
     pub async fn wait_async(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         loop {
-            if !self.armed_empty.swap(false, Ordering::AcqRel) {
-                self.req_notify(false)?;
-                let n = self.poll(wc)?;
-                if n > 0 {
+            if !self.armed_reaped.swap(false, Ordering::AcqRel) {
+                if let Some(n) = self.arm_and_poll(wc)? {
                     return Ok(n);
                 }
             }
             let afd = self.async_fd()?;
-            self.armed_empty.store(true, Ordering::Release);
+            self.armed_reaped.store(true, Ordering::Release);
             let mut guard = afd
                 .readable()
                 .await
                 .map_err(|e| Error::verb("ibv_get_cq_event", e))?;
-            self.armed_empty.store(false, Ordering::Release);
+            self.armed_reaped.store(false, Ordering::Release);
             // Clear tokio's readiness now, not only when woken for nothing: left set, the
-            // next wait would return at once and poll twice in vain. Nothing is lost: an
-            // event after this point sets readiness anew (tokio compares ticks), and
-            // every wait polls after arming before it sleeps.
+            // next wait would return at once and poll in vain. Nothing is lost: an event
+            // after this point sets readiness anew (tokio compares ticks), and the poll
+            // below follows a fresh arm.
             guard.clear_ready();
             self.consume_events();
-            let n = self.poll(wc)?;
-            if n > 0 {
+            if let Some(n) = self.arm_and_poll(wc)? {
                 return Ok(n);
             }
         }
+    }
+
+    /// Arms the CQ, then polls. A batch shorter than `wc` emptied it, so until the
+    /// event fires there is nothing to reap: `armed_reaped` says so to the next wait.
+    /// (Completions taken meanwhile by a plain [`CompletionQueue::poll`] raised the
+    /// event before they were taken, so the next wait wakes at once and re-arms.)
+    fn arm_and_poll(&self, wc: &mut [WorkCompletion]) -> Result<Option<usize>> {
+        self.req_notify(false)?;
+        let n = self.poll(wc)?;
+        if n < wc.len() {
+            self.armed_reaped.store(true, Ordering::Release);
+        }
+        Ok((n > 0).then_some(n))
     }
 
     fn async_fd(&self) -> Result<&AsyncFd<RawFdRef>> {
