@@ -428,13 +428,14 @@ fn handle(
         }
     }
     drop(conns);
-    drop(batch);
     for call in calls.drain(..) {
         call.run(&sh.routes, sh.settings.inline);
     }
     for c in corked.drain(..) {
         c.uncork();
     }
+    // Last: the receive slots of requests answered inline go back in the same list.
+    drop(batch);
 }
 
 /// The server half of the handshake, then the liveness watch.

@@ -158,11 +158,21 @@ impl Inner {
                     .mr
                     .sge(idx as usize * self.slot_size, self.slot_size as u32);
             }
-            let wrs: [RecvWr<'_>; POST_CHUNK] = std::array::from_fn(|i| RecvWr {
-                wr_id: u64::from(pending[pending.len() - k + i.min(k - 1)]),
+            let wr = |i: usize| RecvWr {
+                wr_id: u64::from(pending[pending.len() - k + i]),
                 sg_list: std::slice::from_ref(&sges[i]),
-            });
-            let wrs = &wrs[..k];
+            };
+            // One slot (a reply read on its caller's task) is the common case: build
+            // one WR, not a full chunk.
+            let one;
+            let all: [RecvWr<'_>; POST_CHUNK];
+            let wrs: &[RecvWr<'_>] = if k == 1 {
+                one = [wr(0)];
+                &one
+            } else {
+                all = std::array::from_fn(|i| wr(i.min(k - 1)));
+                &all[..k]
+            };
             // Each SGE names a whole slot of this pool's live region; a slot is pending
             // only after its `RecvSlot` dropped (or before it was ever posted), so
             // nothing reads or writes it until its completion is reaped and turned into
