@@ -20,7 +20,9 @@ fuzz_target!(|data: &[u8]| {
         datagram: DATAGRAM,
         max_sessions: 2,
     });
-    let session = server.open_session(PEER_QPN, DATAGRAM).expect("first session");
+    let session = server
+        .open_session(PEER_QPN, DATAGRAM)
+        .expect("first session");
     let mut client: UdClient<u32, u32> = UdClient::new(UdClientConfig::new(session, 4, DATAGRAM));
     let mut out = vec![0u8; DATAGRAM];
     let mut started = Vec::new();
@@ -55,12 +57,20 @@ fuzz_target!(|data: &[u8]| {
         if let Some(inc) = server.handle_datagram(now, src, imm, dgram) {
             assert!(inc.path.end <= dgram.len() && inc.path.start <= inc.path.end);
             assert!(inc.body.end <= dgram.len() && inc.body.start <= inc.body.end);
-            let _ = server.respond(inc.session, inc.id, Ok((&MetadataMap::new(), &())), &mut out);
+            let _ = server.respond(
+                inc.session,
+                inc.id,
+                Ok((&MetadataMap::new(), &())),
+                &mut out,
+            );
         }
         while server.poll_transmit(&mut out).is_some() {}
 
         if let Some(c) = client.handle_datagram(now, imm, dgram) {
-            assert!(started.contains(&c.id), "a completion for a call never started");
+            assert!(
+                started.contains(&c.id),
+                "a completion for a call never started"
+            );
             assert!(!completed.contains(&c.id), "call {} completed twice", c.id);
             completed.push(c.id);
         }
