@@ -59,8 +59,6 @@ struct State {
     ring: SendRing,
     /// Send slots promised to callers by `poll_ready`.
     reserved_slots: usize,
-    /// The driver has been kicked to post held requests.
-    flush_kicked: bool,
 }
 
 /// One connection.
@@ -178,7 +176,6 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<Channel, Error> {
             engine,
             ring,
             reserved_slots: 0,
-            flush_kicked: false,
         }),
         pool,
         cq,
@@ -247,7 +244,6 @@ impl Conn {
 
     /// Posts the requests callers held back (see `start`) as one list.
     fn flush_held(&self, st: &mut State) {
-        st.flush_kicked = false;
         if st.ring.holds() {
             if let Err(e) = st.ring.uncork() {
                 self.fail(st, Status::unavailable(format!("post failed: {e}")));
@@ -342,18 +338,14 @@ impl Conn {
 /// The connection's driver: reaps its CQ until the connection dies or closes.
 async fn drive(conn: Arc<Conn>) {
     let mut wcs = [WorkCompletion::default(); 64];
-    let mut drained = false;
+    let mut waiter = poll::Waiter::default();
     loop {
         if conn.shared.closing.load(Ordering::Acquire) {
             return;
         }
-        let r = poll::wait(&conn.cq, conn.mode, &mut wcs, &conn.shared.kick, drained).await;
-        // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
-        if let Ok(n) = r {
-            if n > 0 {
-                drained = n < wcs.len();
-            }
-        }
+        let r = waiter
+            .wait(&conn.cq, conn.mode, &mut wcs, &conn.shared.kick)
+            .await;
         match r {
             Ok(0) => {
                 let mut st = lock(&conn.state);
@@ -534,10 +526,12 @@ fn start<M: Message + Send + 'static>(
             // Many calls in flight: the driver is busy with their replies and will
             // post this request with the others of the burst, one doorbell (one
             // `send` on the soft provider) for all, instead of one per caller.
-            st.ring.hold(slot, t.len, t.imm);
-            if !std::mem::replace(&mut st.flush_kicked, true) {
+            // The first held request of a burst kicks the driver; until it posts
+            // them, later ones just join the list.
+            if !st.ring.holds() {
                 conn.shared.kick.notify_one();
             }
+            st.ring.hold(slot, t.len, t.imm);
             if st.engine.wants_transmit() {
                 conn.pump(st);
             }

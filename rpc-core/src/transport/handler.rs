@@ -40,14 +40,18 @@ pub(crate) async fn run_handler(
     result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")))
 }
 
-/// Runs `fut` on the caller's task until it first waits; `None` if it finished, else
-/// the future to spawn. Most handlers answer without waiting (an echo, a lookup), and
-/// for them this saves a task spawn and a scheduling round: about a tenth of the
-/// instructions of a whole call on the soft provider. A pending future is simply
+/// With `inline`, runs `fut` on the caller's task until it first waits; `None` if it
+/// finished, else the future to spawn (without `inline`: always). Most handlers
+/// answer without waiting (an echo, a lookup), and for them this saves a task spawn
+/// and a scheduling round: about a tenth of the instructions of a whole call on the
+/// soft provider. A pending future is simply
 /// polled again by the task it is spawned on, with a waker that counts, so nothing
 /// that became ready meanwhile is missed.
-pub(crate) fn start_inline<F: Future<Output = ()>>(fut: F) -> Option<Pin<Box<F>>> {
+pub(crate) fn start_inline<F: Future<Output = ()>>(fut: F, inline: bool) -> Option<Pin<Box<F>>> {
     let mut fut = Box::pin(fut);
+    if !inline {
+        return Some(fut);
+    }
     let mut cx = Context::from_waker(Waker::noop());
     fut.as_mut().poll(&mut cx).is_pending().then_some(fut)
 }

@@ -40,12 +40,37 @@ impl Default for CompletionMode {
     }
 }
 
-/// Waits for completions into `wc` by `mode`, returning early with 0 when `kick` is
-/// notified (someone has work for the driver that no completion will announce).
-/// `drained`: the caller's last poll returned fewer completions than `wc` holds, so
-/// the CQ was empty then and an event-driven wait can arm at once instead of polling
-/// first (every futile poll of the soft provider is a `recv` per connection).
-pub(crate) async fn wait(
+/// A driver's waits on its CQ: remembers whether its last batch drained the CQ (was
+/// shorter than the buffer), so that an event-driven wait can arm at once instead of
+/// polling first (every futile poll of the soft provider is a `recv` per connection).
+#[derive(Debug, Default)]
+pub(crate) struct Waiter {
+    drained: bool,
+}
+
+impl Waiter {
+    /// Waits for completions into `wc` by `mode`, returning early with 0 when `kick`
+    /// is notified (someone has work for the driver that no completion will announce).
+    pub(crate) async fn wait(
+        &mut self,
+        cq: &CompletionQueue,
+        mode: CompletionMode,
+        wc: &mut [WorkCompletion],
+        kick: &tokio::sync::Notify,
+    ) -> rpc_transport::Result<usize> {
+        let r = wait(cq, mode, wc, kick, self.drained).await;
+        // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
+        if let Ok(n) = r {
+            if n > 0 {
+                self.drained = n < wc.len();
+            }
+        }
+        r
+    }
+}
+
+/// One wait of a [`Waiter`]; `drained`: the CQ was empty after the last batch.
+async fn wait(
     cq: &CompletionQueue,
     mode: CompletionMode,
     wc: &mut [WorkCompletion],

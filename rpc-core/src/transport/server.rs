@@ -77,7 +77,6 @@ impl Default for Server {
                     max_sessions: 4096,
                     recv_slots: 1024,
                     accept_rc: true,
-                    inline: true,
                 },
                 ud_stats: None,
             },
@@ -142,7 +141,6 @@ impl Server {
     /// so turn this off (or use `spawn_blocking`) for such services.
     pub fn inline_handlers(mut self, inline: bool) -> Self {
         self.settings.inline = inline;
-        self.settings.ud.inline = inline;
         self
     }
 
@@ -288,6 +286,7 @@ impl Router {
             s.ud,
             s.max_message,
             s.ud_stats.as_ref(),
+            s.inline,
         ) {
             Ok(u) => Some(u),
             Err(e) => {
@@ -368,15 +367,11 @@ async fn receive_loop(sh: Arc<Shared>) {
     let mut wcs = [WorkCompletion::default(); 64];
     let mut calls = Vec::with_capacity(wcs.len());
     let mut corked = Vec::with_capacity(wcs.len());
-    let mut drained = false;
+    let mut waiter = poll::Waiter::default();
     while !sh.closing.load(Ordering::Acquire) {
-        let r = poll::wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick, drained).await;
-        // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
-        if let Ok(n) = r {
-            if n > 0 {
-                drained = n < wcs.len();
-            }
-        }
+        let r = waiter
+            .wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick)
+            .await;
         match r {
             Ok(0) => {}
             Ok(n) => handle(&sh, &wcs[..n], &mut calls, &mut corked),

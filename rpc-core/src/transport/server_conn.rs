@@ -211,13 +211,8 @@ impl Dispatch {
             timeout,
         } = self;
         let fut = run_call(conn.clone(), routes.clone(), id, call, timeout);
-        let fut = if inline {
-            match start_inline(fut) {
-                Some(f) => f,
-                None => return,
-            }
-        } else {
-            Box::pin(fut)
+        let Some(fut) = start_inline(fut, inline) else {
+            return;
         };
         let mut st = lock(&conn.state);
         if st.dead {

@@ -289,7 +289,7 @@ impl Conn {
 /// The driver: reaps the CQ and runs the retransmission timer.
 async fn drive(conn: Arc<Conn>) {
     let mut wcs = [WorkCompletion::default(); 64];
-    let mut drained = false;
+    let mut waiter = poll::Waiter::default();
     loop {
         if conn.closing.load(Ordering::Acquire) {
             return;
@@ -309,12 +309,9 @@ async fn drive(conn: Arc<Conn>) {
             }
         };
         tokio::select! {
-            r = poll::wait(&conn.cq, conn.mode, &mut wcs, &conn.kick, drained) => match r {
-                Ok(0) => drained = false,
-                Ok(n) => {
-                    drained = n < wcs.len();
-                    conn.handle(&wcs[..n]);
-                }
+            r = waiter.wait(&conn.cq, conn.mode, &mut wcs, &conn.kick) => match r {
+                Ok(0) => {}
+                Ok(n) => conn.handle(&wcs[..n]),
                 Err(e) => {
                     let mut st = lock(&conn.state);
                     conn.fail(&mut st, Status::unavailable(format!("completion queue failed: {e}")));

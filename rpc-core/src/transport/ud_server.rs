@@ -54,8 +54,6 @@ pub(crate) struct UdSettings {
     pub(crate) max_sessions: u32,
     pub(crate) recv_slots: u32,
     pub(crate) accept_rc: bool,
-    /// Handlers start on the poller (see `Server::inline_handlers`).
-    pub(crate) inline: bool,
 }
 
 /// Reads a running server's UD counters (pass a clone to
@@ -106,6 +104,8 @@ pub(crate) struct UdSide {
     mode: CompletionMode,
     settings: UdSettings,
     max_message: usize,
+    /// Handlers start on the poller (see `Server::inline_handlers`).
+    inline: bool,
     kick: Notify,
     closing: AtomicBool,
     stop: watch::Sender<bool>,
@@ -120,6 +120,7 @@ impl UdSide {
         settings: UdSettings,
         max_message: usize,
         stats: Option<&UdStatsHandle>,
+        inline: bool,
     ) -> Result<Arc<UdSide>, Error> {
         let dev = pd.device();
         let datagram = datagram_limit(dev)?;
@@ -166,6 +167,7 @@ impl UdSide {
             mode,
             settings,
             max_message,
+            inline,
             kick: Notify::new(),
             closing: AtomicBool::new(false),
             stop: watch::channel(false).0,
@@ -195,15 +197,9 @@ impl UdSide {
     pub(crate) async fn run(self: Arc<Self>) {
         let mut wcs = [WorkCompletion::default(); 64];
         let mut calls = Vec::with_capacity(wcs.len());
-        let mut drained = false;
+        let mut waiter = poll::Waiter::default();
         while !self.closing.load(Ordering::Acquire) {
-            let r = poll::wait(&self.cq, self.mode, &mut wcs, &self.kick, drained).await;
-            // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
-            if let Ok(n) = r {
-                if n > 0 {
-                    drained = n < wcs.len();
-                }
-            }
+            let r = waiter.wait(&self.cq, self.mode, &mut wcs, &self.kick).await;
             match r {
                 Ok(0) => {}
                 Ok(n) => self.handle(&wcs[..n], &mut calls),
@@ -293,11 +289,7 @@ impl UdSide {
         let payload = Payload::from_slot(slot, GRH_LEN..n);
         let call = ServerCall::from_parts(payload, path, body, metadata, timeout);
         let fut = run_call(self.clone(), session, id, call, timeout);
-        if self.settings.inline {
-            if let Some(fut) = start_inline(fut) {
-                tokio::spawn(fut);
-            }
-        } else {
+        if let Some(fut) = start_inline(fut, self.inline) {
             tokio::spawn(fut);
         }
     }

@@ -126,30 +126,31 @@ impl SendRing {
     /// when small). The slot comes back once a completion covering it is reaped
     /// through [`SendRing::handle_completion`]. On a refused post it comes back now.
     pub fn post(&mut self, slot: SendSlot, len: usize, imm: u32) -> Result<()> {
-        assert_eq!(slot.ring, self.id, "slot of another ring");
-        assert!(
-            len <= self.slot_size,
-            "{len} bytes do not fit a {}-byte slot",
-            self.slot_size
-        );
+        let frame = self.frame(slot, len, imm);
         if self.corked {
-            self.held.push((slot.idx, len, imm));
+            self.held.push(frame);
             return Ok(());
         }
-        self.post_list(&[(slot.idx, len, imm)])
+        self.post_list(&[frame])
     }
 
     /// Holds this one post back for the next [`SendRing::uncork`], corked or not: a
     /// client with many calls in flight lets its driver post the requests of a burst
     /// of callers as one list. Checked as [`SendRing::post`] checks.
     pub fn hold(&mut self, slot: SendSlot, len: usize, imm: u32) {
+        let frame = self.frame(slot, len, imm);
+        self.held.push(frame);
+    }
+
+    /// Checks that `slot` is this ring's and `len` fits it: (slot, length, immediate).
+    fn frame(&self, slot: SendSlot, len: usize, imm: u32) -> (u32, usize, u32) {
         assert_eq!(slot.ring, self.id, "slot of another ring");
         assert!(
             len <= self.slot_size,
             "{len} bytes do not fit a {}-byte slot",
             self.slot_size
         );
-        self.held.push((slot.idx, len, imm));
+        (slot.idx, len, imm)
     }
 
     /// Posts held back by [`SendRing::hold`] or a cork wait for [`SendRing::uncork`].
