@@ -197,13 +197,12 @@ impl<W> ClientConn<W> {
         &mut self,
         now: Instant,
         waiter: W,
-        path: &str,
-        metadata: &MetadataMap,
-        timeout: Option<Duration>,
+        head: crate::engine::CallHead<'_>,
         body: &dyn EncodeMessage,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), Status> {
         assert!(self.reserved > 0, "start_call without a reserved token");
+        let crate::engine::CallHead { path, metadata, timeout } = head;
         let res = self.start_inner(now, waiter, path, metadata, timeout, body, out);
         if res.is_err() {
             self.unreserve();

@@ -33,6 +33,17 @@ pub mod wire;
 pub use client::{ClientConfig, ClientConn, ClientStats, Completion, Reply};
 pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
 
+/// What a call's first frame says besides its message (provisional).
+#[derive(Debug, Clone, Copy)]
+pub struct CallHead<'a> {
+    /// `/package.Service/Method`.
+    pub path: &'a str,
+    /// Request metadata.
+    pub metadata: &'a crate::metadata::MetadataMap,
+    /// Time the call may take.
+    pub timeout: Option<std::time::Duration>,
+}
+
 /// One frame to post: its length at the head of the buffer and its immediate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {

@@ -1,17 +1,21 @@
 //! `Channel`: the client handle, over an RC connection or a UD session.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use prost::Message;
-use tower::Service;
+use tokio::sync::OnceCell;
+use tower::{Service, ServiceExt};
 
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::UdClientStats;
 use crate::server::BoxFuture;
 use crate::status::Status;
+use crate::transport::client::rc::{self, RcLink};
+use crate::transport::client::ud::UdLink;
+use crate::transport::client::LinkChannel;
 use crate::transport::endpoint::Endpoint;
-use crate::transport::ud_client::UdChannel;
-use crate::transport::{client, Error};
+use crate::transport::Error;
 
 /// A client connection: cheap to clone (clones share it), many calls in flight, a
 /// `tower::Service` whose `poll_ready` waits for room to send.
@@ -23,20 +27,26 @@ use crate::transport::{client, Error};
 /// else fails `RESOURCE_EXHAUSTED` naming the UD payload limit.
 #[derive(Clone)]
 pub struct Channel {
-    inner: Flavour,
+    transport: Transport,
 }
 
 #[derive(Clone)]
-enum Flavour {
-    Rc(client::Channel),
-    Ud(UdChannel),
+enum Transport {
+    Rc(LinkChannel<RcLink>),
+    Ud {
+        ud: LinkChannel<UdLink>,
+        /// The RC connection for calls too big for a datagram, opened on first need
+        /// and shared by the channel's clones.
+        rc: Arc<OnceCell<LinkChannel<RcLink>>>,
+        endpoint: Arc<Endpoint>,
+    },
 }
 
 impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.inner {
-            Flavour::Rc(c) => c.fmt(f),
-            Flavour::Ud(_) => f.write_str("Channel(UD)"),
+        match &self.transport {
+            Transport::Rc(c) => c.fmt(f),
+            Transport::Ud { ud, .. } => ud.fmt(f),
         }
     }
 }
@@ -47,32 +57,38 @@ impl Channel {
         Endpoint::from_shared(uri)?.connect().await
     }
 
-    pub(crate) fn rc(c: client::Channel) -> Channel {
+    pub(crate) fn rc(c: LinkChannel<RcLink>) -> Channel {
         Channel {
-            inner: Flavour::Rc(c),
+            transport: Transport::Rc(c),
         }
     }
 
-    pub(crate) fn ud(c: UdChannel) -> Channel {
+    pub(crate) fn ud(ud: LinkChannel<UdLink>, ep: &Endpoint) -> Channel {
+        let mut endpoint = ep.clone();
+        endpoint.settings.ud = false;
         Channel {
-            inner: Flavour::Ud(c),
+            transport: Transport::Ud {
+                ud,
+                rc: Arc::new(OnceCell::new()),
+                endpoint: Arc::new(endpoint),
+            },
         }
     }
 
     /// The UD session's counters (retransmissions, dropped replies, ...); `None` on RC.
     pub fn ud_stats(&self) -> Option<UdClientStats> {
-        match &self.inner {
-            Flavour::Rc(_) => None,
-            Flavour::Ud(c) => Some(c.stats()),
+        match &self.transport {
+            Transport::Rc(_) => None,
+            Transport::Ud { ud, .. } => Some(ud.with_link(|l| l.engine().stats())),
         }
     }
 
     /// The UD payload limit in bytes: the largest datagram (rdma-rpc's 12-byte UD
     /// header, the request head, path, metadata and message); `None` on RC.
     pub fn ud_datagram_limit(&self) -> Option<usize> {
-        match &self.inner {
-            Flavour::Rc(_) => None,
-            Flavour::Ud(c) => Some(c.datagram()),
+        match &self.transport {
+            Transport::Rc(_) => None,
+            Transport::Ud { ud, .. } => Some(ud.with_link(|l| l.engine().config().datagram)),
         }
     }
 }
@@ -83,16 +99,40 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
     type Future = BoxFuture<IncomingReply>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        match &mut self.inner {
-            Flavour::Rc(c) => Service::<OutgoingCall<M>>::poll_ready(c, cx),
-            Flavour::Ud(c) => c.poll_ready(cx),
+        match &mut self.transport {
+            Transport::Rc(c) => Service::<OutgoingCall<M>>::poll_ready(c, cx),
+            Transport::Ud { ud, .. } => Service::<OutgoingCall<M>>::poll_ready(ud, cx),
         }
     }
 
     fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {
-        match &mut self.inner {
-            Flavour::Rc(c) => c.call(call),
-            Flavour::Ud(c) => c.call(call),
+        match &mut self.transport {
+            Transport::Rc(c) => c.call(call),
+            Transport::Ud { ud, rc, endpoint } => {
+                let (fits, accepts_rc) = ud.with_link(|l| {
+                    let room = l
+                        .engine()
+                        .config()
+                        .body_room(call.path, call.metadata.encoded_len());
+                    (call.message.encoded_len() <= room, l.accepts_rc())
+                });
+                if fits || !accepts_rc {
+                    // Too big without RC: the engine fails it naming the UD limit.
+                    return ud.call(call);
+                }
+                // Too big for a datagram: over RC, opened on first need.
+                ud.unreserve();
+                let (rc, endpoint) = (rc.clone(), endpoint.clone());
+                Box::pin(async move {
+                    let rc = rc
+                        .get_or_try_init(|| rc::connect(&endpoint))
+                        .await
+                        .map_err(|e| Status::unavailable(format!("RC fallback: {e}")))?;
+                    let mut rc = rc.clone();
+                    ServiceExt::<OutgoingCall<M>>::ready(&mut rc).await?;
+                    rc.call(call).await
+                })
+            }
         }
     }
 }

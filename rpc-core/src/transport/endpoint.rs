@@ -3,9 +3,8 @@
 use std::time::Duration;
 
 use crate::transport::channel::Channel;
-use crate::transport::client;
-use crate::transport::poll::CompletionMode;
-use crate::transport::ud_client;
+use crate::transport::client::{rc, ud};
+use crate::transport::completion::CompletionMode;
 use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
 
 /// Where and how to connect: `rdma://host:port` (RC) or `rdma+ud://host:port` (UD,
@@ -145,9 +144,9 @@ impl Endpoint {
         let t = self.settings.connect_timeout;
         let connect = async {
             if self.settings.ud {
-                ud_client::connect(self).await.map(Channel::ud)
+                ud::connect(self).await.map(|c| Channel::ud(c, self))
             } else {
-                client::connect(self).await.map(Channel::rc)
+                rc::connect(self).await.map(Channel::rc)
             }
         };
         tokio::time::timeout(t, connect).await.map_err(|_| {

@@ -59,20 +59,20 @@
 
 mod channel;
 mod client;
+mod completion;
 mod endpoint;
 mod handler;
-mod poll;
 mod ready;
 mod server;
 mod server_conn;
-mod ud_client;
+mod ud_device;
 mod ud_server;
 
 use std::fmt;
 
 pub use channel::Channel;
 pub use endpoint::Endpoint;
-pub use poll::CompletionMode;
+pub use completion::CompletionMode;
 pub use server::{Router, Server};
 pub use ud_server::UdStatsHandle;
 

@@ -22,7 +22,7 @@ use crate::engine::{ServerConfig, ServerConn};
 use crate::id_map::IdMap;
 use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use crate::status::Status;
-use crate::transport::poll::{self, CompletionMode};
+use crate::transport::completion::{CompletionMode, CqWaiter};
 use crate::transport::server_conn::{Dispatch, SConn};
 use crate::transport::ud_server::{UdSettings, UdSide, UdStatsHandle};
 use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
@@ -367,7 +367,7 @@ async fn receive_loop(sh: Arc<Shared>) {
     let mut wcs = [WorkCompletion::default(); 64];
     let mut calls = Vec::with_capacity(wcs.len());
     let mut corked = Vec::with_capacity(wcs.len());
-    let mut waiter = poll::Waiter::default();
+    let mut waiter = CqWaiter::default();
     while !sh.closing.load(Ordering::Acquire) {
         let r = waiter
             .wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick)

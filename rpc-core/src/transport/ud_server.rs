@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use rpc_transport::msg::handshake::{self, Hello, UdHello};
 use rpc_transport::msg::{RecvPool, RecvSlot, RecvTarget, UdDestination, UdSendRing};
 use rpc_transport::{
-    AhAttr, CompletionQueue, Device, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair,
+    AhAttr, CompletionQueue, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair,
     WcOpcode, WorkCompletion, GRH_LEN,
 };
 use tokio::net::TcpStream;
@@ -31,21 +31,10 @@ use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::handler::{run_handler, start_inline};
-use crate::transport::poll::{self, CompletionMode};
+use crate::transport::completion::{CompletionMode, CqWaiter};
+use crate::transport::ud_device::{datagram_limit, QKEY};
 use crate::transport::server::Routes;
 use crate::transport::Error;
-
-/// Q_Key of every rdma-rpc UD QP (high bit clear: a real Q_Key, not "use the QP's").
-pub(crate) const QKEY: u32 = 0x5252_5043;
-/// Largest datagram rdma-rpc uses, whatever the MTU.
-pub(crate) const MAX_DATAGRAM: usize = 4096;
-
-/// The UD payload limit of `dev`'s port 1: its active MTU (capped at 4096). The GRH
-/// takes 40 bytes of each receive buffer, not of the MTU.
-pub(crate) fn datagram_limit(dev: &Device) -> Result<usize, Error> {
-    let mtu = dev.port_attr(1)?.active_mtu.bytes() as usize;
-    Ok(mtu.min(MAX_DATAGRAM))
-}
 
 /// UD settings of a server.
 #[derive(Debug, Clone, Copy)]
@@ -197,7 +186,7 @@ impl UdSide {
     pub(crate) async fn run(self: Arc<Self>) {
         let mut wcs = [WorkCompletion::default(); 64];
         let mut calls = Vec::with_capacity(wcs.len());
-        let mut waiter = poll::Waiter::default();
+        let mut waiter = CqWaiter::default();
         while !self.closing.load(Ordering::Acquire) {
             let r = waiter.wait(&self.cq, self.mode, &mut wcs, &self.kick).await;
             match r {

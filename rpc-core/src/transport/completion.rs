@@ -44,11 +44,11 @@ impl Default for CompletionMode {
 /// shorter than the buffer), so that an event-driven wait can arm at once instead of
 /// polling first (every futile poll of the soft provider is a `recv` per connection).
 #[derive(Debug, Default)]
-pub(crate) struct Waiter {
+pub(crate) struct CqWaiter {
     drained: bool,
 }
 
-impl Waiter {
+impl CqWaiter {
     /// Waits for completions into `wc` by `mode`, returning early with 0 when `kick`
     /// is notified (someone has work for the driver that no completion will announce).
     pub(crate) async fn wait(
@@ -69,7 +69,7 @@ impl Waiter {
     }
 }
 
-/// One wait of a [`Waiter`]; `drained`: the CQ was empty after the last batch.
+/// One wait of a [`CqWaiter`]; `drained`: the CQ was empty after the last batch.
 async fn wait(
     cq: &CompletionQueue,
     mode: CompletionMode,

@@ -1,0 +1,183 @@
+//! One client connection, whatever its transport: the lock around its [`Link`], its
+//! CQ, and the two tasks that serve it (the driver and the liveness watcher).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rpc_transport::msg::{handshake, RecvPool};
+use rpc_transport::{CompletionQueue, WorkCompletion};
+use tokio::net::TcpStream;
+
+use super::link::{Link, Signals};
+use crate::status::Status;
+use crate::transport::completion::{CompletionMode, CqWaiter};
+use crate::transport::lock;
+
+/// A connection's state under its lock: the link and the timer the driver sleeps on.
+pub(crate) struct State<L> {
+    pub(crate) link: L,
+    /// The engine timer the driver sleeps until (a call due earlier kicks it).
+    armed: Option<Instant>,
+}
+
+/// One connection (RC or UD), shared by its channel's clones, its calls and its tasks.
+pub(crate) struct Conn<L> {
+    state: Mutex<State<L>>,
+    pub(crate) sig: Arc<Signals>,
+    pool: RecvPool,
+    cq: Arc<CompletionQueue>,
+    mode: CompletionMode,
+    pub(crate) default_timeout: Option<Duration>,
+}
+
+impl<L: Link> Conn<L> {
+    /// Starts serving `link`: spawns its driver and the watcher of the handshake
+    /// connection `tcp` (its closing means the server is gone).
+    pub(crate) fn spawn(
+        link: L,
+        sig: Arc<Signals>,
+        pool: RecvPool,
+        cq: Arc<CompletionQueue>,
+        mode: CompletionMode,
+        default_timeout: Option<Duration>,
+        tcp: TcpStream,
+    ) -> Arc<Conn<L>> {
+        let conn = Arc::new(Conn {
+            state: Mutex::new(State { link, armed: None }),
+            sig,
+            pool,
+            cq,
+            mode,
+            default_timeout,
+        });
+        tokio::spawn(drive(conn.clone()));
+        tokio::spawn(watch(conn.clone(), tcp));
+        conn
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<L>> {
+        lock(&self.state)
+    }
+
+    /// Ends every call: the connection is unusable.
+    pub(crate) fn fail(&self, st: &mut State<L>, status: Status) {
+        if st.link.dead().is_none() {
+            tracing::debug!(%status, "connection lost");
+        }
+        st.link.fail(status);
+        self.sig.ready.wake_all();
+        self.sig.kick.notify_one();
+    }
+
+    /// Starts a reserved call and makes sure the driver wakes for its timer.
+    pub(crate) fn start(
+        &self,
+        st: &mut State<L>,
+        reply: super::ReplySender,
+        head: crate::engine::CallHead<'_>,
+        body: &dyn crate::server::EncodeMessage,
+    ) -> Result<u32, Status> {
+        let id = match st.link.start(&self.sig, Instant::now(), reply, head, body) {
+            Ok(id) => id,
+            Err(s) => {
+                // The reservation is spent either way: let a waiting caller look
+                // again (and see the connection dead, if it died posting).
+                self.sig.ready.wake_all();
+                if st.link.dead().is_some() {
+                    self.sig.kick.notify_one();
+                }
+                return Err(s);
+            }
+        };
+        if let Some(t) = st.link.poll_timeout() {
+            if st.armed.is_none_or(|a| t < a) {
+                self.sig.kick.notify_one();
+            }
+        }
+        Ok(id)
+    }
+
+    /// Handles a batch of completions under one lock.
+    fn handle(&self, wcs: &[WorkCompletion]) {
+        let mut st = self.lock();
+        if st.link.dead().is_some() {
+            return;
+        }
+        let room = st.link.handle(Instant::now(), wcs, &self.pool);
+        let died = st.link.dead().is_some();
+        drop(st);
+        if room || died {
+            self.sig.ready.wake_all();
+        }
+    }
+}
+
+/// The connection's driver: reaps its CQ and runs the engine's timers until the
+/// connection dies or closes. It sleeps until the engine's next timer, never on a
+/// timer of its own.
+async fn drive<L: Link>(conn: Arc<Conn<L>>) {
+    let mut wcs = [WorkCompletion::default(); 64];
+    let mut waiter = CqWaiter::default();
+    let timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(timer);
+    let mut timer_at = None;
+    loop {
+        if conn.sig.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let next = {
+            let mut st = conn.lock();
+            if st.link.dead().is_some() {
+                return;
+            }
+            st.armed = st.link.poll_timeout();
+            st.armed
+        };
+        if let Some(t) = next {
+            if timer_at != Some(t) {
+                // One timer entry re-armed in place, not a new one per loop.
+                timer.as_mut().reset(t.into());
+                timer_at = Some(t);
+            }
+        }
+        tokio::select! {
+            r = waiter.wait(&conn.cq, conn.mode, &mut wcs, &conn.sig.kick) => match r {
+                Ok(0) => {
+                    let mut st = conn.lock();
+                    if st.link.dead().is_none() {
+                        st.link.on_kick();
+                        if st.link.dead().is_some() {
+                            conn.sig.ready.wake_all();
+                        }
+                    }
+                }
+                Ok(n) => conn.handle(&wcs[..n]),
+                Err(e) => {
+                    let mut st = conn.lock();
+                    conn.fail(&mut st, Status::unavailable(format!("completion queue failed: {e}")));
+                    return;
+                }
+            },
+            () = &mut timer, if next.is_some() => {
+                timer_at = None;
+                let ended = conn.lock().link.handle_timeout(Instant::now());
+                if ended {
+                    conn.sig.ready.wake_all();
+                }
+            }
+        }
+    }
+}
+
+/// Holds the handshake connection: when the server closes it, the server is gone.
+async fn watch<L: Link>(conn: Arc<Conn<L>>, mut tcp: TcpStream) {
+    tokio::select! {
+        () = handshake::closed(&mut tcp) => {
+            let mut st = conn.lock();
+            conn.fail(&mut st, Status::unavailable("the server closed the connection"));
+        }
+        // Dropping the stream closes it: the server reclaims the connection.
+        () = conn.sig.shutdown.notified() => {}
+    }
+}

@@ -1,0 +1,77 @@
+//! What one transport's client connection (RC or UD) supplies to the shared driver.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use rpc_transport::msg::RecvPool;
+use rpc_transport::WorkCompletion;
+use tokio::sync::Notify;
+
+use super::ReplySender;
+use crate::engine::CallHead;
+use crate::server::EncodeMessage;
+use crate::status::Status;
+use crate::transport::ready::ReadyWaiters;
+
+/// Signals between callers, the driver task, the liveness watcher and (on RC) the
+/// receive pool's repost hook, readable without the connection's lock.
+#[derive(Default)]
+pub(crate) struct Signals {
+    /// Callers waiting in `poll_ready` for room to send.
+    pub(crate) ready: ReadyWaiters,
+    /// Work for the driver that no completion announces (queued frames whose credits
+    /// came back, an earlier timer, shutdown).
+    pub(crate) kick: Notify,
+    /// Tells the liveness watcher to let go of the TCP connection.
+    pub(crate) shutdown: Notify,
+    /// The last handle is gone: the driver stops.
+    pub(crate) closing: AtomicBool,
+}
+
+/// One transport's connection state under the connection's lock: its engine (RC
+/// credits and fragments, or UD retransmission), its send slots and how it posts.
+/// The shared driver (`conn.rs`) owns the lock, the CQ, the timer and the callers.
+///
+/// Every method that ends calls delivers their replies itself (to the
+/// [`ReplySender`] given to [`Link::start`]).
+pub(crate) trait Link: Send + 'static {
+    /// Why the connection is unusable, if it is.
+    fn dead(&self) -> Option<&Status>;
+
+    /// Takes what one call needs (a credit or a window place, and a send slot);
+    /// `false` if none is free now.
+    fn reserve(&mut self) -> bool;
+
+    /// Gives back an unused reservation.
+    fn unreserve(&mut self);
+
+    /// Starts a reserved call: encodes its request into a send slot and posts it
+    /// (or leaves it for the driver to post with others). Returns the call id.
+    fn start(
+        &mut self,
+        sig: &Signals,
+        now: Instant,
+        reply: ReplySender,
+        head: CallHead<'_>,
+        body: &dyn EncodeMessage,
+    ) -> Result<u32, Status>;
+
+    /// The caller gave up on call `id` (its future was dropped).
+    fn cancel(&mut self, sig: &Signals, id: u32);
+
+    /// Handles a batch of completions of the connection's CQ, `pool` being its
+    /// receive pool. Returns whether room to send came back.
+    fn handle(&mut self, now: Instant, wcs: &[WorkCompletion], pool: &RecvPool) -> bool;
+
+    /// The driver was kicked with no completion: send what waits.
+    fn on_kick(&mut self);
+
+    /// The engine's next timer (a deadline or a retransmission).
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    /// Runs the engine's timers due at `now`. Returns whether calls ended.
+    fn handle_timeout(&mut self, now: Instant) -> bool;
+
+    /// Ends every call with `status`; the connection is unusable from now on.
+    fn fail(&mut self, status: Status);
+}

@@ -1,0 +1,268 @@
+//! The UD link: one UD QP, send ring and receive pool per channel, and a session
+//! opened over the handshake connection (which stays open as the liveness channel).
+//!
+//! Each call keeps its send slot until its reply arrives, so a retransmission reposts
+//! the same bytes without copying; a slot posted several times is reused only once
+//! all its sends completed. A reply is read in place from its receive slot. A call
+//! too big for one datagram is the channel's business (`transport::channel`): it
+//! goes over RC when the server accepts RC, else fails naming the limit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rpc_transport::msg::handshake::{self, Hello, UdHello};
+use rpc_transport::msg::{RecvPool, RecvTarget, UdDestination, UdSendRing, UdSlot};
+use rpc_transport::{AhAttr, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion, GRH_LEN};
+
+use super::conn::Conn;
+use super::dial::{dial, shared_device};
+use super::link::{Link, Signals};
+use super::{deliver, LinkChannel, ReplySender};
+use crate::engine::ud::{UdClient, UdClientConfig, UdCompletion};
+use crate::engine::{CallHead, Reply};
+use crate::server::EncodeMessage;
+use crate::status::Status;
+use crate::transport::endpoint::Endpoint;
+use crate::transport::ud_device::{datagram_limit, QKEY};
+use crate::transport::Error;
+
+/// A UD session's state: the engine, the send slots and the server's address.
+pub(crate) struct UdLink {
+    engine: UdClient<ReplySender, UdSlot>,
+    ring: UdSendRing,
+    /// Send slots promised to callers by `poll_ready`.
+    reserved_slots: usize,
+    dest: UdDestination,
+    /// Whether the server also accepts RC connections (for calls too big for UD).
+    accepts_rc: bool,
+}
+
+/// Opens a UD session: the handshake, then the QP, its slots and driver.
+pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<UdLink>, Error> {
+    let s = &ep.settings;
+    let (mut tcp, addr) = dial(ep).await?;
+    let dev = shared_device(ep)?;
+    let pd = dev.alloc_pd()?;
+    let limit = datagram_limit(&dev)?;
+    let window = s.ud_window.max(1);
+    // Sends: a slot per call plus room for slots whose retransmissions are in flight.
+    let (sends, recvs) = (2 * window, 2 * window);
+    let cq = Arc::new(dev.create_cq(4 * sends + recvs + 16)?);
+    let mut init = QpInitAttr::new(QpType::Ud, &cq, &cq);
+    init.cap = QpCap {
+        max_send_wr: 4 * sends,
+        max_recv_wr: recvs,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let qp = Arc::new(pd.create_qp(&init)?);
+    qp.activate_ud(QKEY, 0)?;
+    let hello = Hello {
+        flags: handshake::FLAG_UD,
+        endpoint: qp.endpoint(0)?,
+        slot_size: limit as u32,
+        credits: window,
+        max_message: s.max_message as u64,
+    };
+    handshake::send(&mut tcp, &hello).await?;
+    handshake::send_ud(
+        &mut tcp,
+        &UdHello {
+            session: 0,
+            qkey: QKEY,
+            flags: 0,
+        },
+    )
+    .await?;
+    let reply = handshake::recv(&mut tcp).await?;
+    if !reply.is_ud() {
+        return Err(Error::new("the server answered a UD handshake without UD"));
+    }
+    let ud = handshake::recv_ud(&mut tcp).await?;
+    if reply.rejected() {
+        if reply.flags & handshake::FLAG_SESSIONS_FULL != 0 {
+            return Err(Error::new(format!(
+                "server refused the UD session: its limit of {} UD sessions is reached",
+                reply.credits
+            )));
+        }
+        return Err(Error::new(
+            "server refused the UD session (it does not serve UD)",
+        ));
+    }
+    let datagram = (reply.slot_size as usize).min(limit);
+    let window = reply.credits.clamp(1, window);
+    let ah = Arc::new(pd.create_ah(&AhAttr::from_endpoint(
+        &reply.endpoint,
+        dev.preferred_gid_index(),
+    ))?);
+    let pool = RecvPool::new(
+        &pd,
+        RecvTarget::Qp(qp.clone()),
+        recvs,
+        GRH_LEN + datagram,
+        None,
+    )?;
+    let ring = UdSendRing::new(&pd, qp.clone(), sends, datagram)?;
+    let link = UdLink {
+        engine: UdClient::new(UdClientConfig::new(ud.session, window, datagram)),
+        ring,
+        reserved_slots: 0,
+        dest: UdDestination {
+            ah,
+            qpn: reply.endpoint.qpn,
+            qkey: ud.qkey,
+        },
+        accepts_rc: ud.accepts_rc(),
+    };
+    tracing::debug!(peer = %addr, session = ud.session, window, datagram, "UD session open");
+    let sig = Arc::new(Signals::default());
+    let conn = Conn::spawn(link, sig, pool, cq, s.mode, s.timeout, tcp);
+    Ok(LinkChannel::new(conn))
+}
+
+impl UdLink {
+    /// The engine (its settings and counters).
+    pub(crate) fn engine(&self) -> &UdClient<ReplySender, UdSlot> {
+        &self.engine
+    }
+
+    /// Whether the server also accepts RC connections.
+    pub(crate) fn accepts_rc(&self) -> bool {
+        self.accepts_rc
+    }
+
+    /// Hands an ended call to its caller and its send slot back to the ring.
+    fn finish(&mut self, c: UdCompletion<ReplySender, UdSlot>, slot: Option<rpc_transport::msg::RecvSlot>) {
+        self.ring.release(c.slot);
+        deliver(c.waiter, c.result, slot, GRH_LEN);
+    }
+
+    fn drain_completions(&mut self) -> bool {
+        let mut ended = false;
+        while let Some(c) = self.engine.poll_completion() {
+            self.finish(c, None);
+            ended = true;
+        }
+        ended
+    }
+}
+
+impl Link for UdLink {
+    fn dead(&self) -> Option<&Status> {
+        self.engine.dead()
+    }
+
+    fn reserve(&mut self) -> bool {
+        if self.ring.free_slots() > self.reserved_slots && self.engine.reserve() {
+            self.reserved_slots += 1;
+            return true;
+        }
+        false
+    }
+
+    fn unreserve(&mut self) {
+        self.reserved_slots -= 1;
+        self.engine.unreserve();
+    }
+
+    fn start(
+        &mut self,
+        _sig: &Signals,
+        now: Instant,
+        reply: ReplySender,
+        head: CallHead<'_>,
+        body: &dyn EncodeMessage,
+    ) -> Result<u32, Status> {
+        self.reserved_slots -= 1;
+        let slot = self.ring.acquire().expect("reserved by poll_ready");
+        let buf = self.ring.buf(&slot);
+        match self.engine.start_call(now, reply, slot, head, body, buf) {
+            Ok((id, t)) => {
+                // The engine holds the slot; post it from there. A refused post is a
+                // lost datagram, which the retransmission timer covers.
+                let (engine, ring, dest) = (&self.engine, &mut self.ring, &self.dest);
+                engine.with_slot(id, |slot| {
+                    if let Err(e) = ring.post(slot, t.len, t.imm, dest) {
+                        tracing::debug!(error = %e, "UD request not posted");
+                    }
+                });
+                Ok(id)
+            }
+            Err((s, _reply, slot)) => {
+                self.ring.release(slot);
+                Err(s)
+            }
+        }
+    }
+
+    fn cancel(&mut self, sig: &Signals, id: u32) {
+        if let Some(slot) = self.engine.cancel(id) {
+            self.ring.release(slot);
+        }
+        sig.ready.wake_all();
+    }
+
+    fn handle(&mut self, now: Instant, wcs: &[WorkCompletion], pool: &RecvPool) -> bool {
+        let batch = pool.batch();
+        let mut freed = false;
+        for wc in wcs {
+            match wc.opcode {
+                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => {
+                    let slot = match pool.complete(wc) {
+                        Ok(s) => s,
+                        Err(status) => {
+                            self.fail(Status::unavailable(format!("UD receive failed: {status}")));
+                            continue;
+                        }
+                    };
+                    if slot.len() < GRH_LEN || self.engine.dead().is_some() {
+                        continue;
+                    }
+                    let imm = wc.imm_data.unwrap_or(0);
+                    let c = self
+                        .engine
+                        .handle_datagram(now, imm, &slot.bytes()[GRH_LEN..]);
+                    if let Some(c) = c {
+                        let keep = matches!(c.result, Ok(Reply::InFrame { .. }));
+                        self.finish(c, keep.then_some(slot));
+                        freed = true;
+                    }
+                }
+                _ => {
+                    let status = self.ring.handle_completion(wc);
+                    freed = true;
+                    if !wc.is_ok() {
+                        self.fail(Status::unavailable(format!("UD send failed: {status}")));
+                    }
+                }
+            }
+        }
+        drop(batch);
+        freed
+    }
+
+    fn on_kick(&mut self) {}
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.engine.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) -> bool {
+        let (engine, ring, dest) = (&mut self.engine, &mut self.ring, &self.dest);
+        engine.handle_timeout(now, |slot, t| {
+            // A refused post (a full send queue) is a lost datagram: the next
+            // timeout retries, and the deadline or retry budget bounds it.
+            if let Err(e) = ring.post(slot, t.len, t.imm, dest) {
+                tracing::debug!(error = %e, "UD retransmission not posted");
+            }
+        });
+        self.drain_completions()
+    }
+
+    fn fail(&mut self, status: Status) {
+        self.engine.handle_peer_lost(status);
+        self.drain_completions();
+    }
+}
