@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use rpc_transport::{CompletionQueue, WorkCompletion};
 
 /// How completions are reaped.
@@ -111,5 +113,29 @@ async fn wait(
     tokio::select! {
         r = cq.wait_async(wc) => r,
         () = kick.notified() => Ok(0),
+    }
+}
+
+/// A server poller: reaps `cq` by `mode`, handing each batch to `handle`, until
+/// `closing` is set (its setter kicks `kick` so that a sleeping poller looks).
+pub(crate) async fn serve_cq(
+    cq: &CompletionQueue,
+    mode: CompletionMode,
+    kick: &tokio::sync::Notify,
+    closing: &AtomicBool,
+    what: &'static str,
+    mut handle: impl FnMut(&[WorkCompletion]),
+) {
+    let mut wcs = [WorkCompletion::default(); 64];
+    let mut waiter = CqWaiter::default();
+    while !closing.load(Ordering::Acquire) {
+        match waiter.wait(cq, mode, &mut wcs, kick).await {
+            Ok(0) => {}
+            Ok(n) => handle(&wcs[..n]),
+            Err(e) => {
+                tracing::error!(error = %e, "{what} completion queue failed");
+                return;
+            }
+        }
     }
 }

@@ -22,7 +22,7 @@ use crate::engine::{ServerConfig, ServerConn};
 use crate::id_map::IdMap;
 use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use crate::status::Status;
-use crate::transport::completion::{CompletionMode, CqWaiter};
+use crate::transport::completion::{serve_cq, CompletionMode};
 use crate::transport::server_conn::{Dispatch, SConn};
 use crate::transport::ud_server::{UdSettings, UdSide, UdStatsHandle};
 use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
@@ -364,23 +364,13 @@ struct Shared {
 
 /// The server's one poller: every connection's receives (through the SRQ) and sends.
 async fn receive_loop(sh: Arc<Shared>) {
-    let mut wcs = [WorkCompletion::default(); 64];
-    let mut calls = Vec::with_capacity(wcs.len());
-    let mut corked = Vec::with_capacity(wcs.len());
-    let mut waiter = CqWaiter::default();
-    while !sh.closing.load(Ordering::Acquire) {
-        let r = waiter
-            .wait(&sh.cq, sh.settings.mode, &mut wcs, &sh.kick)
-            .await;
-        match r {
-            Ok(0) => {}
-            Ok(n) => handle(&sh, &wcs[..n], &mut calls, &mut corked),
-            Err(e) => {
-                tracing::error!(error = %e, "server completion queue failed");
-                return;
-            }
-        }
-    }
+    let mut calls = Vec::with_capacity(64);
+    let mut corked = Vec::with_capacity(64);
+    let (mode, closing) = (sh.settings.mode, &sh.closing);
+    serve_cq(&sh.cq, mode, &sh.kick, closing, "server", |wcs| {
+        handle(&sh, wcs, &mut calls, &mut corked)
+    })
+    .await;
 }
 
 /// Handles a batch of completions; complete requests collect in `calls` and run once

@@ -31,7 +31,7 @@ use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::handler::{run_handler, start_inline};
-use crate::transport::completion::{CompletionMode, CqWaiter};
+use crate::transport::completion::{serve_cq, CompletionMode};
 use crate::transport::ud_device::{datagram_limit, QKEY};
 use crate::transport::server::Routes;
 use crate::transport::Error;
@@ -184,20 +184,11 @@ impl UdSide {
 
     /// The poller: the UD QP's receives and sends.
     pub(crate) async fn run(self: Arc<Self>) {
-        let mut wcs = [WorkCompletion::default(); 64];
-        let mut calls = Vec::with_capacity(wcs.len());
-        let mut waiter = CqWaiter::default();
-        while !self.closing.load(Ordering::Acquire) {
-            let r = waiter.wait(&self.cq, self.mode, &mut wcs, &self.kick).await;
-            match r {
-                Ok(0) => {}
-                Ok(n) => self.handle(&wcs[..n], &mut calls),
-                Err(e) => {
-                    tracing::error!(error = %e, "UD completion queue failed");
-                    return;
-                }
-            }
-        }
+        let mut calls = Vec::with_capacity(64);
+        serve_cq(&self.cq, self.mode, &self.kick, &self.closing, "UD", |wcs| {
+            self.handle(wcs, &mut calls)
+        })
+        .await;
     }
 
     /// Handles a batch; requests collect in `calls` and run once the state lock is
