@@ -3,13 +3,17 @@
 //! A thin tokio driver around [`crate::engine`]:
 //!
 //! * **Client** ([`Channel`]): one RC connection per `Channel` (clones share it), or
-//!   with `rdma+ud://` a UD session (see below).
+//!   with `rdma+ud://` a UD session (see below); both run on one driver skeleton
+//!   (`client/`), generic over the transport's connection state.
 //!   Callers encode their request straight into a registered send slot and post it
 //!   themselves while few calls are open (no hand-off on the send path); with more
 //!   open, the driver posts a burst of callers' requests as one list (one doorbell).
 //!   One driver task per connection reaps the connection's single CQ (sends and
-//!   receives), completes callers' waiters, and pushes fragments as credits return.
-//!   `poll_ready` reserves a credit and a send slot (tower's reserve-then-call).
+//!   receives), completes callers' waiters, pushes fragments as credits return, and
+//!   runs the engine's timers: it sleeps until the engine's next deadline (and on
+//!   UD, retransmission), so a call's deadline is the engine's, on both transports.
+//!   `poll_ready` reserves a credit (UD: a window place) and a send slot (tower's
+//!   reserve-then-call).
 //! * **Server** ([`Server`]): one SRQ fed by one registered receive pool and one CQ
 //!   shared by all connections; one task reaps it, answers protocol frames in place,
 //!   and runs each complete request's service (routed by `NamedService::NAME`) on
@@ -106,13 +110,13 @@ impl From<std::io::Error> for Error {
     }
 }
 
-/// Default frame (slot) size: one slot holds small calls whole.
 /// Locks a mutex, ignoring poisoning: a panicking handler or caller must not wedge a
 /// connection's shared state for everyone else.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Default frame (slot) size: one slot holds small calls whole.
 pub(crate) const DEFAULT_SLOT_SIZE: usize = 8 * 1024;
 /// Default calls in flight per connection. The handshake asks for one credit more:
 /// the engine keeps the last one for CANCEL frames.

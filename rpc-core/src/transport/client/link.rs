@@ -28,6 +28,32 @@ pub(crate) struct Signals {
     pub(crate) closing: AtomicBool,
 }
 
+/// Send slots promised to callers by `poll_ready` and not yet used by a call: a
+/// reservation takes a slot beyond them and the engine's own (a credit or a window
+/// place); `start` redeems it.
+#[derive(Debug, Default)]
+pub(crate) struct SlotPromises(usize);
+
+impl SlotPromises {
+    /// Promises a slot if `free_slots` exceed those promised and `engine_reserve`
+    /// (asked only then) grants its part.
+    pub(crate) fn take(&mut self, free_slots: usize, engine_reserve: impl FnOnce() -> bool) -> bool {
+        let ok = free_slots > self.0 && engine_reserve();
+        self.0 += usize::from(ok);
+        ok
+    }
+
+    /// A promise is used by a call or given back.
+    pub(crate) fn redeem(&mut self) {
+        self.0 -= 1;
+    }
+
+    /// Slots promised now.
+    pub(crate) fn count(&self) -> usize {
+        self.0
+    }
+}
+
 /// One transport's connection state under the connection's lock: its engine (RC
 /// credits and fragments, or UD retransmission), its send slots and how it posts.
 /// The shared driver (`conn.rs`) owns the lock, the CQ, the timer and the callers.

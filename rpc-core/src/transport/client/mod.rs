@@ -8,6 +8,15 @@
 //! the callers waiting for room to send, the handle whose last clone closes the
 //! connection, and the guard that cancels a call its caller dropped. A link owns
 //! its engine and send slots and how it posts.
+//!
+//! # What comes next
+//! A [`conn::Conn`] is what a reconnecting channel replaces: the channel's handle
+//! will hold the current `Conn` behind a swappable pointer and dial a new one when
+//! it dies; reservations and new calls go to the current one, while a call started
+//! on a dead one ends with the engine's verdict (`UNAVAILABLE`, or moved when the
+//! engine proves it never reached the server). Stream calls will deliver engine
+//! events (message, trailers, reset) to their caller instead of one reply, through
+//! the same `deliver` point.
 
 mod channel;
 mod conn;

@@ -13,7 +13,7 @@ use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkComple
 
 use super::conn::Conn;
 use super::dial::{dial, shared_device};
-use super::link::{Link, Signals};
+use super::link::{Link, Signals, SlotPromises};
 use super::{deliver, LinkChannel, ReplySender};
 use crate::engine::{CallHead, ClientConfig, ClientConn, Reply};
 use crate::server::EncodeMessage;
@@ -42,8 +42,7 @@ struct ReturnedCredits {
 pub(crate) struct RcLink {
     engine: ClientConn<ReplySender>,
     ring: SendRing,
-    /// Send slots promised to callers by `poll_ready`.
-    reserved_slots: usize,
+    promised: SlotPromises,
     credits: Arc<ReturnedCredits>,
 }
 
@@ -118,7 +117,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<RcLink>, Error>
     let link = RcLink {
         engine,
         ring,
-        reserved_slots: 0,
+        promised: SlotPromises::default(),
         credits: returned,
     };
     tracing::debug!(peer = %addr, credits, slot, "connected");
@@ -153,7 +152,7 @@ impl RcLink {
             self.sync_credits();
             while self.engine.wants_transmit()
                 && self.engine.free_tokens() > 0
-                && self.ring.free_slots() > self.reserved_slots
+                && self.ring.free_slots() > self.promised.count()
             {
                 let slot = self.ring.acquire().expect("free slot checked");
                 let Some(t) = self.engine.poll_transmit(self.ring.buf(&slot)) else {
@@ -202,15 +201,12 @@ impl Link for RcLink {
 
     fn reserve(&mut self) -> bool {
         self.sync_credits();
-        if self.ring.free_slots() > self.reserved_slots && self.engine.reserve() {
-            self.reserved_slots += 1;
-            return true;
-        }
-        false
+        let engine = &mut self.engine;
+        self.promised.take(self.ring.free_slots(), || engine.reserve())
     }
 
     fn unreserve(&mut self) {
-        self.reserved_slots -= 1;
+        self.promised.redeem();
         if self.engine.dead().is_none() {
             self.engine.unreserve();
         }
@@ -224,7 +220,7 @@ impl Link for RcLink {
         head: CallHead<'_>,
         body: &dyn EncodeMessage,
     ) -> Result<u32, Status> {
-        self.reserved_slots -= 1;
+        self.promised.redeem();
         if let Some(s) = self.engine.dead() {
             return Err(s.clone());
         }

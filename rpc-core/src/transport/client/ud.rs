@@ -16,7 +16,7 @@ use rpc_transport::{AhAttr, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion,
 
 use super::conn::Conn;
 use super::dial::{dial, shared_device};
-use super::link::{Link, Signals};
+use super::link::{Link, Signals, SlotPromises};
 use super::{deliver, LinkChannel, ReplySender};
 use crate::engine::ud::{UdClient, UdClientConfig, UdCompletion};
 use crate::engine::{CallHead, Reply};
@@ -30,8 +30,7 @@ use crate::transport::Error;
 pub(crate) struct UdLink {
     engine: UdClient<ReplySender, UdSlot>,
     ring: UdSendRing,
-    /// Send slots promised to callers by `poll_ready`.
-    reserved_slots: usize,
+    promised: SlotPromises,
     dest: UdDestination,
     /// Whether the server also accepts RC connections (for calls too big for UD).
     accepts_rc: bool,
@@ -108,7 +107,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<UdLink>, Error>
     let link = UdLink {
         engine: UdClient::new(UdClientConfig::new(ud.session, window, datagram)),
         ring,
-        reserved_slots: 0,
+        promised: SlotPromises::default(),
         dest: UdDestination {
             ah,
             qpn: reply.endpoint.qpn,
@@ -155,15 +154,12 @@ impl Link for UdLink {
     }
 
     fn reserve(&mut self) -> bool {
-        if self.ring.free_slots() > self.reserved_slots && self.engine.reserve() {
-            self.reserved_slots += 1;
-            return true;
-        }
-        false
+        let engine = &mut self.engine;
+        self.promised.take(self.ring.free_slots(), || engine.reserve())
     }
 
     fn unreserve(&mut self) {
-        self.reserved_slots -= 1;
+        self.promised.redeem();
         self.engine.unreserve();
     }
 
@@ -175,7 +171,7 @@ impl Link for UdLink {
         head: CallHead<'_>,
         body: &dyn EncodeMessage,
     ) -> Result<u32, Status> {
-        self.reserved_slots -= 1;
+        self.promised.redeem();
         let slot = self.ring.acquire().expect("reserved by poll_ready");
         let buf = self.ring.buf(&slot);
         match self.engine.start_call(now, reply, slot, head, body, buf) {
