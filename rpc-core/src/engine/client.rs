@@ -202,7 +202,11 @@ impl<W> ClientConn<W> {
         out: &mut [u8],
     ) -> Result<(u32, Transmit), Status> {
         assert!(self.reserved > 0, "start_call without a reserved token");
-        let crate::engine::CallHead { path, metadata, timeout } = head;
+        let crate::engine::CallHead {
+            path,
+            metadata,
+            timeout,
+        } = head;
         let res = self.start_inner(now, waiter, path, metadata, timeout, body, out);
         if res.is_err() {
             self.unreserve();

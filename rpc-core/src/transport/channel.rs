@@ -12,7 +12,7 @@ use crate::engine::ud::UdClientStats;
 use crate::server::BoxFuture;
 use crate::status::Status;
 use crate::transport::client::rc::{self, RcLink};
-use crate::transport::client::ud::UdLink;
+use crate::transport::client::ud::{self, UdLink};
 use crate::transport::client::LinkChannel;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::Error;
@@ -90,6 +90,28 @@ impl Channel {
             Transport::Rc(_) => None,
             Transport::Ud { ud, .. } => Some(ud.with_link(|l| l.engine().config().datagram)),
         }
+    }
+}
+
+// Here rather than in `endpoint.rs`, so that an endpoint stays plain settings that
+// the transports read without importing the channel built from them.
+impl Endpoint {
+    /// Connects.
+    pub async fn connect(&self) -> Result<Channel, Error> {
+        let t = self.settings.connect_timeout;
+        let connect = async {
+            if self.settings.ud {
+                ud::connect(self).await.map(|c| Channel::ud(c, self))
+            } else {
+                rc::connect(self).await.map(Channel::rc)
+            }
+        };
+        tokio::time::timeout(t, connect).await.map_err(|_| {
+            Error::new(format!(
+                "connecting to {}:{} timed out",
+                self.host, self.port
+            ))
+        })?
     }
 }
 

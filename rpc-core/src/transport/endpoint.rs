@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::transport::channel::Channel;
-use crate::transport::client::{rc, ud};
 use crate::transport::completion::CompletionMode;
 use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
 
@@ -137,24 +135,6 @@ impl Endpoint {
     pub fn ud_window(mut self, n: u32) -> Self {
         self.settings.ud_window = n.clamp(1, 1 << 16);
         self
-    }
-
-    /// Connects.
-    pub async fn connect(&self) -> Result<Channel, Error> {
-        let t = self.settings.connect_timeout;
-        let connect = async {
-            if self.settings.ud {
-                ud::connect(self).await.map(|c| Channel::ud(c, self))
-            } else {
-                rc::connect(self).await.map(Channel::rc)
-            }
-        };
-        tokio::time::timeout(t, connect).await.map_err(|_| {
-            Error::new(format!(
-                "connecting to {}:{} timed out",
-                self.host, self.port
-            ))
-        })?
     }
 }
 

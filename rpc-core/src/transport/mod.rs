@@ -75,8 +75,8 @@ mod ud_server;
 use std::fmt;
 
 pub use channel::Channel;
-pub use endpoint::Endpoint;
 pub use completion::CompletionMode;
+pub use endpoint::Endpoint;
 pub use server::{Router, Server};
 pub use ud_server::UdStatsHandle;
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use rpc_transport::msg::handshake::{self, Hello, UdHello};
 use rpc_transport::msg::{RecvPool, RecvSlot, RecvTarget, UdDestination, UdSendRing};
 use rpc_transport::{
-    AhAttr, CompletionQueue, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair,
-    WcOpcode, WorkCompletion, GRH_LEN,
+    AhAttr, CompletionQueue, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair, WcOpcode,
+    WorkCompletion, GRH_LEN,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
@@ -30,10 +30,10 @@ use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
-use crate::transport::handler::{run_handler, start_inline};
 use crate::transport::completion::{serve_cq, CompletionMode};
-use crate::transport::ud_device::{datagram_limit, QKEY};
+use crate::transport::handler::{run_handler, start_inline};
 use crate::transport::server::Routes;
+use crate::transport::ud_device::{datagram_limit, QKEY};
 use crate::transport::Error;
 
 /// UD settings of a server.
@@ -185,9 +185,14 @@ impl UdSide {
     /// The poller: the UD QP's receives and sends.
     pub(crate) async fn run(self: Arc<Self>) {
         let mut calls = Vec::with_capacity(64);
-        serve_cq(&self.cq, self.mode, &self.kick, &self.closing, "UD", |wcs| {
-            self.handle(wcs, &mut calls)
-        })
+        serve_cq(
+            &self.cq,
+            self.mode,
+            &self.kick,
+            &self.closing,
+            "UD",
+            |wcs| self.handle(wcs, &mut calls),
+        )
         .await;
     }
 

@@ -199,7 +199,11 @@ impl<W, S> UdClient<W, S> {
         body: &dyn EncodeMessage,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), (Status, W, S)> {
-        let crate::engine::CallHead { path, metadata, timeout } = head;
+        let crate::engine::CallHead {
+            path,
+            metadata,
+            timeout,
+        } = head;
         assert!(self.reserved > 0, "start_call without a reservation");
         self.reserved -= 1;
         if let Some(s) = &self.dead {

@@ -37,7 +37,11 @@ pub(crate) struct SlotPromises(usize);
 impl SlotPromises {
     /// Promises a slot if `free_slots` exceed those promised and `engine_reserve`
     /// (asked only then) grants its part.
-    pub(crate) fn take(&mut self, free_slots: usize, engine_reserve: impl FnOnce() -> bool) -> bool {
+    pub(crate) fn take(
+        &mut self,
+        free_slots: usize,
+        engine_reserve: impl FnOnce() -> bool,
+    ) -> bool {
         let ok = free_slots > self.0 && engine_reserve();
         self.0 += usize::from(ok);
         ok

@@ -202,7 +202,8 @@ impl Link for RcLink {
     fn reserve(&mut self) -> bool {
         self.sync_credits();
         let engine = &mut self.engine;
-        self.promised.take(self.ring.free_slots(), || engine.reserve())
+        self.promised
+            .take(self.ring.free_slots(), || engine.reserve())
     }
 
     fn unreserve(&mut self) {

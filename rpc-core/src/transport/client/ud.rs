@@ -133,7 +133,11 @@ impl UdLink {
     }
 
     /// Hands an ended call to its caller and its send slot back to the ring.
-    fn finish(&mut self, c: UdCompletion<ReplySender, UdSlot>, slot: Option<rpc_transport::msg::RecvSlot>) {
+    fn finish(
+        &mut self,
+        c: UdCompletion<ReplySender, UdSlot>,
+        slot: Option<rpc_transport::msg::RecvSlot>,
+    ) {
         self.ring.release(c.slot);
         deliver(c.waiter, c.result, slot, GRH_LEN);
     }
@@ -155,7 +159,8 @@ impl Link for UdLink {
 
     fn reserve(&mut self) -> bool {
         let engine = &mut self.engine;
-        self.promised.take(self.ring.free_slots(), || engine.reserve())
+        self.promised
+            .take(self.ring.free_slots(), || engine.reserve())
     }
 
     fn unreserve(&mut self) {
