@@ -65,20 +65,16 @@ mod channel;
 mod client;
 mod completion;
 mod endpoint;
-mod handler;
 mod ready;
 mod server;
-mod server_conn;
 mod ud_device;
-mod ud_server;
 
 use std::fmt;
 
 pub use channel::Channel;
 pub use completion::CompletionMode;
 pub use endpoint::Endpoint;
-pub use server::{Router, Server};
-pub use ud_server::UdStatsHandle;
+pub use server::{Router, Server, UdStatsHandle};
 
 /// A transport failure (connecting, binding, a handshake).
 #[derive(Debug)]

@@ -8,14 +8,14 @@ use rpc_transport::WorkCompletion;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use super::lock;
+use super::handler::{run_handler, start_inline};
+use super::routes::Routes;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
-use crate::transport::handler::{run_handler, start_inline};
-use crate::transport::server::Routes;
+use crate::transport::lock;
 
 pub(crate) struct SState {
     engine: ServerConn,

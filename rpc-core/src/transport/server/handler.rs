@@ -9,9 +9,9 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tower::ServiceExt;
 
+use super::routes::Routes;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
-use crate::transport::server::Routes;
 
 /// Runs one call's handler: routed by service name, bounded by the call's deadline,
 /// a panic turned into `INTERNAL`.

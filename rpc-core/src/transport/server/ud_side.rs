@@ -24,15 +24,15 @@ use rpc_transport::{
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
-use super::lock;
+use super::handler::{run_handler, start_inline};
+use super::routes::Routes;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::completion::{serve_cq, CompletionMode};
-use crate::transport::handler::{run_handler, start_inline};
-use crate::transport::server::Routes;
+use crate::transport::lock;
 use crate::transport::ud_device::{datagram_limit, QKEY};
 use crate::transport::Error;
 

@@ -1,0 +1,133 @@
+//! `Server`: the builder.
+
+use tower::Service;
+
+use super::router::Router;
+use super::routes::Routes;
+use super::settings::ServerSettings;
+use super::ud_side::UdStatsHandle;
+use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
+use crate::status::Status;
+use crate::transport::completion::CompletionMode;
+
+/// Builds and runs a server.
+#[derive(Debug, Default)]
+pub struct Server {
+    settings: ServerSettings,
+}
+
+impl Server {
+    /// A server with default settings.
+    pub fn builder() -> Server {
+        Server::default()
+    }
+
+    /// Most calls in flight on one connection (its credits, less the one clients keep
+    /// for CANCEL frames).
+    pub fn credits_per_connection(mut self, n: u32) -> Self {
+        self.settings.credits = n.max(1);
+        self
+    }
+
+    /// Receive slots in the shared pool (SRQ): the sum of all connections' credits.
+    /// A connection that would exceed it is refused at the handshake.
+    pub fn receive_pool_slots(mut self, n: u32) -> Self {
+        self.settings.pool_slots = n.max(1);
+        self
+    }
+
+    /// Frame (slot) size in bytes for every connection.
+    pub fn slot_size(mut self, bytes: usize) -> Self {
+        self.settings.slot_size = bytes.max(crate::engine::MIN_FRAME);
+        self
+    }
+
+    /// Largest message accepted or sent (beyond: `RESOURCE_EXHAUSTED`).
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.settings.max_message = bytes;
+        self
+    }
+
+    /// How completions are reaped.
+    pub fn completion_mode(mut self, mode: CompletionMode) -> Self {
+        self.settings.mode = mode;
+        self
+    }
+
+    /// Opens this RDMA device instead of the default one.
+    pub fn device(mut self, name: impl Into<String>) -> Self {
+        self.settings.device = Some(name.into());
+        self
+    }
+
+    /// Whether a handler starts on the server's completion task and is spawned only
+    /// if it has to wait (default), or is spawned as a task at once. Inline start
+    /// saves a spawn per call for handlers that answer without waiting; a handler
+    /// that computes for long before its first `.await` then delays the other calls,
+    /// so turn this off (or use `spawn_blocking`) for such services.
+    pub fn inline_handlers(mut self, inline: bool) -> Self {
+        self.settings.inline = inline;
+        self
+    }
+
+    /// Serves on this already opened device (e.g. a soft device whose UD faults a
+    /// test sets) instead of opening one.
+    pub fn rdma_device(mut self, dev: rpc_transport::Device) -> Self {
+        self.settings.rdma_device = Some(dev);
+        self
+    }
+
+    /// Whether RC connections are accepted (default yes). Without, only UD sessions
+    /// are served, and a UD client's call too big for a datagram fails
+    /// `RESOURCE_EXHAUSTED` naming the UD payload limit.
+    pub fn accept_rc(mut self, yes: bool) -> Self {
+        self.settings.ud.accept_rc = yes;
+        self
+    }
+
+    /// Most UD sessions open at once (default 4096); beyond, a UD handshake is
+    /// refused naming the limit. Each session's state is bounded by its window.
+    pub fn max_ud_sessions(mut self, n: u32) -> Self {
+        self.settings.ud.max_sessions = n;
+        self
+    }
+
+    /// UD calls a session may have outstanding (default 32): each holds at most this
+    /// many duplicate-suppression entries and as many stored replies of one datagram.
+    pub fn ud_window(mut self, n: u32) -> Self {
+        self.settings.ud.window = n.clamp(1, 1 << 16);
+        self
+    }
+
+    /// Receives posted on the UD QP's own receive queue (default 1024).
+    pub fn ud_receive_slots(mut self, n: u32) -> Self {
+        self.settings.ud.recv_slots = n.max(1);
+        self
+    }
+
+    /// Publishes the UD counters into `handle` while the server runs.
+    pub fn ud_stats(mut self, handle: UdStatsHandle) -> Self {
+        self.settings.ud_stats = Some(handle);
+        self
+    }
+
+    /// Adds a service.
+    pub fn add_service<S>(self, svc: S) -> Router
+    where
+        S: Service<
+                ServerCall,
+                Response = ServerReply,
+                Error = Status,
+                Future = BoxFuture<ServerReply>,
+            > + NamedService
+            + Clone
+            + Send
+            + 'static,
+    {
+        Router {
+            settings: self.settings,
+            routes: Routes::default(),
+        }
+        .add_service(svc)
+    }
+}

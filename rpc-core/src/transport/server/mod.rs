@@ -1,0 +1,24 @@
+//! The server: [`Server`] (builder) → [`Router`] (services added) → serving.
+//!
+//! * `srq_side`: one SRQ fed by one registered receive pool and one CQ shared by all
+//!   RC connections; one task reaps it, answers protocol frames in place, and runs
+//!   each complete request's service on the spot until it first waits
+//!   ([`Server::inline_handlers`]); the answers of one batch of completions leave
+//!   each connection as one post list. `rc_peer` is one connection as the server
+//!   sees it.
+//! * `ud_side`: one UD QP with its own receive queue, its poller and the sessions.
+//! * `handler`: running a call's service, shared by both sides; `routes`: services
+//!   by name.
+
+mod builder;
+mod handler;
+mod rc_peer;
+mod router;
+mod routes;
+mod settings;
+mod srq_side;
+mod ud_side;
+
+pub use builder::Server;
+pub use router::Router;
+pub use ud_side::UdStatsHandle;

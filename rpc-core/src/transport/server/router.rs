@@ -1,0 +1,168 @@
+//! `Router`: a server with its services, and its accept loop.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rpc_transport::msg::{self, RecvPool, RecvTarget};
+use rpc_transport::SrqInitAttr;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tower::util::BoxCloneService;
+use tower::Service;
+
+use super::rc_peer::SConn;
+use super::routes::Routes;
+use super::settings::ServerSettings;
+use super::srq_side::{accept, receive_loop, Shared};
+use super::ud_side::UdSide;
+use crate::id_map::IdMap;
+use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
+use crate::status::Status;
+use crate::transport::{lock, Error};
+
+/// A server with services added.
+pub struct Router {
+    pub(super) settings: ServerSettings,
+    pub(super) routes: Routes,
+}
+
+impl Router {
+    /// Adds another service.
+    pub fn add_service<S>(mut self, svc: S) -> Router
+    where
+        S: Service<
+                ServerCall,
+                Response = ServerReply,
+                Error = Status,
+                Future = BoxFuture<ServerReply>,
+            > + NamedService
+            + Clone
+            + Send
+            + 'static,
+    {
+        self.routes
+            .0
+            .insert(S::NAME, Mutex::new(BoxCloneService::new(svc)));
+        self
+    }
+
+    /// Serves on `addr` until an error.
+    pub async fn serve(self, addr: SocketAddr) -> Result<(), Error> {
+        self.serve_with_shutdown(addr, std::future::pending()).await
+    }
+
+    /// Serves on `addr` until `signal` completes; then closes every connection
+    /// (clients see `UNAVAILABLE`) and returns.
+    pub async fn serve_with_shutdown<F: Future<Output = ()>>(
+        self,
+        addr: SocketAddr,
+        signal: F,
+    ) -> Result<(), Error> {
+        let listener = TcpListener::bind(addr).await?;
+        self.serve_with_listener(listener, signal).await
+    }
+
+    /// Serves connections from an already bound listener (lets a caller bind port 0
+    /// and learn the address first) until `signal` completes.
+    pub async fn serve_with_listener<F: Future<Output = ()>>(
+        self,
+        listener: TcpListener,
+        signal: F,
+    ) -> Result<(), Error> {
+        let s = self.settings;
+        let dev = match &s.rdma_device {
+            Some(d) => d.clone(),
+            None => msg::open_device(s.device.as_deref())?,
+        };
+        let pd = dev.alloc_pd()?;
+        let pool_slots = s.pool_slots.min(dev.attr().max_srq_wr.max(1));
+        let srq = Arc::new(pd.create_srq(&SrqInitAttr {
+            max_wr: pool_slots,
+            max_sge: 1,
+            srq_limit: 0,
+        })?);
+        // Receives of the whole pool plus every ring's sends (rings sum to the pool).
+        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64)?);
+        let pool = RecvPool::new(
+            &pd,
+            RecvTarget::Srq(srq.clone()),
+            pool_slots,
+            s.slot_size,
+            None,
+        )?;
+        tracing::info!(
+            addr = %listener.local_addr()?,
+            provider = %dev.provider(),
+            device = dev.name(),
+            pool_slots,
+            slot_size = s.slot_size,
+            "rdma-rpc server listening"
+        );
+        let routes = Arc::new(self.routes);
+        let ud = match UdSide::new(
+            &pd,
+            routes.clone(),
+            s.mode,
+            s.ud,
+            s.max_message,
+            s.ud_stats.as_ref(),
+            s.inline,
+        ) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                tracing::warn!(error = %e, "UD sessions not served");
+                None
+            }
+        };
+        let shared = Arc::new(Shared {
+            ud: ud.clone(),
+            routes,
+            conns: Mutex::new(IdMap::default()),
+            granted: Mutex::new(0),
+            pool_slots,
+            pd,
+            srq,
+            cq,
+            pool,
+            kick: Notify::new(),
+            closing: AtomicBool::new(false),
+            settings: s,
+        });
+        let poller = tokio::spawn(receive_loop(shared.clone()));
+        let ud_poller = ud.map(|u| tokio::spawn(u.run()));
+        tokio::pin!(signal);
+        loop {
+            tokio::select! {
+                () = &mut signal => break,
+                r = listener.accept() => match r {
+                    Ok((tcp, peer)) => {
+                        let sh = shared.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = accept(sh, tcp).await {
+                                tracing::debug!(%peer, error = %e, "handshake failed");
+                            }
+                        });
+                    }
+                    Err(e) => tracing::debug!(error = %e, "accept failed"),
+                },
+            }
+        }
+        shared.closing.store(true, Ordering::Release);
+        shared.kick.notify_one();
+        if let Some(u) = &shared.ud {
+            u.stop();
+        }
+        let conns: Vec<Arc<SConn>> = lock(&shared.conns).drain().map(|(_, c)| c).collect();
+        for c in conns {
+            c.kill();
+            c.shutdown.notify_one();
+        }
+        let _ = poller.await;
+        if let Some(p) = ud_poller {
+            let _ = p.await;
+        }
+        Ok(())
+    }
+}
