@@ -9,7 +9,7 @@ use rpc_transport::msg::{handshake, RecvPool};
 use rpc_transport::{CompletionQueue, WorkCompletion};
 use tokio::net::TcpStream;
 
-use super::link::{Link, Signals};
+use super::link::{Link, NewCall, Signals};
 use crate::status::Status;
 use crate::transport::completion::{CompletionMode, CqWaiter};
 use crate::transport::lock;
@@ -78,7 +78,13 @@ impl<L: Link> Conn<L> {
         head: crate::engine::CallHead<'_>,
         body: &dyn crate::server::EncodeMessage,
     ) -> Result<u32, Status> {
-        let id = match st.link.start(&self.sig, Instant::now(), reply, head, body) {
+        let call = NewCall {
+            now: Instant::now(),
+            reply,
+            head,
+            body,
+        };
+        let id = match st.link.start(&self.sig, call) {
             Ok(id) => id,
             Err(s) => {
                 // The reservation is spent either way: let a waiting caller look

@@ -58,6 +58,16 @@ impl SlotPromises {
     }
 }
 
+/// A call to start on a reservation.
+pub(crate) struct NewCall<'a> {
+    pub(crate) now: Instant,
+    /// Where its reply goes.
+    pub(crate) reply: ReplySender,
+    pub(crate) head: CallHead<'a>,
+    /// The request message, encoded straight into a send slot.
+    pub(crate) body: &'a dyn EncodeMessage,
+}
+
 /// One transport's connection state under the connection's lock: its engine (RC
 /// credits and fragments, or UD retransmission), its send slots and how it posts.
 /// The shared driver (`conn.rs`) owns the lock, the CQ, the timer and the callers.
@@ -77,14 +87,7 @@ pub(crate) trait Link: Send + 'static {
 
     /// Starts a reserved call: encodes its request into a send slot and posts it
     /// (or leaves it for the driver to post with others). Returns the call id.
-    fn start(
-        &mut self,
-        sig: &Signals,
-        now: Instant,
-        reply: ReplySender,
-        head: CallHead<'_>,
-        body: &dyn EncodeMessage,
-    ) -> Result<u32, Status>;
+    fn start(&mut self, sig: &Signals, call: NewCall<'_>) -> Result<u32, Status>;
 
     /// The caller gave up on call `id` (its future was dropped).
     fn cancel(&mut self, sig: &Signals, id: u32);

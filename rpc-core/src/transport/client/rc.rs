@@ -13,10 +13,9 @@ use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkComple
 
 use super::conn::Conn;
 use super::dial::{dial, shared_device};
-use super::link::{Link, Signals, SlotPromises};
+use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::{deliver, LinkChannel, ReplySender};
-use crate::engine::{CallHead, ClientConfig, ClientConn, Reply};
-use crate::server::EncodeMessage;
+use crate::engine::{ClientConfig, ClientConn, Reply};
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::Error;
@@ -213,14 +212,13 @@ impl Link for RcLink {
         }
     }
 
-    fn start(
-        &mut self,
-        sig: &Signals,
-        now: Instant,
-        reply: ReplySender,
-        head: CallHead<'_>,
-        body: &dyn EncodeMessage,
-    ) -> Result<u32, Status> {
+    fn start(&mut self, sig: &Signals, call: NewCall<'_>) -> Result<u32, Status> {
+        let NewCall {
+            now,
+            reply,
+            head,
+            body,
+        } = call;
         self.promised.redeem();
         if let Some(s) = self.engine.dead() {
             return Err(s.clone());

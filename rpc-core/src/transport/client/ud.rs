@@ -16,11 +16,10 @@ use rpc_transport::{AhAttr, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion,
 
 use super::conn::Conn;
 use super::dial::{dial, shared_device};
-use super::link::{Link, Signals, SlotPromises};
+use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::{deliver, LinkChannel, ReplySender};
 use crate::engine::ud::{UdClient, UdClientConfig, UdCompletion};
-use crate::engine::{CallHead, Reply};
-use crate::server::EncodeMessage;
+use crate::engine::Reply;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::ud_device::{datagram_limit, QKEY};
@@ -168,14 +167,13 @@ impl Link for UdLink {
         self.engine.unreserve();
     }
 
-    fn start(
-        &mut self,
-        _sig: &Signals,
-        now: Instant,
-        reply: ReplySender,
-        head: CallHead<'_>,
-        body: &dyn EncodeMessage,
-    ) -> Result<u32, Status> {
+    fn start(&mut self, _sig: &Signals, call: NewCall<'_>) -> Result<u32, Status> {
+        let NewCall {
+            now,
+            reply,
+            head,
+            body,
+        } = call;
         self.promised.redeem();
         let slot = self.ring.acquire().expect("reserved by poll_ready");
         let buf = self.ring.buf(&slot);
