@@ -1,14 +1,16 @@
 //! The client side of one connection: call table, credits, fragments, deadlines.
 
 use std::collections::VecDeque;
-
-use crate::id_map::IdMap;
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::engine::wire::{self, Kind, RequestHead, ResponseHead};
+use bytes::Bytes;
+
+use crate::engine::codec::{self, CallHead, Outcome};
+use crate::engine::wire::{self, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
-use crate::metadata::{MetadataMap, DEFAULT_METADATA_LIMIT};
+use crate::id_map::IdMap;
+use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
 use crate::status::Status;
 
@@ -35,6 +37,8 @@ pub struct ClientStats {
     pub malformed: u64,
     /// Frames sent.
     pub frames_sent: u64,
+    /// Statuses delivered without their details (longer than the max message).
+    pub details_dropped: u64,
 }
 
 /// A successful reply's bytes.
@@ -74,9 +78,9 @@ enum Phase {
     Sending { body: Vec<u8>, sent: usize },
     /// Request sent, no response yet.
     Waiting,
-    /// Response being pulled.
+    /// Response body (or a status's details) being pulled.
     Pulling {
-        metadata: MetadataMap,
+        outcome: Outcome,
         body: Vec<u8>,
         expected: usize,
     },
@@ -192,19 +196,16 @@ impl<W> ClientConn<W> {
     /// A body that needs fragments is encoded once into memory of its own and sent
     /// from there by [`ClientConn::poll_transmit`]. On error the reservation is
     /// released and nothing is sent.
-    #[allow(clippy::too_many_arguments)]
     pub fn start_call(
         &mut self,
         now: Instant,
         waiter: W,
-        path: &str,
-        metadata: &MetadataMap,
-        timeout: Option<Duration>,
+        head: &CallHead<'_>,
         body: &dyn EncodeMessage,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), Status> {
         assert!(self.reserved > 0, "start_call without a reserved token");
-        let res = self.start_inner(now, waiter, path, metadata, timeout, body, out);
+        let res = self.start_inner(now, waiter, head, body, out);
         if res.is_err() {
             self.unreserve();
         } else {
@@ -214,14 +215,11 @@ impl<W> ClientConn<W> {
         res
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn start_inner(
         &mut self,
         now: Instant,
         waiter: W,
-        path: &str,
-        metadata: &MetadataMap,
-        timeout: Option<Duration>,
+        head: &CallHead<'_>,
         body: &dyn EncodeMessage,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), Status> {
@@ -230,36 +228,15 @@ impl<W> ClientConn<W> {
         }
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
-        let meta_len = metadata.encoded_len();
-        if meta_len > DEFAULT_METADATA_LIMIT {
-            return Err(Status::resource_exhausted(format!(
-                "request metadata of {meta_len} bytes exceeds the limit of {DEFAULT_METADATA_LIMIT}"
-            )));
-        }
-        let head_len = wire::REQUEST_HEAD_LEN + path.len() + meta_len;
-        if path.len() > usize::from(u16::MAX) || head_len > out.len() {
-            return Err(Status::resource_exhausted(format!(
-                "path and metadata ({head_len} bytes) do not fit a {}-byte frame",
-                out.len()
-            )));
-        }
         let body_len = body.encoded_len();
-        if body_len > self.cfg.max_send_message || body_len > u32::MAX as usize {
+        let head_len = codec::write_request(head, body_len, out)?;
+        if body_len > self.cfg.max_send_message {
             return Err(Status::resource_exhausted(format!(
                 "request message of {body_len} bytes exceeds the limit of {}",
                 self.cfg.max_send_message
             )));
         }
         let id = self.alloc_id();
-        RequestHead {
-            body_len: body_len as u32,
-            timeout_us: RequestHead::timeout_us_of(timeout),
-            path_len: path.len() as u16,
-            meta_len: meta_len as u16,
-        }
-        .write(out);
-        out[wire::REQUEST_HEAD_LEN..][..path.len()].copy_from_slice(path.as_bytes());
-        metadata.encode(&mut &mut out[wire::REQUEST_HEAD_LEN + path.len()..head_len]);
         let room = out.len() - head_len;
         let (phase, len) = if body_len <= room {
             body.encode_to(&mut out[head_len..head_len + body_len]);
@@ -283,7 +260,7 @@ impl<W> ClientConn<W> {
             id,
             Call {
                 waiter: Some(waiter),
-                deadline: timeout.map(|t| now + t),
+                deadline: head.timeout.map(|t| now + t),
                 phase,
                 awaiting: 1,
                 rfrs: 0,
@@ -417,60 +394,52 @@ impl<W> ClientConn<W> {
         }
         // A response may come early, mid-request (e.g. RESOURCE_EXHAUSTED): stop pushing.
         call.phase = Phase::Done;
-        let head = match ResponseHead::read(frame) {
-            Ok(h) => h,
-            Err(e) => {
-                self.stats.malformed += 1;
-                return self.finish(
-                    id,
-                    Err(Status::internal(format!("malformed response: {}", e.0))),
-                );
-            }
-        };
-        let chunk = frame.len() - head.body_start();
-        let rest = head.body_len as usize - chunk;
-        let metadata = match MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT) {
-            Ok(m) => m,
+        let start = match codec::read_response(frame) {
+            Ok(start) => start,
             Err(s) => {
-                if rest > 0 {
-                    self.queue_cancel(id);
-                }
+                // The server may hold the rest of the body: tell it to forget it.
+                self.stats.malformed += 1;
+                self.queue_cancel(id);
                 return self.finish(id, Err(s));
             }
         };
-        if head.code != 0 {
-            let msg = String::from_utf8_lossy(&frame[head.msg()]).into_owned();
-            let mut s = Status::new(head.code(), msg);
-            *s.metadata_mut() = metadata;
-            return self.finish(id, Err(s));
+        if start.body.len() == start.body_len {
+            let result = start
+                .outcome
+                .finish(start.body, |b| Bytes::copy_from_slice(&frame[b]))
+                .map(|(metadata, body)| Reply::InFrame { metadata, body });
+            return self.finish(id, result);
         }
-        if rest == 0 {
-            return self.finish(
-                id,
-                Ok(Reply::InFrame {
-                    metadata,
-                    body: head.body_start()..frame.len(),
-                }),
-            );
-        }
-        if head.body_len as usize > cfg.max_recv_message {
+        if start.body_len > cfg.max_recv_message {
             self.queue_cancel(id);
-            return self.finish(
-                id,
-                Err(Status::resource_exhausted(format!(
+            let status = match start.outcome {
+                Outcome::Ok(_) => Status::resource_exhausted(format!(
                     "response message of {} bytes exceeds the limit of {}",
-                    head.body_len, cfg.max_recv_message
-                ))),
-            );
+                    start.body_len, cfg.max_recv_message
+                )),
+                Outcome::Status(s) => {
+                    // The server's status still ends the call, without its details.
+                    self.stats.details_dropped += 1;
+                    tracing::warn!(
+                        code = ?s.code(),
+                        details_bytes = start.body_len,
+                        limit = cfg.max_recv_message,
+                        "status details exceed the max message; delivered without them"
+                    );
+                    s
+                }
+            };
+            return self.finish(id, Err(status));
         }
-        let mut body = Vec::with_capacity(head.body_len as usize);
-        body.extend_from_slice(&frame[head.body_start()..]);
+        let mut body = Vec::with_capacity(start.body_len);
+        body.extend_from_slice(&frame[start.body]);
+        let rest = start.body_len - body.len();
         let call = self.calls.get_mut(&id).expect("present");
         call.rfrs = rest.div_ceil(cfg.frame_size - wire::FRAG_HEAD_LEN) as u32;
         call.phase = Phase::Pulling {
-            metadata,
+            outcome: start.outcome,
             body,
-            expected: head.body_len as usize,
+            expected: start.body_len,
         };
         self.transmit.push_back(id);
         None
@@ -507,12 +476,15 @@ impl<W> ClientConn<W> {
             unreachable!()
         };
         if body.len() == *expected {
-            let Phase::Pulling { metadata, body, .. } =
+            let Phase::Pulling { outcome, body, .. } =
                 std::mem::replace(&mut call.phase, Phase::Done)
             else {
                 unreachable!()
             };
-            return self.finish(id, Ok(Reply::Owned { metadata, body }));
+            let result = outcome
+                .finish(body, Bytes::from)
+                .map(|(metadata, body)| Reply::Owned { metadata, body });
+            return self.finish(id, result);
         }
         if call.rfrs == 0 && call.awaiting == 0 {
             self.queue_cancel(id);

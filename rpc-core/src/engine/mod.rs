@@ -1,12 +1,14 @@
 //! The RPC protocol with no I/O and no clock (quinn-proto's model).
 //!
-//! [`ClientConn`] and [`ServerConn`] hold one connection's protocol state: framing
-//! ([`wire`], where the immediate and frame layouts are documented), the call table,
-//! credits, fragmentation with bounded reassembly, deadlines and cancellation.
-//! Inputs are `handle_*` calls carrying `now`; frames to send are written by
-//! `poll_transmit`/`start_call`/`respond` straight into a buffer the caller provides
-//! (a registered send slot in the driver), so the engine never copies a message that
-//! fits one slot. Tests drive both ends over a simulated fabric (`tests`).
+//! [`ClientConn`] and [`ServerConn`] hold one RC connection's protocol state: the call
+//! table, credits, fragmentation with bounded reassembly, deadlines and cancellation.
+//! What a call's frames carry (request head, path, metadata, response, final status
+//! with its details) is written once, in [`codec`], for RC and UD alike; [`wire`]
+//! documents every bit of the frames. Inputs are `handle_*` calls carrying `now`;
+//! frames to send are written by `poll_transmit`/`start_call`/`respond` straight into
+//! a buffer the caller provides (a registered send slot in the driver), so the engine
+//! never copies a message that fits one slot. Tests drive both ends over a simulated
+//! fabric (`tests`).
 //!
 //! # Driving it
 //! Client, per batch of completions: `handle_tokens_returned` (receives reposted),
@@ -18,12 +20,14 @@
 //! `poll_completion` until empty.
 //! Server: `handle_frame` (a complete request comes back for dispatch), then
 //! `poll_cancelled` (handlers to stop) and `poll_transmit` (answers); a handler's
-//! reply goes through `respond`.
+//! reply, a response or a status, goes through `respond`.
 //!
 //! UD sessions (one datagram per call, retransmission and at-most-once execution)
-//! are in [`ud`].
+//! are in [`ud`]: a second state machine (RC's credits and UD's retransmission differ
+//! in kind), sharing the codec.
 
 mod client;
+pub mod codec;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -31,6 +35,7 @@ pub mod ud;
 pub mod wire;
 
 pub use client::{ClientConfig, ClientConn, ClientStats, Completion, Reply};
+pub use codec::CallHead;
 pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
 
 /// One frame to post: its length at the head of the buffer and its immediate.

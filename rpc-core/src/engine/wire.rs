@@ -43,6 +43,18 @@
 //! fragments are pushed (each answered by `CR`); response fragments are pulled by one
 //! `RFR` each, so the server never sends more than the client has receives for.
 //! A head (path + metadata + status message) must fit in the first frame.
+//!
+//! # The body of a `RESP`
+//!
+//! With `code = 0` (OK) the body is the response message. With any other code the
+//! body is the status's **details** (opaque bytes, e.g. an encoded
+//! `google.rpc.Status`; empty if the status has none): they travel exactly as a
+//! response message does, in the first frame and, on RC, in fragments pulled by
+//! `RFR`s (bounded by the max message and the server connection's buffer cap); on UD
+//! within the one datagram. How a status that does not fit is cut is
+//! [`crate::engine::codec`]'s rule: the code never changes, the message is cut at a
+//! char boundary, metadata and details are dropped whole, counted and logged, never
+//! silently.
 
 use crate::code::Code;
 use std::time::Duration;
@@ -190,11 +202,13 @@ impl RequestHead {
 /// ```text
 /// 0 body_len:u32  4 code:u8  5 reserved:u8  6 msg_len:u16  8 meta_len:u16
 /// ```
-/// `code` is the gRPC status code (0 = OK, then the body is the response message);
-/// otherwise `msg_len` bytes of UTF-8 status message follow and the body is empty.
+/// `code` is the gRPC status code. With 0 (OK) the body is the response message;
+/// otherwise `msg_len` bytes of UTF-8 status message follow the head and the body is
+/// the status's details. Metadata (the response's, or the status's) follows the
+/// message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseHead {
-    /// Total body length across all fragments.
+    /// Total body length across all fragments (the details, for an error).
     pub body_len: u32,
     /// gRPC status code.
     pub code: u8,
@@ -230,9 +244,6 @@ impl ResponseHead {
         }
         if (frame.len() - h.body_start()) as u64 > u64::from(h.body_len) {
             return Err(Malformed("response body chunk longer than the body"));
-        }
-        if h.code != 0 && h.body_len != 0 {
-            return Err(Malformed("error response with a body"));
         }
         Ok(h)
     }
@@ -315,7 +326,10 @@ mod tests {
         r.write(&mut f);
         assert_eq!(ResponseHead::read(&f), Ok(r));
         assert_eq!(r.code(), Code::Unimplemented);
-        f[3] = 1; // error with a body
+        f[3] = 2; // an error whose body (its details) is 2 bytes, 1 here
+        f.push(9);
+        assert_eq!(ResponseHead::read(&f).unwrap().body_len, 2);
+        f.extend([9, 9]); // 3 body bytes of 2 announced
         assert!(ResponseHead::read(&f).is_err());
     }
 }

@@ -19,7 +19,7 @@ use tower::Service;
 use super::lock;
 use super::ready::ReadyWaiters;
 use crate::client::{IncomingReply, OutgoingCall};
-use crate::engine::{ClientConfig, ClientConn, Completion, Reply};
+use crate::engine::{CallHead, ClientConfig, ClientConn, Completion, Reply};
 use crate::payload::Payload;
 use crate::server::BoxFuture;
 use crate::status::Status;
@@ -515,9 +515,7 @@ fn start<M: Message + Send + 'static>(
     let r = engine.start_call(
         Instant::now(),
         tx,
-        call.path,
-        &call.metadata,
-        timeout,
+        &CallHead::new(call.path, &call.metadata, timeout),
         &call.message,
         ring.buf(&slot),
     );

@@ -28,7 +28,7 @@ use super::lock;
 use super::ready::ReadyWaiters;
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::{UdClient, UdClientConfig, UdClientStats, UdCompletion};
-use crate::engine::Reply;
+use crate::engine::{CallHead, Reply};
 use crate::payload::Payload;
 use crate::server::BoxFuture;
 use crate::status::Status;
@@ -449,9 +449,7 @@ impl UdChannel {
                 now,
                 tx,
                 slot,
-                call.path,
-                &call.metadata,
-                timeout,
+                &CallHead::new(call.path, &call.metadata, timeout),
                 &call.message,
                 buf,
             ) {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use sim::{Knobs, Rng, Sim};
 
 use crate::code::Code;
-use crate::engine::wire;
+use crate::engine::{wire, CallHead};
+use crate::metadata::MetadataMap;
 use crate::status::Status;
 
 const MB: usize = 1 << 20;
@@ -171,13 +172,12 @@ fn deadline_travels_in_the_request_head() {
     });
     assert!(c.reserve());
     let now = std::time::Instant::now();
+    let md = MetadataMap::new();
     let (_, t) = c
         .start_call(
             now,
             (),
-            "/a.B/C",
-            &Default::default(),
-            Some(Duration::from_millis(250)),
+            &CallHead::new("/a.B/C", &md, Some(Duration::from_millis(250))),
             &sim::Raw(vec![]),
             &mut out,
         )

@@ -10,7 +10,7 @@ use super::wire::UD_HEAD_LEN;
 use super::*;
 use crate::code::Code;
 use crate::engine::wire::Kind;
-use crate::engine::Reply;
+use crate::engine::{CallHead, Reply};
 use crate::metadata::MetadataMap;
 
 /// Raw bytes as a message.
@@ -146,9 +146,7 @@ fn run(seed: u64, k: Knobs, n: u64, window: u32, timeout: Option<Duration>) -> O
                     now,
                     started,
                     slot.clone(),
-                    "/s/m",
-                    &md,
-                    timeout,
+                    &CallHead::new("/s/m", &md, timeout),
                     &Raw(body),
                     &mut out,
                 )
@@ -284,10 +282,11 @@ fn stray_and_duplicate_replies_are_dropped_and_counted() {
     let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 4, DGRAM));
     let now = Instant::now();
     let md = MetadataMap::new();
+    let head = CallHead::new("/s/m", &md, None);
     let mut out = vec![0u8; DGRAM];
     assert!(c.reserve());
     let (id, t) = c
-        .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+        .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
         .map_err(|e| e.0)
         .unwrap();
     let req = out[..t.len].to_vec();
@@ -320,7 +319,7 @@ fn stray_and_duplicate_replies_are_dropped_and_counted() {
     // A reply that does not read still ends its call (INTERNAL), counted.
     assert!(c.reserve());
     let (id2, _) = c
-        .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+        .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
         .map_err(|e| e.0)
         .unwrap();
     let mut junk = reply[..UD_HEAD_LEN].to_vec();
@@ -367,12 +366,13 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
     let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 2, DGRAM));
     let now = Instant::now();
     let md = MetadataMap::new();
+    let head = CallHead::new("/s/m", &md, None);
     let mut out = vec![0u8; DGRAM];
     let mut reqs = Vec::new();
     for _ in 0..2 {
         assert!(c.reserve());
         let (_, t) = c
-            .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+            .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
             .map_err(|e| e.0)
             .unwrap();
         reqs.push((t.imm, out[..t.len].to_vec()));
@@ -390,7 +390,7 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
     // The next request acknowledges both: their stored replies go.
     assert!(c.reserve());
     let (_, t) = c
-        .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+        .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
         .map_err(|e| e.0)
         .unwrap();
     let r3 = out[..t.len].to_vec();
@@ -409,16 +409,7 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
     // A request too big for a datagram never leaves the client.
     assert!(c.reserve());
     let e = c
-        .start_call(
-            now,
-            (),
-            (),
-            "/s/m",
-            &md,
-            None,
-            &Raw(vec![0; DGRAM]),
-            &mut out,
-        )
+        .start_call(now, (), (), &head, &Raw(vec![0; DGRAM]), &mut out)
         .unwrap_err();
     assert_eq!(e.0.code(), Code::ResourceExhausted);
     assert!(e
