@@ -178,7 +178,7 @@ impl ServerConn {
                 self.answers.push_back((id, Answer::Cr));
                 None
             }
-            Kind::Resp | Kind::RespFrag | Kind::Cr => {
+            Kind::Resp | Kind::RespFrag | Kind::Cr | Kind::InProgress => {
                 self.stats.malformed += 1;
                 self.answers.push_back((id, Answer::Cr));
                 None

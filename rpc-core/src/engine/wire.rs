@@ -34,7 +34,12 @@
 //! | 4 | c→s | `CANCEL` | nothing: forget the call; answered by `CR` (a running call's `REQ` is then answered at once with `CANCELLED`) |
 //! | 5 | s→c | `RESP` | [`ResponseHead`] (10 bytes), status message, metadata, first body chunk |
 //! | 6 | s→c | `RESP_FRAG` | `offset:u32`, next body chunk (answers an `RFR`) |
-//! | 7 | s→c | `CR` | nothing: the credit return that answers a frame with no other answer |
+//! | 7 | s→c | `CR` | nothing: the credit return that answers a frame with no other answer (RC only) |
+//! | 8 | s→c | `IN_PROGRESS` | UD only: "the call is running, keep waiting" (see [`crate::engine::ud::wire`]) |
+//!
+//! A kind a side does not expect (`IN_PROGRESS` on RC, `CR` on UD, a server kind sent
+//! to the server) is malformed: dropped and counted, and on RC still answered by `CR`
+//! so that the peer's credits stay balanced.
 //!
 //! A message whose head and body fit one slot travels as one frame. A larger body is
 //! cut into fragments: the first frame says the total body length, each continuation
@@ -87,8 +92,11 @@ pub enum Kind {
     Resp = 5,
     /// Continuation of a response body.
     RespFrag = 6,
-    /// Credit return: an answer with nothing to say.
+    /// Credit return (RC only): an answer with nothing to say.
     Cr = 7,
+    /// "Still running, keep waiting" (UD only): the answer to a duplicate request of
+    /// a call whose handler has not finished.
+    InProgress = 8,
 }
 
 impl Kind {
@@ -101,6 +109,7 @@ impl Kind {
             5 => Kind::Resp,
             6 => Kind::RespFrag,
             7 => Kind::Cr,
+            8 => Kind::InProgress,
             _ => return None,
         })
     }
@@ -292,12 +301,23 @@ mod tests {
 
     #[test]
     fn immediate_round_trips_and_rejects_unknown_kinds() {
-        for k in [Kind::Req, Kind::Rfr, Kind::Cr, Kind::RespFrag] {
+        for k in [
+            Kind::Req,
+            Kind::Rfr,
+            Kind::Cr,
+            Kind::RespFrag,
+            Kind::InProgress,
+        ] {
             assert_eq!(parse_imm(imm(k, CALL_ID_MASK)), Some((k, CALL_ID_MASK)));
             assert_eq!(parse_imm(imm(k, 7)), Some((k, 7)));
         }
         assert_eq!(parse_imm(0), None);
         assert_eq!(parse_imm(0xf000_0001), None);
+        assert_ne!(
+            Kind::InProgress as u8,
+            Kind::Cr as u8,
+            "one kind, one meaning"
+        );
     }
 
     #[test]

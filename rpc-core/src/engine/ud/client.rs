@@ -305,7 +305,7 @@ impl<W, S> UdClient<W, S> {
             return None;
         }
         match kind {
-            Kind::Cr => {
+            Kind::InProgress => {
                 self.stats.in_progress += 1;
                 let c = self.find(id).expect("found");
                 c.retries = 0;

@@ -426,7 +426,7 @@ impl UdServer {
                         session,
                         Transmit {
                             len: UD_HEAD_LEN,
-                            imm: ud_wire::imm(Kind::Cr, id),
+                            imm: ud_wire::imm(Kind::InProgress, id),
                         },
                     ));
                 }

@@ -441,3 +441,51 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
     assert!(late.is_none());
     assert_eq!(s.stats().unknown_session, 1);
 }
+
+#[test]
+fn a_duplicate_of_a_running_call_is_answered_in_progress_and_a_credit_return_is_not_ud() {
+    let mut s = UdServer::new(UdServerConfig {
+        window: 4,
+        datagram: DGRAM,
+        max_sessions: 1,
+    });
+    let sess = s.open_session(5, DGRAM).unwrap();
+    let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 4, DGRAM));
+    let now = Instant::now();
+    let md = MetadataMap::new();
+    let mut out = vec![0u8; DGRAM];
+    assert!(c.reserve());
+    let (id, t) = c
+        .start_call(
+            now,
+            (),
+            (),
+            &CallHead::new("/s/m", &md, None),
+            &Raw(vec![1]),
+            &mut out,
+        )
+        .map_err(|e| e.0)
+        .unwrap();
+    let req = out[..t.len].to_vec();
+    assert!(s.handle_datagram(now, 5, t.imm, &req).is_some());
+    // A retransmission arrives while the handler runs: it does not run again.
+    assert!(s.handle_datagram(now, 5, t.imm, &req).is_none());
+    let (_, a) = s.poll_transmit(&mut out).unwrap();
+    assert_eq!(
+        crate::engine::wire::parse_imm(a.imm),
+        Some((Kind::InProgress, id))
+    );
+    let answer = out[..a.len].to_vec();
+    // The client keeps waiting: the call stays open, its next retransmission moves.
+    let later = now + Duration::from_millis(1);
+    assert!(c.handle_datagram(later, a.imm, &answer).is_none());
+    assert_eq!(c.stats().in_progress, 1);
+    assert_eq!(c.open_calls(), 1);
+    assert_eq!(c.poll_timeout(), Some(later + c.rto()));
+    // RC's credit return (kind 7, once UD's "in progress") means nothing on UD.
+    let cr = super::wire::imm(Kind::Cr, id);
+    assert!(c.handle_datagram(later, cr, &answer).is_none());
+    let st = c.stats();
+    assert_eq!((st.in_progress, st.malformed), (1, 1));
+    assert_eq!(c.open_calls(), 1);
+}

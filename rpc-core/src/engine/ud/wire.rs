@@ -13,9 +13,11 @@
 //! | --- | --- | --- | --- |
 //! | 1 | c→s | `REQ` | [`RequestHead`](crate::engine::wire::RequestHead), path, metadata, the whole body |
 //! | 5 | s→c | `RESP` | [`ResponseHead`](crate::engine::wire::ResponseHead), status message, metadata, the whole body (the response message, or for an error the status's details) |
-//! | 7 | s→c | `IN_PROGRESS` | nothing: "the call is running, keep waiting" |
+//! | 8 | s→c | `IN_PROGRESS` | nothing: "the call is running, keep waiting" |
 //!
-//! A status and its details must fit the one datagram: the cut-to-fit rule is
+//! Every other kind is malformed on UD (dropped and counted), including RC's `CR`
+//! (7), which UD used for `IN_PROGRESS` before it had a kind of its own. A status
+//! and its details must fit the one datagram: the cut-to-fit rule is
 //! [`codec`](crate::engine::codec)'s (the code never changes; metadata or details
 //! that do not fit are dropped whole, counted and logged).
 //!
