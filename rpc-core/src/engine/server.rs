@@ -66,8 +66,10 @@ pub struct Incoming {
     pub timeout: Option<Duration>,
 }
 
+/// A call's state at the server.
 #[derive(Debug)]
-enum SCall {
+enum Call {
+    /// The request's body is arriving in fragments.
     Receiving {
         buf: Vec<u8>,
         path: Range<usize>,
@@ -82,11 +84,16 @@ enum SCall {
     Responding { body: Bytes, sent: usize },
 }
 
+/// The answer a client frame is owed (every client frame gets exactly one), when it
+/// is not the handler's response.
 #[derive(Debug)]
-enum Answer {
-    Cr,
+enum FrameAnswer {
+    /// A credit return: nothing to say.
+    Credit,
+    /// A status the engine decided (a rejected request, a cancelled call).
     Status(Status),
-    Frag,
+    /// The next fragment of a response (the answer to an `RFR`).
+    Fragment,
 }
 
 /// One server connection's protocol state. Every client frame gets exactly one
@@ -94,8 +101,8 @@ enum Answer {
 #[derive(Debug)]
 pub struct ServerConn {
     cfg: ServerConfig,
-    calls: IdMap<u32, SCall>,
-    answers: VecDeque<(u32, Answer)>,
+    calls: IdMap<u32, Call>,
+    answers: VecDeque<(u32, FrameAnswer)>,
     buffered: usize,
     /// Running calls the client cancelled (the driver may stop their handlers).
     cancelled: VecDeque<u32>,
@@ -141,28 +148,28 @@ impl ServerConn {
         let Some((kind, id)) = wire::parse_imm(imm) else {
             self.stats.malformed += 1;
             self.answers
-                .push_back((imm & wire::CALL_ID_MASK, Answer::Cr));
+                .push_back((imm & wire::CALL_ID_MASK, FrameAnswer::Credit));
             return None;
         };
         match kind {
             Kind::Req => self.on_request(id, frame),
             Kind::ReqFrag => self.on_fragment(id, frame),
             Kind::Rfr => {
-                if matches!(self.calls.get(&id), Some(SCall::Responding { .. })) {
-                    self.answers.push_back((id, Answer::Frag));
+                if matches!(self.calls.get(&id), Some(Call::Responding { .. })) {
+                    self.answers.push_back((id, FrameAnswer::Fragment));
                 } else {
                     self.stats.malformed += 1;
-                    self.answers.push_back((id, Answer::Cr));
+                    self.answers.push_back((id, FrameAnswer::Credit));
                 }
                 None
             }
             Kind::Cancel => {
                 match self.calls.get(&id) {
-                    Some(SCall::Receiving { .. } | SCall::Responding { .. }) => {
+                    Some(Call::Receiving { .. } | Call::Responding { .. }) => {
                         self.forget(id);
                         self.stats.cancelled += 1;
                     }
-                    Some(SCall::Running) => {
+                    Some(Call::Running) => {
                         // The request's answer goes now; the handler's later
                         // `respond` finds the call gone and sends nothing.
                         self.calls.remove(&id);
@@ -170,24 +177,24 @@ impl ServerConn {
                         self.cancelled.push_back(id);
                         self.answers.push_back((
                             id,
-                            Answer::Status(Status::cancelled("cancelled by the client")),
+                            FrameAnswer::Status(Status::cancelled("cancelled by the client")),
                         ));
                     }
                     None => {}
                 }
-                self.answers.push_back((id, Answer::Cr));
+                self.answers.push_back((id, FrameAnswer::Credit));
                 None
             }
             Kind::Resp | Kind::RespFrag | Kind::Cr | Kind::InProgress => {
                 self.stats.malformed += 1;
-                self.answers.push_back((id, Answer::Cr));
+                self.answers.push_back((id, FrameAnswer::Credit));
                 None
             }
         }
     }
 
     fn reject(&mut self, id: u32, status: Status) -> Option<Incoming> {
-        self.answers.push_back((id, Answer::Status(status)));
+        self.answers.push_back((id, FrameAnswer::Status(status)));
         None
     }
 
@@ -195,7 +202,7 @@ impl ServerConn {
         if self.calls.contains_key(&id) {
             // A client bug; the call that owns the id keeps it.
             self.stats.malformed += 1;
-            self.answers.push_back((id, Answer::Cr));
+            self.answers.push_back((id, FrameAnswer::Credit));
             return None;
         }
         let start = match codec::read_request(frame) {
@@ -217,7 +224,7 @@ impl ServerConn {
         }
         let body_start = start.body.start;
         if start.body.len() == total {
-            self.calls.insert(id, SCall::Running);
+            self.calls.insert(id, Call::Running);
             self.stats.dispatched += 1;
             return Some(Incoming {
                 id,
@@ -243,7 +250,7 @@ impl ServerConn {
         buf.extend_from_slice(frame);
         self.calls.insert(
             id,
-            SCall::Receiving {
+            Call::Receiving {
                 buf,
                 path: start.path,
                 body_start,
@@ -252,12 +259,12 @@ impl ServerConn {
                 total,
             },
         );
-        self.answers.push_back((id, Answer::Cr));
+        self.answers.push_back((id, FrameAnswer::Credit));
         None
     }
 
     fn on_fragment(&mut self, id: u32, frame: &[u8]) -> Option<Incoming> {
-        let Some(SCall::Receiving {
+        let Some(Call::Receiving {
             buf,
             body_start,
             total,
@@ -265,7 +272,7 @@ impl ServerConn {
         }) = self.calls.get_mut(&id)
         else {
             // Fragments still in flight after an early rejection or a cancel.
-            self.answers.push_back((id, Answer::Cr));
+            self.answers.push_back((id, FrameAnswer::Credit));
             return None;
         };
         let have = buf.len() - *body_start;
@@ -280,17 +287,17 @@ impl ServerConn {
             }
         }
         if buf.len() - *body_start < *total {
-            self.answers.push_back((id, Answer::Cr));
+            self.answers.push_back((id, FrameAnswer::Credit));
             return None;
         }
-        let Some(SCall::Receiving {
+        let Some(Call::Receiving {
             buf,
             path,
             body_start,
             metadata,
             timeout,
             ..
-        }) = self.calls.insert(id, SCall::Running)
+        }) = self.calls.insert(id, Call::Running)
         else {
             unreachable!()
         };
@@ -309,10 +316,10 @@ impl ServerConn {
 
     fn forget(&mut self, id: u32) {
         match self.calls.remove(&id) {
-            Some(SCall::Receiving {
+            Some(Call::Receiving {
                 body_start, total, ..
             }) => self.buffered -= body_start + total,
-            Some(SCall::Responding { body, .. }) => self.buffered -= body.len(),
+            Some(Call::Responding { body, .. }) => self.buffered -= body.len(),
             _ => {}
         }
     }
@@ -338,7 +345,7 @@ impl ServerConn {
         result: Result<(&MetadataMap, &dyn EncodeMessage), Status>,
         out: &mut [u8],
     ) -> Option<Transmit> {
-        if !matches!(self.calls.get(&id), Some(SCall::Running)) {
+        if !matches!(self.calls.get(&id), Some(Call::Running)) {
             return None;
         }
         self.calls.remove(&id);
@@ -376,8 +383,7 @@ impl ServerConn {
         debug_assert_eq!(body.len(), body_len);
         out[head_len..].copy_from_slice(&body[..room]);
         self.buffered += body.len();
-        self.calls
-            .insert(id, SCall::Responding { body, sent: room });
+        self.calls.insert(id, Call::Responding { body, sent: room });
         Some(Transmit {
             len: out.len(),
             imm: wire::imm(Kind::Resp, id),
@@ -398,7 +404,7 @@ impl ServerConn {
             self.buffered += body.len();
             self.calls.insert(
                 id,
-                SCall::Responding {
+                Call::Responding {
                     body,
                     sent: f.details_sent,
                 },
@@ -417,13 +423,13 @@ impl ServerConn {
         let out = &mut out[..cap];
         let (id, a) = self.answers.pop_front()?;
         Some(match a {
-            Answer::Cr => Transmit {
+            FrameAnswer::Credit => Transmit {
                 len: 0,
                 imm: wire::imm(Kind::Cr, id),
             },
-            Answer::Status(s) => self.write_status(id, &s, out, false),
-            Answer::Frag => {
-                let Some(SCall::Responding { body, sent }) = self.calls.get_mut(&id) else {
+            FrameAnswer::Status(s) => self.write_status(id, &s, out, false),
+            FrameAnswer::Fragment => {
+                let Some(Call::Responding { body, sent }) = self.calls.get_mut(&id) else {
                     // Cancelled between the RFR and now: the RFR still needs its answer.
                     return Some(Transmit {
                         len: 0,

@@ -90,8 +90,9 @@ pub struct UdCompletion<W, S> {
     pub result: Result<Reply, Status>,
 }
 
+/// An outstanding call: its request stays in `slot` for retransmissions.
 #[derive(Debug)]
-struct UCall<W, S> {
+struct Call<W, S> {
     id: u32,
     waiter: W,
     slot: S,
@@ -109,7 +110,7 @@ struct UCall<W, S> {
 #[derive(Debug)]
 pub struct UdClient<W, S> {
     cfg: UdClientConfig,
-    calls: Vec<Option<UCall<W, S>>>,
+    calls: Vec<Option<Call<W, S>>>,
     next_id: u32,
     ack_below: u32,
     reserved: u32,
@@ -241,7 +242,7 @@ impl<W, S> UdClient<W, S> {
             imm: ud_wire::imm(Kind::Req, id),
         };
         let rto = self.rto();
-        self.calls[(id % self.cfg.window) as usize] = Some(UCall {
+        self.calls[(id % self.cfg.window) as usize] = Some(Call {
             id,
             waiter,
             slot,
@@ -257,7 +258,7 @@ impl<W, S> UdClient<W, S> {
         Ok((id, t))
     }
 
-    fn take(&mut self, id: u32) -> Option<UCall<W, S>> {
+    fn take(&mut self, id: u32) -> Option<Call<W, S>> {
         let e = &mut self.calls[(id % self.cfg.window) as usize];
         if e.as_ref().is_some_and(|c| c.id == id) {
             let c = e.take();
@@ -271,7 +272,7 @@ impl<W, S> UdClient<W, S> {
         None
     }
 
-    fn find(&mut self, id: u32) -> Option<&mut UCall<W, S>> {
+    fn find(&mut self, id: u32) -> Option<&mut Call<W, S>> {
         self.calls[(id % self.cfg.window) as usize]
             .as_mut()
             .filter(|c| c.id == id)

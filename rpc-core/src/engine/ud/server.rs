@@ -124,9 +124,12 @@ struct Session {
     entries: Vec<Entry>,
 }
 
+/// What a duplicate request gets, queued for [`UdServer::poll_transmit`].
 #[derive(Debug)]
-enum Answer {
+enum DuplicateAnswer {
+    /// The call's stored reply, again.
     Replay(u32),
+    /// `IN_PROGRESS`: the call is still running.
     InProgress(u32),
 }
 
@@ -136,7 +139,7 @@ pub struct UdServer {
     cfg: UdServerConfig,
     sessions: IdMap<u32, Session>,
     next_session: u32,
-    answers: VecDeque<(u32, Answer)>,
+    answers: VecDeque<(u32, DuplicateAnswer)>,
     stats: UdServerStats,
 }
 
@@ -275,9 +278,9 @@ impl UdServer {
         if e.id == id && e.state != State::Unseen {
             self.stats.duplicates_suppressed += 1;
             let a = if e.state == State::Running {
-                Answer::InProgress(id)
+                DuplicateAnswer::InProgress(id)
             } else {
-                Answer::Replay(id)
+                DuplicateAnswer::Replay(id)
             };
             self.answers.push_back((head.session, a));
             return None;
@@ -316,7 +319,8 @@ impl UdServer {
                     .respond(head.session, id, Err(s), &mut scratch)
                     .is_some()
                 {
-                    self.answers.push_back((head.session, Answer::Replay(id)));
+                    self.answers
+                        .push_back((head.session, DuplicateAnswer::Replay(id)));
                 }
                 None
             }
@@ -397,13 +401,13 @@ impl UdServer {
             let Some(sess) = self.sessions.get(&session) else {
                 continue;
             };
-            let (Answer::Replay(id) | Answer::InProgress(id)) = a;
+            let (DuplicateAnswer::Replay(id) | DuplicateAnswer::InProgress(id)) = a;
             let e = &sess.entries[(id % self.cfg.window) as usize];
             if e.id != id {
                 continue;
             }
             match (a, e.state) {
-                (Answer::Replay(_), State::Done) => {
+                (DuplicateAnswer::Replay(_), State::Done) => {
                     self.stats.replays += 1;
                     out[..e.reply.len()].copy_from_slice(&e.reply);
                     return Some((
@@ -414,7 +418,7 @@ impl UdServer {
                         },
                     ));
                 }
-                (Answer::InProgress(_), State::Running) => {
+                (DuplicateAnswer::InProgress(_), State::Running) => {
                     self.stats.in_progress += 1;
                     UdHead {
                         session,
