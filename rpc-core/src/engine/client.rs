@@ -1,8 +1,9 @@
 //! The client side of one connection: call table, credits, fragments, deadlines.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -92,7 +93,8 @@ enum Phase {
 struct Call<W> {
     /// `None` once the call is retired (completed, cancelled or timed out).
     waiter: Option<W>,
-    deadline: Option<Instant>,
+    /// When the call ends `DEADLINE_EXCEEDED`, and the timeout it was given.
+    deadline: Option<(Instant, Duration)>,
     phase: Phase,
     /// Frames sent for this call that the server has not answered yet.
     awaiting: u32,
@@ -105,6 +107,11 @@ struct Call<W> {
 impl<W> Call<W> {
     fn has_work(&self) -> bool {
         self.cancel || self.rfrs > 0 || matches!(self.phase, Phase::Sending { .. })
+    }
+
+    /// Whether the deadline entry `at` is this call's and still to be enforced.
+    fn enforces(&self, at: Instant) -> bool {
+        self.waiter.is_some() && self.deadline.is_some_and(|(d, _)| d == at)
     }
 }
 
@@ -121,6 +128,11 @@ pub struct ClientConn<W> {
     /// Calls with frames to send, in turn.
     transmit: VecDeque<u32>,
     completions: VecDeque<Completion<W>>,
+    /// Deadlines of calls started with one, earliest first. An entry outlives its
+    /// call (deleted lazily: skipped when it comes up, and pruned from the top by
+    /// [`ClientConn::poll_timeout`]); [`ClientConn::add_deadline`] compacts the heap
+    /// when stale entries outnumber the calls, so it stays within twice the table.
+    deadlines: BinaryHeap<Reverse<(Instant, u32)>>,
     dead: Option<Status>,
     stats: ClientStats,
 }
@@ -141,6 +153,7 @@ impl<W> ClientConn<W> {
             next_id: 1,
             transmit: VecDeque::new(),
             completions: VecDeque::new(),
+            deadlines: BinaryHeap::new(),
             dead: None,
             stats: ClientStats::default(),
         }
@@ -194,8 +207,9 @@ impl<W> ClientConn<W> {
     /// Starts a call on a reserved token, writing its first frame into `out` (the
     /// whole request when it fits: the message is encoded straight into `out`).
     /// A body that needs fragments is encoded once into memory of its own and sent
-    /// from there by [`ClientConn::poll_transmit`]. On error the reservation is
-    /// released and nothing is sent.
+    /// from there by [`ClientConn::poll_transmit`]. A call with a timeout ends
+    /// `DEADLINE_EXCEEDED` at `now + timeout` ([`ClientConn::handle_timeout`]). On
+    /// error the reservation is released and nothing is sent.
     pub fn start_call(
         &mut self,
         now: Instant,
@@ -256,17 +270,21 @@ impl<W> ClientConn<W> {
                 out.len(),
             )
         };
+        let deadline = head.timeout.map(|t| (now + t, t));
         self.calls.insert(
             id,
             Call {
                 waiter: Some(waiter),
-                deadline: head.timeout.map(|t| now + t),
+                deadline,
                 phase,
                 awaiting: 1,
                 rfrs: 0,
                 cancel: false,
             },
         );
+        if let Some((at, _)) = deadline {
+            self.add_deadline(at, id);
+        }
         Ok((
             id,
             Transmit {
@@ -274,6 +292,17 @@ impl<W> ClientConn<W> {
                 imm: wire::imm(Kind::Req, id),
             },
         ))
+    }
+
+    /// Queues a deadline; first drops the stale entries when they outnumber the calls
+    /// (each compaction removes at least half of what it visits: O(1) amortized).
+    fn add_deadline(&mut self, at: Instant, id: u32) {
+        if self.deadlines.len() >= 2 * self.calls.len() + 64 {
+            let calls = &self.calls;
+            self.deadlines
+                .retain(|Reverse((at, id))| calls.get(id).is_some_and(|c| c.enforces(*at)));
+        }
+        self.deadlines.push(Reverse((at, id)));
     }
 
     fn alloc_id(&mut self) -> u32 {
@@ -539,30 +568,47 @@ impl<W> ClientConn<W> {
         self.maybe_forget(id);
     }
 
-    /// The earliest deadline of an open call.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.calls
-            .values()
-            .filter(|c| c.waiter.is_some())
-            .filter_map(|c| c.deadline)
-            .min()
+    /// The earliest deadline of an open call: when [`ClientConn::handle_timeout`]
+    /// has work. O(1), after dropping the stale entries at the top of the heap (each
+    /// dropped once). Calls started without a timeout are not in it.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
+            if self.calls.get(&id).is_some_and(|c| c.enforces(at)) {
+                return Some(at);
+            }
+            self.deadlines.pop();
+        }
+        None
     }
 
     /// Ends every open call whose deadline is at or before `now` with
-    /// `DEADLINE_EXCEEDED` (drained with [`ClientConn::poll_completion`]).
+    /// `DEADLINE_EXCEEDED` (drained with [`ClientConn::poll_completion`]) and tells
+    /// the server, as [`ClientConn::cancel`] does. Touches only the due entries.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let due: Vec<u32> = self
-            .calls
-            .iter()
-            .filter(|(_, c)| c.waiter.is_some() && c.deadline.is_some_and(|d| d <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
-            if let Some(c) = self.finish(id, Err(Status::deadline_exceeded("deadline exceeded"))) {
+        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some((_, timeout)) = self
+                .calls
+                .get(&id)
+                .filter(|c| c.enforces(at))
+                .and_then(|c| c.deadline)
+            else {
+                continue;
+            };
+            let status = Status::deadline_exceeded(format!("deadline of {timeout:?} exceeded"));
+            if let Some(c) = self.finish(id, Err(status)) {
                 self.completions.push_back(c);
             }
             self.cancel(id);
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn deadline_entries(&self) -> usize {
+        self.deadlines.len()
     }
 
     /// The peer is gone: every open call ends with `status`, later calls fail with it.
@@ -577,6 +623,7 @@ impl<W> ClientConn<W> {
             }
         }
         self.transmit.clear();
+        self.deadlines.clear();
         self.dead = Some(status);
     }
 

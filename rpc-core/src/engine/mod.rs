@@ -15,9 +15,11 @@
 //! `handle_frame` for each received frame (a completion it returns may borrow the
 //! frame's slot), then `poll_transmit` while it writes frames and a send slot is
 //! free. Callers: `reserve` (tower's `poll_ready`), `start_call`, and `cancel` when
-//! they give up. Timers (for a driver without per-call timers): `poll_timeout`,
-//! `handle_timeout`, then `poll_completion`. A lost peer: `handle_peer_lost`, then
-//! `poll_completion` until empty.
+//! they give up. Deadlines are the engine's: after each batch, `poll_timeout` (O(1))
+//! says when the earliest open call's deadline passes; at that time `handle_timeout`
+//! ends the due calls `DEADLINE_EXCEEDED` and queues their `CANCEL`s, then
+//! `poll_completion` drains them and `poll_transmit` sends the `CANCEL`s. A lost
+//! peer: `handle_peer_lost`, then `poll_completion` until empty.
 //! Server: `handle_frame` (a complete request comes back for dispatch), then
 //! `poll_cancelled` (handlers to stop) and `poll_transmit` (answers); a handler's
 //! reply, a response or a status, goes through `respond`.

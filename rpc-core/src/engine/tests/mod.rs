@@ -151,14 +151,130 @@ fn deadline_ends_the_call_and_the_late_reply_is_dropped_and_counted() {
         s.step();
     }
     assert_eq!(s.done.len(), 1);
-    assert_eq!(
-        s.done[0].1.as_ref().unwrap_err().code(),
-        Code::DeadlineExceeded
-    );
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded);
+    assert_eq!(e.message(), "deadline of 10ms exceeded");
     assert!(s.run(1000));
     assert_eq!(s.done.len(), 1, "the late reply completes nothing");
     assert_eq!(s.client.stats().late_replies, 1);
     s.assert_quiescent();
+}
+
+#[test]
+fn poll_timeout_names_the_earliest_open_deadline_and_forgets_ended_calls() {
+    let mut s = Sim::new(
+        8,
+        512,
+        MB,
+        Knobs {
+            app_delay: 6,
+            ..Knobs::default()
+        },
+    );
+    let t0 = s.now();
+    let ms = Duration::from_millis;
+    s.try_call(1, "/p.S/M", vec![1], Some(ms(100)))
+        .unwrap()
+        .unwrap();
+    s.try_call(2, "/p.S/M", vec![2], Some(ms(3)))
+        .unwrap()
+        .unwrap();
+    s.try_call(3, "/p.S/M", vec![3], None).unwrap().unwrap();
+    assert_eq!(s.client.poll_timeout(), Some(t0 + ms(3)));
+    for _ in 0..3 {
+        s.step();
+    }
+    // Call 2 ended at its deadline; the next one is call 1's.
+    assert_eq!(s.done.len(), 1);
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_eq!((s.done[0].0, e.code()), (2, Code::DeadlineExceeded));
+    assert_eq!(e.message(), "deadline of 3ms exceeded");
+    assert_eq!(s.client.poll_timeout(), Some(t0 + ms(100)));
+    // Calls 1 and 3 are answered long before call 1's deadline: no timer is left.
+    assert!(s.run(1000));
+    assert_eq!(s.done.len(), 3);
+    assert!(s.done[1..].iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(s.client.poll_timeout(), None);
+    assert_eq!(
+        s.client.deadline_entries(),
+        0,
+        "stale entries pruned on read"
+    );
+    // The server was told about call 2 (CANCEL), and its CANCELLED answer dropped.
+    assert_eq!(s.server.stats().cancelled, 1);
+    assert_eq!(s.client.stats().late_replies, 1);
+    s.assert_quiescent();
+}
+
+#[test]
+fn calls_due_together_all_end_and_their_server_work_is_cancelled() {
+    let mut s = Sim::new(
+        8,
+        1024,
+        MB,
+        Knobs {
+            app_delay: 50,
+            ..Knobs::default()
+        },
+    );
+    for tag in 0..6 {
+        s.try_call(
+            tag,
+            "/p.S/Slow",
+            vec![tag as u8],
+            Some(Duration::from_millis(5)),
+        )
+        .unwrap()
+        .unwrap();
+    }
+    // One without a deadline, still running when the others end.
+    s.try_call(9, "/p.S/Slow", vec![9], None).unwrap().unwrap();
+    for _ in 0..5 {
+        s.step();
+    }
+    assert_eq!(s.done.len(), 6);
+    assert!(s
+        .done
+        .iter()
+        .all(|(_, r)| r.as_ref().unwrap_err().code() == Code::DeadlineExceeded));
+    assert_eq!(s.client.poll_timeout(), None, "call 9 has no deadline");
+    assert!(s.run(10_000));
+    assert_eq!(s.server.stats().cancelled, 6);
+    assert_eq!(s.done.len(), 7);
+    assert_eq!(s.done[6].0, 9);
+    assert!(s.done[6].1.is_ok());
+    s.assert_quiescent();
+}
+
+#[test]
+fn deadlines_of_answered_calls_do_not_pile_up_when_nobody_polls_the_timer() {
+    // A driver that never calls `poll_timeout` (as today's, which times calls itself):
+    // entries of answered calls must not grow with the number of calls.
+    let mut s = Sim::new(16, 512, MB, Knobs::default());
+    let hour = Some(Duration::from_secs(3600));
+    let mut started = 0u64;
+    let mut most = 0;
+    while started < 5_000 {
+        while started < 5_000 && s.try_call(started, "/p.S/M", vec![1], hour).is_some() {
+            started += 1;
+            most = most.max(s.client.deadline_entries());
+            assert!(s.client.deadline_entries() <= 2 * s.client.calls() + 64);
+        }
+        s.step();
+    }
+    assert!(s.run(1000));
+    assert_eq!(s.done.len(), 5_000);
+    assert!(
+        most <= 2 * 16 + 64,
+        "{most} deadline entries for 15 open calls"
+    );
+    // Calls without a deadline add nothing.
+    let mut s = Sim::new(16, 512, MB, Knobs::default());
+    for tag in 0..10 {
+        s.try_call(tag, "/p.S/M", vec![1], None).unwrap().unwrap();
+    }
+    assert_eq!(s.client.deadline_entries(), 0);
+    assert_eq!(s.client.poll_timeout(), None);
 }
 
 #[test]
