@@ -27,6 +27,17 @@
 //! UD sessions (one datagram per call, retransmission and at-most-once execution)
 //! are in [`ud`]: a second state machine (RC's credits and UD's retransmission differ
 //! in kind), sharing the codec.
+//!
+//! # What comes next (design, not built)
+//! A call becomes two half-streams of messages, each ended by end-of-stream, closed
+//! by the server's final status (trailers) or by a reset from either side; unary is
+//! one message each way and keeps today's one-frame-each-way path. [`wire`] reserves
+//! the frame kinds this needs (stream message, half-close, trailers, reset, credit
+//! grant) and the head flags (a streaming `REQ`; a body by reference, pulled by RDMA
+//! Read), and says what each will mean. The engines' outputs then become one event
+//! per call and step, as quinn's `Connection::poll` (headers, message, trailers,
+//! reset), in place of one [`Completion`] per call, so unary and streams share one
+//! driver loop.
 
 mod client;
 pub mod codec;
