@@ -7,6 +7,7 @@ use std::time::Duration;
 use sim::{Knobs, Rng, Sim};
 
 use crate::code::Code;
+use crate::engine::codec::StatusCuts;
 use crate::engine::{wire, CallHead};
 use crate::metadata::MetadataMap;
 use crate::status::Status;
@@ -548,4 +549,148 @@ fn cancelling_a_waiting_call_brings_its_credit_back_before_the_handler_ends() {
     );
     assert_eq!(s.client.calls(), 0);
     assert!(s.done.is_empty());
+}
+
+/// A handler's status as a user would build it: code, message, details, metadata.
+fn rich_status(message: &str, details: usize) -> Status {
+    let mut s = Status::with_details(
+        Code::FailedPrecondition,
+        message,
+        bytes::Bytes::from(body(5, details)),
+    );
+    s.metadata_mut().insert("retry-after", "5".parse().unwrap());
+    s.metadata_mut().insert_bin(
+        "trace-bin",
+        crate::metadata::MetadataValue::from_bytes(&[0, 1, 255]),
+    );
+    s
+}
+
+fn assert_same_status(got: &Status, sent: &Status) {
+    assert_eq!(got.code(), sent.code());
+    assert_eq!(got.message(), sent.message());
+    assert_eq!(got.metadata(), sent.metadata());
+    assert_eq!(got.details(), sent.details());
+}
+
+#[test]
+fn a_status_with_small_details_reaches_the_client_whole_in_one_frame() {
+    fn fail(_: &str, _: &[u8]) -> Result<Vec<u8>, Status> {
+        Err(rich_status("quota spent", 100))
+    }
+    let mut s = Sim::new(4, 512, MB, Knobs::default()).with_app(fail);
+    s.try_call(1, "/p.S/M", vec![1], None).unwrap().unwrap();
+    assert!(s.run(100));
+    assert_same_status(
+        s.done[0].1.as_ref().unwrap_err(),
+        &rich_status("quota spent", 100),
+    );
+    assert_eq!(s.client.stats().frames_sent, 1, "no fragment pulled");
+    assert_eq!(s.server.stats().cuts, StatusCuts::default());
+    s.assert_quiescent();
+}
+
+#[test]
+fn a_status_with_details_larger_than_a_frame_brings_them_by_fragments() {
+    fn fail(_: &str, _: &[u8]) -> Result<Vec<u8>, Status> {
+        Err(rich_status("quota spent", 10_000))
+    }
+    let mut s = Sim::new(4, 512, MB, Knobs::default()).with_app(fail);
+    s.try_call(1, "/p.S/M", vec![1], None).unwrap().unwrap();
+    assert!(s.run(1000));
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_same_status(e, &rich_status("quota spent", 10_000));
+    // ~10 KB in 508-byte fragments, each pulled by one RFR.
+    assert!(s.client.stats().frames_sent > 10_000 / 508);
+    assert_eq!(s.server.stats().cuts, StatusCuts::default());
+    s.assert_quiescent();
+}
+
+#[test]
+fn what_a_status_cannot_carry_is_dropped_whole_and_counted_never_its_code() {
+    // Details above the server's max message: the status goes without them.
+    fn huge_details(_: &str, _: &[u8]) -> Result<Vec<u8>, Status> {
+        Err(rich_status("quota spent", 5000))
+    }
+    let mut s = Sim::new(4, 512, 4096, Knobs::default()).with_app(huge_details);
+    s.try_call(1, "/p.S/M", vec![1], None).unwrap().unwrap();
+    assert!(s.run(100));
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::FailedPrecondition, "quota spent")
+    );
+    assert_eq!(e.metadata(), rich_status("", 0).metadata());
+    assert!(e.details().is_empty());
+    assert_eq!(s.server.stats().cuts.details_dropped, 1);
+    s.assert_quiescent();
+
+    // Metadata that cannot fit the first frame beside the message's first 128 bytes,
+    // and a message longer than the frame: cut at a char boundary.
+    fn huge_metadata(_: &str, _: &[u8]) -> Result<Vec<u8>, Status> {
+        let mut s = Status::new(Code::Aborted, "ü".repeat(400));
+        s.metadata_mut()
+            .insert("big", "x".repeat(600).parse().unwrap());
+        Err(s)
+    }
+    let mut s = Sim::new(4, 512, MB, Knobs::default()).with_app(huge_metadata);
+    s.try_call(1, "/p.S/M", vec![1], None).unwrap().unwrap();
+    assert!(s.run(100));
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_eq!(e.code(), Code::Aborted);
+    assert!(e.metadata().is_empty());
+    // 512 - 10 bytes of head = 502 bytes: 251 two-byte chars.
+    assert_eq!(e.message(), "ü".repeat(251));
+    let cuts = s.server.stats().cuts;
+    assert_eq!((cuts.metadata_dropped, cuts.messages_cut), (1, 1));
+    s.assert_quiescent();
+}
+
+#[test]
+fn details_above_the_clients_limit_are_dropped_there_and_the_server_released() {
+    let now = std::time::Instant::now();
+    let mut cli = crate::engine::ClientConn::<()>::new(crate::engine::ClientConfig {
+        credits: 4,
+        frame_size: 512,
+        max_send_message: MB,
+        max_recv_message: 4096,
+    });
+    let mut srv = crate::engine::ServerConn::new(crate::engine::ServerConfig {
+        frame_size: 512,
+        max_recv_message: MB,
+        max_send_message: MB,
+        buffer_cap: 4 * MB,
+    });
+    let mut out = vec![0u8; 512];
+    let md = MetadataMap::new();
+    assert!(cli.reserve());
+    let (_, t) = cli
+        .start_call(
+            now,
+            (),
+            &CallHead::new("/p.S/M", &md, None),
+            &sim::Raw(vec![1]),
+            &mut out,
+        )
+        .unwrap();
+    let inc = srv.handle_frame(now, t.imm, &out[..t.len]).unwrap();
+    let sent = rich_status("quota spent", 10_000);
+    let t = srv.respond(inc.id, Err(sent.clone()), &mut out).unwrap();
+    assert!(
+        srv.buffered() >= 10_000 - 512,
+        "the server holds the details"
+    );
+    let c = cli.handle_frame(now, t.imm, &out[..t.len]).unwrap();
+    let e = c.result.unwrap_err();
+    assert_eq!((e.code(), e.message()), (sent.code(), sent.message()));
+    assert_eq!(e.metadata(), sent.metadata());
+    assert!(e.details().is_empty());
+    assert_eq!(cli.stats().details_dropped, 1);
+    // The client tells the server to forget the rest.
+    cli.handle_tokens_returned(1);
+    let t = cli.poll_transmit(&mut out).expect("a CANCEL");
+    assert_eq!(wire::parse_imm(t.imm).unwrap().0, wire::Kind::Cancel);
+    assert!(srv.handle_frame(now, t.imm, &out[..t.len]).is_none());
+    assert_eq!(srv.buffered(), 0);
+    assert_eq!(srv.calls(), 0);
 }

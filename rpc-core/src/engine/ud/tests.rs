@@ -489,3 +489,96 @@ fn a_duplicate_of_a_running_call_is_answered_in_progress_and_a_credit_return_is_
     assert_eq!((st.in_progress, st.malformed), (1, 1));
     assert_eq!(c.open_calls(), 1);
 }
+
+/// One UD call answered with `status`: the client's view of it, and the server.
+fn ud_status_round_trip(status: Status) -> (Status, UdServer) {
+    let mut s = UdServer::new(UdServerConfig {
+        window: 4,
+        datagram: DGRAM,
+        max_sessions: 1,
+    });
+    let sess = s.open_session(5, DGRAM).unwrap();
+    let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 4, DGRAM));
+    let now = Instant::now();
+    let md = MetadataMap::new();
+    let mut out = vec![0u8; DGRAM];
+    assert!(c.reserve());
+    let (_, t) = c
+        .start_call(
+            now,
+            (),
+            (),
+            &CallHead::new("/s/m", &md, None),
+            &Raw(vec![1]),
+            &mut out,
+        )
+        .map_err(|e| e.0)
+        .unwrap();
+    let req = out[..t.len].to_vec();
+    let inc = s.handle_datagram(now, 5, t.imm, &req).unwrap();
+    let t = s.respond(sess, inc.id, Err(status), &mut out).unwrap();
+    assert!(t.len <= DGRAM);
+    let reply = out[..t.len].to_vec();
+    // A duplicate request gets the same reply, replayed from the server's copy.
+    assert!(s.handle_datagram(now, 5, req_imm(&req), &req).is_none());
+    let (_, rt) = s.poll_transmit(&mut out).unwrap();
+    assert_eq!(&out[..rt.len], &reply[..]);
+    let e = c
+        .handle_datagram(now, t.imm, &reply)
+        .unwrap()
+        .result
+        .unwrap_err();
+    (e, s)
+}
+
+fn req_imm(req: &[u8]) -> u32 {
+    let id = u32::from_be_bytes(req[4..8].try_into().unwrap());
+    super::wire::imm(Kind::Req, id)
+}
+
+fn rich_status(details: usize) -> Status {
+    let mut s = Status::with_details(
+        Code::FailedPrecondition,
+        "quota spent",
+        bytes::Bytes::from(vec![3u8; details]),
+    );
+    s.metadata_mut().insert("retry-after", "5".parse().unwrap());
+    s.metadata_mut().insert_bin(
+        "trace-bin",
+        crate::metadata::MetadataValue::from_bytes(&[0, 1, 255]),
+    );
+    s
+}
+
+#[test]
+fn a_ud_status_keeps_its_metadata_and_details() {
+    let sent = rich_status(200);
+    let (e, s) = ud_status_round_trip(sent.clone());
+    assert_eq!((e.code(), e.message()), (sent.code(), sent.message()));
+    assert_eq!(
+        e.metadata(),
+        sent.metadata(),
+        "metadata no longer lost on UD"
+    );
+    assert_eq!(e.details(), sent.details());
+    assert_eq!(s.stats().cuts, crate::engine::codec::StatusCuts::default());
+}
+
+#[test]
+fn a_ud_status_too_big_for_its_datagram_loses_its_details_whole_never_its_code() {
+    let sent = rich_status(DGRAM);
+    let (e, s) = ud_status_round_trip(sent.clone());
+    assert_eq!((e.code(), e.message()), (sent.code(), sent.message()));
+    assert_eq!(e.metadata(), sent.metadata());
+    assert!(e.details().is_empty());
+    assert_eq!(s.stats().cuts.details_dropped, 1);
+
+    // Metadata larger than the datagram: dropped whole, counted; the message stays.
+    let mut sent = Status::new(Code::Aborted, "conflict");
+    sent.metadata_mut()
+        .insert("big", "x".repeat(DGRAM).parse().unwrap());
+    let (e, s) = ud_status_round_trip(sent);
+    assert_eq!((e.code(), e.message()), (Code::Aborted, "conflict"));
+    assert!(e.metadata().is_empty());
+    assert_eq!(s.stats().cuts.metadata_dropped, 1);
+}
