@@ -337,8 +337,9 @@ impl ServerConn {
 
     /// Writes the application's answer to call `id` into `out`: the response head
     /// and, when it fits, the whole message encoded in place; a larger message is
-    /// encoded once into owned memory and pulled from there. `None` if the call is
-    /// not running (the connection forgot it).
+    /// encoded once into owned memory and pulled from there. A status goes with its
+    /// metadata and, as the body, its details, fitted by [`codec`]'s rule. `None` if
+    /// the call is not running (the connection forgot it).
     pub fn respond(
         &mut self,
         id: u32,

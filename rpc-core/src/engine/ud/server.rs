@@ -330,7 +330,9 @@ impl UdServer {
     /// Writes the application's answer to call `id` of `session` into `out` and keeps
     /// a copy for replay. A reply that does not fit one datagram becomes
     /// `RESOURCE_EXHAUSTED` naming the limit (the handler ran; it is not run again).
-    /// `None` if the session or the call's entry is gone (the reply is dropped).
+    /// A status goes with its metadata and details, fitted to the datagram by
+    /// [`codec`]'s rule. `None` if the session or the call's entry is gone (the
+    /// reply is dropped).
     pub fn respond(
         &mut self,
         session: u32,
