@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use rpc_core::engine::ud::{UdClient, UdClientConfig, UdServer, UdServerConfig};
+use rpc_core::engine::CallHead;
 use rpc_core::MetadataMap;
 
 const DATAGRAM: usize = 1024;
@@ -25,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
         .expect("first session");
     let mut client: UdClient<u32, u32> = UdClient::new(UdClientConfig::new(session, 4, DATAGRAM));
     let mut out = vec![0u8; DATAGRAM];
+    let md = MetadataMap::new();
     let mut started = Vec::new();
     for waiter in 0..3u32 {
         if client.reserve() {
@@ -32,9 +34,7 @@ fuzz_target!(|data: &[u8]| {
                 now,
                 waiter,
                 waiter,
-                "/fuzz.Svc/Method",
-                &MetadataMap::new(),
-                Some(Duration::from_secs(1)),
+                &CallHead::new("/fuzz.Svc/Method", &md, Some(Duration::from_secs(1))),
                 &(),
                 &mut out,
             ) {

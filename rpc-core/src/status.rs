@@ -99,6 +99,16 @@ impl Status {
         &self.0.details
     }
 
+    /// The details as shared bytes (the engine sends them without a copy).
+    pub(crate) fn details_bytes(&self) -> &Bytes {
+        &self.0.details
+    }
+
+    /// Sets the details (the engine, once a status's details have arrived).
+    pub(crate) fn set_details(&mut self, details: Bytes) {
+        self.0.details = details;
+    }
+
     /// Metadata sent with the status.
     pub fn metadata(&self) -> &MetadataMap {
         &self.0.metadata

@@ -1,14 +1,17 @@
 //! The client side of one connection: call table, credits, fragments, deadlines.
 
-use std::collections::VecDeque;
-
-use crate::id_map::IdMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use crate::engine::wire::{self, Kind, RequestHead, ResponseHead};
+use bytes::Bytes;
+
+use crate::engine::codec::{self, CallHead, Outcome};
+use crate::engine::wire::{self, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
-use crate::metadata::{MetadataMap, DEFAULT_METADATA_LIMIT};
+use crate::id_map::IdMap;
+use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
 use crate::status::Status;
 
@@ -35,6 +38,8 @@ pub struct ClientStats {
     pub malformed: u64,
     /// Frames sent.
     pub frames_sent: u64,
+    /// Statuses delivered without their details (longer than the max message).
+    pub details_dropped: u64,
 }
 
 /// A successful reply's bytes.
@@ -74,9 +79,9 @@ enum Phase {
     Sending { body: Vec<u8>, sent: usize },
     /// Request sent, no response yet.
     Waiting,
-    /// Response being pulled.
+    /// Response body (or a status's details) being pulled.
     Pulling {
-        metadata: MetadataMap,
+        outcome: Outcome,
         body: Vec<u8>,
         expected: usize,
     },
@@ -88,7 +93,8 @@ enum Phase {
 struct Call<W> {
     /// `None` once the call is retired (completed, cancelled or timed out).
     waiter: Option<W>,
-    deadline: Option<Instant>,
+    /// When the call ends `DEADLINE_EXCEEDED`, and the timeout it was given.
+    deadline: Option<(Instant, Duration)>,
     phase: Phase,
     /// Frames sent for this call that the server has not answered yet.
     awaiting: u32,
@@ -101,6 +107,11 @@ struct Call<W> {
 impl<W> Call<W> {
     fn has_work(&self) -> bool {
         self.cancel || self.rfrs > 0 || matches!(self.phase, Phase::Sending { .. })
+    }
+
+    /// Whether the deadline entry `at` is this call's and still to be enforced.
+    fn enforces(&self, at: Instant) -> bool {
+        self.waiter.is_some() && self.deadline.is_some_and(|(d, _)| d == at)
     }
 }
 
@@ -117,6 +128,11 @@ pub struct ClientConn<W> {
     /// Calls with frames to send, in turn.
     transmit: VecDeque<u32>,
     completions: VecDeque<Completion<W>>,
+    /// Deadlines of calls started with one, earliest first. An entry outlives its
+    /// call (deleted lazily: skipped when it comes up, and pruned from the top by
+    /// [`ClientConn::poll_timeout`]); [`ClientConn::add_deadline`] compacts the heap
+    /// when stale entries outnumber the calls, so it stays within twice the table.
+    deadlines: BinaryHeap<Reverse<(Instant, u32)>>,
     dead: Option<Status>,
     stats: ClientStats,
 }
@@ -137,6 +153,7 @@ impl<W> ClientConn<W> {
             next_id: 1,
             transmit: VecDeque::new(),
             completions: VecDeque::new(),
+            deadlines: BinaryHeap::new(),
             dead: None,
             stats: ClientStats::default(),
         }
@@ -190,24 +207,19 @@ impl<W> ClientConn<W> {
     /// Starts a call on a reserved token, writing its first frame into `out` (the
     /// whole request when it fits: the message is encoded straight into `out`).
     /// A body that needs fragments is encoded once into memory of its own and sent
-    /// from there by [`ClientConn::poll_transmit`]. On error the reservation is
-    /// released and nothing is sent.
-    #[allow(clippy::too_many_arguments)]
+    /// from there by [`ClientConn::poll_transmit`]. A call with a timeout ends
+    /// `DEADLINE_EXCEEDED` at `now + timeout` ([`ClientConn::handle_timeout`]). On
+    /// error the reservation is released and nothing is sent.
     pub fn start_call(
         &mut self,
         now: Instant,
         waiter: W,
-        head: crate::engine::CallHead<'_>,
+        head: &CallHead<'_>,
         body: &dyn EncodeMessage,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), Status> {
         assert!(self.reserved > 0, "start_call without a reserved token");
-        let crate::engine::CallHead {
-            path,
-            metadata,
-            timeout,
-        } = head;
-        let res = self.start_inner(now, waiter, path, metadata, timeout, body, out);
+        let res = self.start_inner(now, waiter, head, body, out);
         if res.is_err() {
             self.unreserve();
         } else {
@@ -217,14 +229,11 @@ impl<W> ClientConn<W> {
         res
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn start_inner(
         &mut self,
         now: Instant,
         waiter: W,
-        path: &str,
-        metadata: &MetadataMap,
-        timeout: Option<Duration>,
+        head: &CallHead<'_>,
         body: &dyn EncodeMessage,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), Status> {
@@ -233,36 +242,15 @@ impl<W> ClientConn<W> {
         }
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
-        let meta_len = metadata.encoded_len();
-        if meta_len > DEFAULT_METADATA_LIMIT {
-            return Err(Status::resource_exhausted(format!(
-                "request metadata of {meta_len} bytes exceeds the limit of {DEFAULT_METADATA_LIMIT}"
-            )));
-        }
-        let head_len = wire::REQUEST_HEAD_LEN + path.len() + meta_len;
-        if path.len() > usize::from(u16::MAX) || head_len > out.len() {
-            return Err(Status::resource_exhausted(format!(
-                "path and metadata ({head_len} bytes) do not fit a {}-byte frame",
-                out.len()
-            )));
-        }
         let body_len = body.encoded_len();
-        if body_len > self.cfg.max_send_message || body_len > u32::MAX as usize {
+        let head_len = codec::write_request(head, body_len, out)?;
+        if body_len > self.cfg.max_send_message {
             return Err(Status::resource_exhausted(format!(
                 "request message of {body_len} bytes exceeds the limit of {}",
                 self.cfg.max_send_message
             )));
         }
         let id = self.alloc_id();
-        RequestHead {
-            body_len: body_len as u32,
-            timeout_us: RequestHead::timeout_us_of(timeout),
-            path_len: path.len() as u16,
-            meta_len: meta_len as u16,
-        }
-        .write(out);
-        out[wire::REQUEST_HEAD_LEN..][..path.len()].copy_from_slice(path.as_bytes());
-        metadata.encode(&mut &mut out[wire::REQUEST_HEAD_LEN + path.len()..head_len]);
         let room = out.len() - head_len;
         let (phase, len) = if body_len <= room {
             body.encode_to(&mut out[head_len..head_len + body_len]);
@@ -282,17 +270,21 @@ impl<W> ClientConn<W> {
                 out.len(),
             )
         };
+        let deadline = head.timeout.map(|t| (now + t, t));
         self.calls.insert(
             id,
             Call {
                 waiter: Some(waiter),
-                deadline: timeout.map(|t| now + t),
+                deadline,
                 phase,
                 awaiting: 1,
                 rfrs: 0,
                 cancel: false,
             },
         );
+        if let Some((at, _)) = deadline {
+            self.add_deadline(at, id);
+        }
         Ok((
             id,
             Transmit {
@@ -300,6 +292,17 @@ impl<W> ClientConn<W> {
                 imm: wire::imm(Kind::Req, id),
             },
         ))
+    }
+
+    /// Queues a deadline; first drops the stale entries when they outnumber the calls
+    /// (each compaction removes at least half of what it visits: O(1) amortized).
+    fn add_deadline(&mut self, at: Instant, id: u32) {
+        if self.deadlines.len() >= 2 * self.calls.len() + 64 {
+            let calls = &self.calls;
+            self.deadlines
+                .retain(|Reverse((at, id))| calls.get(id).is_some_and(|c| c.enforces(*at)));
+        }
+        self.deadlines.push(Reverse((at, id)));
     }
 
     fn alloc_id(&mut self) -> u32 {
@@ -420,60 +423,52 @@ impl<W> ClientConn<W> {
         }
         // A response may come early, mid-request (e.g. RESOURCE_EXHAUSTED): stop pushing.
         call.phase = Phase::Done;
-        let head = match ResponseHead::read(frame) {
-            Ok(h) => h,
-            Err(e) => {
-                self.stats.malformed += 1;
-                return self.finish(
-                    id,
-                    Err(Status::internal(format!("malformed response: {}", e.0))),
-                );
-            }
-        };
-        let chunk = frame.len() - head.body_start();
-        let rest = head.body_len as usize - chunk;
-        let metadata = match MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT) {
-            Ok(m) => m,
+        let start = match codec::read_response(frame) {
+            Ok(start) => start,
             Err(s) => {
-                if rest > 0 {
-                    self.queue_cancel(id);
-                }
+                // The server may hold the rest of the body: tell it to forget it.
+                self.stats.malformed += 1;
+                self.queue_cancel(id);
                 return self.finish(id, Err(s));
             }
         };
-        if head.code != 0 {
-            let msg = String::from_utf8_lossy(&frame[head.msg()]).into_owned();
-            let mut s = Status::new(head.code(), msg);
-            *s.metadata_mut() = metadata;
-            return self.finish(id, Err(s));
+        if start.body.len() == start.body_len {
+            let result = start
+                .outcome
+                .finish(start.body, |b| Bytes::copy_from_slice(&frame[b]))
+                .map(|(metadata, body)| Reply::InFrame { metadata, body });
+            return self.finish(id, result);
         }
-        if rest == 0 {
-            return self.finish(
-                id,
-                Ok(Reply::InFrame {
-                    metadata,
-                    body: head.body_start()..frame.len(),
-                }),
-            );
-        }
-        if head.body_len as usize > cfg.max_recv_message {
+        if start.body_len > cfg.max_recv_message {
             self.queue_cancel(id);
-            return self.finish(
-                id,
-                Err(Status::resource_exhausted(format!(
+            let status = match start.outcome {
+                Outcome::Ok(_) => Status::resource_exhausted(format!(
                     "response message of {} bytes exceeds the limit of {}",
-                    head.body_len, cfg.max_recv_message
-                ))),
-            );
+                    start.body_len, cfg.max_recv_message
+                )),
+                Outcome::Status(s) => {
+                    // The server's status still ends the call, without its details.
+                    self.stats.details_dropped += 1;
+                    tracing::warn!(
+                        code = ?s.code(),
+                        details_bytes = start.body_len,
+                        limit = cfg.max_recv_message,
+                        "status details exceed the max message; delivered without them"
+                    );
+                    s
+                }
+            };
+            return self.finish(id, Err(status));
         }
-        let mut body = Vec::with_capacity(head.body_len as usize);
-        body.extend_from_slice(&frame[head.body_start()..]);
+        let mut body = Vec::with_capacity(start.body_len);
+        body.extend_from_slice(&frame[start.body]);
+        let rest = start.body_len - body.len();
         let call = self.calls.get_mut(&id).expect("present");
         call.rfrs = rest.div_ceil(cfg.frame_size - wire::FRAG_HEAD_LEN) as u32;
         call.phase = Phase::Pulling {
-            metadata,
+            outcome: start.outcome,
             body,
-            expected: head.body_len as usize,
+            expected: start.body_len,
         };
         self.transmit.push_back(id);
         None
@@ -510,12 +505,15 @@ impl<W> ClientConn<W> {
             unreachable!()
         };
         if body.len() == *expected {
-            let Phase::Pulling { metadata, body, .. } =
+            let Phase::Pulling { outcome, body, .. } =
                 std::mem::replace(&mut call.phase, Phase::Done)
             else {
                 unreachable!()
             };
-            return self.finish(id, Ok(Reply::Owned { metadata, body }));
+            let result = outcome
+                .finish(body, Bytes::from)
+                .map(|(metadata, body)| Reply::Owned { metadata, body });
+            return self.finish(id, result);
         }
         if call.rfrs == 0 && call.awaiting == 0 {
             self.queue_cancel(id);
@@ -570,30 +568,47 @@ impl<W> ClientConn<W> {
         self.maybe_forget(id);
     }
 
-    /// The earliest deadline of an open call.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.calls
-            .values()
-            .filter(|c| c.waiter.is_some())
-            .filter_map(|c| c.deadline)
-            .min()
+    /// The earliest deadline of an open call: when [`ClientConn::handle_timeout`]
+    /// has work. O(1), after dropping the stale entries at the top of the heap (each
+    /// dropped once). Calls started without a timeout are not in it.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
+            if self.calls.get(&id).is_some_and(|c| c.enforces(at)) {
+                return Some(at);
+            }
+            self.deadlines.pop();
+        }
+        None
     }
 
     /// Ends every open call whose deadline is at or before `now` with
-    /// `DEADLINE_EXCEEDED` (drained with [`ClientConn::poll_completion`]).
+    /// `DEADLINE_EXCEEDED` (drained with [`ClientConn::poll_completion`]) and tells
+    /// the server, as [`ClientConn::cancel`] does. Touches only the due entries.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let due: Vec<u32> = self
-            .calls
-            .iter()
-            .filter(|(_, c)| c.waiter.is_some() && c.deadline.is_some_and(|d| d <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
-            if let Some(c) = self.finish(id, Err(Status::deadline_exceeded("deadline exceeded"))) {
+        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some((_, timeout)) = self
+                .calls
+                .get(&id)
+                .filter(|c| c.enforces(at))
+                .and_then(|c| c.deadline)
+            else {
+                continue;
+            };
+            let status = Status::deadline_exceeded(format!("deadline of {timeout:?} exceeded"));
+            if let Some(c) = self.finish(id, Err(status)) {
                 self.completions.push_back(c);
             }
             self.cancel(id);
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn deadline_entries(&self) -> usize {
+        self.deadlines.len()
     }
 
     /// The peer is gone: every open call ends with `status`, later calls fail with it.
@@ -608,6 +623,7 @@ impl<W> ClientConn<W> {
             }
         }
         self.transmit.clear();
+        self.deadlines.clear();
         self.dead = Some(status);
     }
 

@@ -1,14 +1,16 @@
 //! The server side of one connection: reassembly, answers, response fragments.
 
 use std::collections::VecDeque;
-
-use crate::id_map::IdMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use crate::engine::wire::{self, Kind, RequestHead, ResponseHead};
+use bytes::Bytes;
+
+use crate::engine::codec::{self, StatusCuts};
+use crate::engine::wire::{self, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
-use crate::metadata::{MetadataMap, DEFAULT_METADATA_LIMIT};
+use crate::id_map::IdMap;
+use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
 use crate::status::Status;
 
@@ -34,6 +36,8 @@ pub struct ServerStats {
     pub dispatched: u64,
     /// Calls or responses forgotten because the client cancelled them.
     pub cancelled: u64,
+    /// What fitting statuses into frames cut or dropped (see [`codec`]).
+    pub cuts: StatusCuts,
 }
 
 /// Where a dispatched request's bytes are.
@@ -62,8 +66,10 @@ pub struct Incoming {
     pub timeout: Option<Duration>,
 }
 
+/// A call's state at the server.
 #[derive(Debug)]
-enum SCall {
+enum Call {
+    /// The request's body is arriving in fragments.
     Receiving {
         buf: Vec<u8>,
         path: Range<usize>,
@@ -74,15 +80,20 @@ enum SCall {
     },
     /// With the application; its answer is the response.
     Running,
-    /// The response's remainder, pulled by RFRs.
-    Responding { body: Vec<u8>, sent: usize },
+    /// The response's body (or a status's details), pulled by RFRs from `sent` on.
+    Responding { body: Bytes, sent: usize },
 }
 
+/// The answer a client frame is owed (every client frame gets exactly one), when it
+/// is not the handler's response.
 #[derive(Debug)]
-enum Answer {
-    Cr,
+enum FrameAnswer {
+    /// A credit return: nothing to say.
+    Credit,
+    /// A status the engine decided (a rejected request, a cancelled call).
     Status(Status),
-    Frag,
+    /// The next fragment of a response (the answer to an `RFR`).
+    Fragment,
 }
 
 /// One server connection's protocol state. Every client frame gets exactly one
@@ -90,8 +101,8 @@ enum Answer {
 #[derive(Debug)]
 pub struct ServerConn {
     cfg: ServerConfig,
-    calls: IdMap<u32, SCall>,
-    answers: VecDeque<(u32, Answer)>,
+    calls: IdMap<u32, Call>,
+    answers: VecDeque<(u32, FrameAnswer)>,
     buffered: usize,
     /// Running calls the client cancelled (the driver may stop their handlers).
     cancelled: VecDeque<u32>,
@@ -137,28 +148,28 @@ impl ServerConn {
         let Some((kind, id)) = wire::parse_imm(imm) else {
             self.stats.malformed += 1;
             self.answers
-                .push_back((imm & wire::CALL_ID_MASK, Answer::Cr));
+                .push_back((imm & wire::CALL_ID_MASK, FrameAnswer::Credit));
             return None;
         };
         match kind {
             Kind::Req => self.on_request(id, frame),
             Kind::ReqFrag => self.on_fragment(id, frame),
             Kind::Rfr => {
-                if matches!(self.calls.get(&id), Some(SCall::Responding { .. })) {
-                    self.answers.push_back((id, Answer::Frag));
+                if matches!(self.calls.get(&id), Some(Call::Responding { .. })) {
+                    self.answers.push_back((id, FrameAnswer::Fragment));
                 } else {
                     self.stats.malformed += 1;
-                    self.answers.push_back((id, Answer::Cr));
+                    self.answers.push_back((id, FrameAnswer::Credit));
                 }
                 None
             }
             Kind::Cancel => {
                 match self.calls.get(&id) {
-                    Some(SCall::Receiving { .. } | SCall::Responding { .. }) => {
+                    Some(Call::Receiving { .. } | Call::Responding { .. }) => {
                         self.forget(id);
                         self.stats.cancelled += 1;
                     }
-                    Some(SCall::Running) => {
+                    Some(Call::Running) => {
                         // The request's answer goes now; the handler's later
                         // `respond` finds the call gone and sends nothing.
                         self.calls.remove(&id);
@@ -166,24 +177,24 @@ impl ServerConn {
                         self.cancelled.push_back(id);
                         self.answers.push_back((
                             id,
-                            Answer::Status(Status::cancelled("cancelled by the client")),
+                            FrameAnswer::Status(Status::cancelled("cancelled by the client")),
                         ));
                     }
                     None => {}
                 }
-                self.answers.push_back((id, Answer::Cr));
+                self.answers.push_back((id, FrameAnswer::Credit));
                 None
             }
-            Kind::Resp | Kind::RespFrag | Kind::Cr => {
+            Kind::Resp | Kind::RespFrag | Kind::Cr | Kind::InProgress => {
                 self.stats.malformed += 1;
-                self.answers.push_back((id, Answer::Cr));
+                self.answers.push_back((id, FrameAnswer::Credit));
                 None
             }
         }
     }
 
     fn reject(&mut self, id: u32, status: Status) -> Option<Incoming> {
-        self.answers.push_back((id, Answer::Status(status)));
+        self.answers.push_back((id, FrameAnswer::Status(status)));
         None
     }
 
@@ -191,24 +202,17 @@ impl ServerConn {
         if self.calls.contains_key(&id) {
             // A client bug; the call that owns the id keeps it.
             self.stats.malformed += 1;
-            self.answers.push_back((id, Answer::Cr));
+            self.answers.push_back((id, FrameAnswer::Credit));
             return None;
         }
-        let head = match RequestHead::read(frame) {
-            Ok(h) => h,
-            Err(e) => {
+        let start = match codec::read_request(frame) {
+            Ok(start) => start,
+            Err(s) => {
                 self.stats.malformed += 1;
-                return self.reject(
-                    id,
-                    Status::internal(format!("malformed request frame: {}", e.0)),
-                );
+                return self.reject(id, s);
             }
         };
-        let metadata = match MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT) {
-            Ok(m) => m,
-            Err(s) => return self.reject(id, s),
-        };
-        let total = head.body_len as usize;
+        let total = start.body_len;
         if total > self.cfg.max_recv_message {
             return self.reject(
                 id,
@@ -218,17 +222,17 @@ impl ServerConn {
                 )),
             );
         }
-        let body_start = head.body_start();
-        if frame.len() - body_start == total {
-            self.calls.insert(id, SCall::Running);
+        let body_start = start.body.start;
+        if start.body.len() == total {
+            self.calls.insert(id, Call::Running);
             self.stats.dispatched += 1;
             return Some(Incoming {
                 id,
                 bytes: RequestBody::InFrame,
-                path: head.path(),
-                body: body_start..frame.len(),
-                metadata,
-                timeout: head.timeout(),
+                path: start.path,
+                body: start.body,
+                metadata: start.metadata,
+                timeout: start.timeout,
             });
         }
         let need = body_start + total;
@@ -246,21 +250,21 @@ impl ServerConn {
         buf.extend_from_slice(frame);
         self.calls.insert(
             id,
-            SCall::Receiving {
+            Call::Receiving {
                 buf,
-                path: head.path(),
+                path: start.path,
                 body_start,
-                metadata,
-                timeout: head.timeout(),
+                metadata: start.metadata,
+                timeout: start.timeout,
                 total,
             },
         );
-        self.answers.push_back((id, Answer::Cr));
+        self.answers.push_back((id, FrameAnswer::Credit));
         None
     }
 
     fn on_fragment(&mut self, id: u32, frame: &[u8]) -> Option<Incoming> {
-        let Some(SCall::Receiving {
+        let Some(Call::Receiving {
             buf,
             body_start,
             total,
@@ -268,7 +272,7 @@ impl ServerConn {
         }) = self.calls.get_mut(&id)
         else {
             // Fragments still in flight after an early rejection or a cancel.
-            self.answers.push_back((id, Answer::Cr));
+            self.answers.push_back((id, FrameAnswer::Credit));
             return None;
         };
         let have = buf.len() - *body_start;
@@ -283,17 +287,17 @@ impl ServerConn {
             }
         }
         if buf.len() - *body_start < *total {
-            self.answers.push_back((id, Answer::Cr));
+            self.answers.push_back((id, FrameAnswer::Credit));
             return None;
         }
-        let Some(SCall::Receiving {
+        let Some(Call::Receiving {
             buf,
             path,
             body_start,
             metadata,
             timeout,
             ..
-        }) = self.calls.insert(id, SCall::Running)
+        }) = self.calls.insert(id, Call::Running)
         else {
             unreachable!()
         };
@@ -312,10 +316,10 @@ impl ServerConn {
 
     fn forget(&mut self, id: u32) {
         match self.calls.remove(&id) {
-            Some(SCall::Receiving {
+            Some(Call::Receiving {
                 body_start, total, ..
             }) => self.buffered -= body_start + total,
-            Some(SCall::Responding { body, .. }) => self.buffered -= body.len(),
+            Some(Call::Responding { body, .. }) => self.buffered -= body.len(),
             _ => {}
         }
     }
@@ -333,15 +337,16 @@ impl ServerConn {
 
     /// Writes the application's answer to call `id` into `out`: the response head
     /// and, when it fits, the whole message encoded in place; a larger message is
-    /// encoded once into owned memory and pulled from there. `None` if the call is
-    /// not running (the connection forgot it).
+    /// encoded once into owned memory and pulled from there. A status goes with its
+    /// metadata and, as the body, its details, fitted by [`codec`]'s rule. `None` if
+    /// the call is not running (the connection forgot it).
     pub fn respond(
         &mut self,
         id: u32,
         result: Result<(&MetadataMap, &dyn EncodeMessage), Status>,
         out: &mut [u8],
     ) -> Option<Transmit> {
-        if !matches!(self.calls.get(&id), Some(SCall::Running)) {
+        if !matches!(self.calls.get(&id), Some(Call::Running)) {
             return None;
         }
         self.calls.remove(&id);
@@ -349,35 +354,21 @@ impl ServerConn {
         let out = &mut out[..cap];
         let (metadata, msg) = match result {
             Ok(ok) => ok,
-            Err(s) => return Some(write_status(id, &s, out)),
+            Err(s) => return Some(self.write_status(id, &s, out, true)),
         };
-        let meta_len = metadata.encoded_len();
-        let head_len = wire::RESPONSE_HEAD_LEN + meta_len;
-        if head_len > out.len() || meta_len > DEFAULT_METADATA_LIMIT {
-            let s = Status::resource_exhausted("response metadata does not fit a frame");
-            return Some(write_status(id, &s, out));
-        }
         let body_len = msg.encoded_len();
-        if body_len > self.cfg.max_send_message || body_len > u32::MAX as usize {
+        if body_len > self.cfg.max_send_message {
             let s = Status::resource_exhausted(format!(
                 "response message of {body_len} bytes exceeds the limit of {}",
                 self.cfg.max_send_message
             ));
-            return Some(write_status(id, &s, out));
+            return Some(self.write_status(id, &s, out, true));
         }
+        let head_len = match codec::write_response(metadata, body_len, out) {
+            Ok(n) => n,
+            Err(s) => return Some(self.write_status(id, &s, out, true)),
+        };
         let room = out.len() - head_len;
-        if body_len > room && self.buffered + body_len > self.cfg.buffer_cap {
-            let s = Status::resource_exhausted("server connection buffer cap reached");
-            return Some(write_status(id, &s, out));
-        }
-        ResponseHead {
-            body_len: body_len as u32,
-            code: 0,
-            msg_len: 0,
-            meta_len: meta_len as u16,
-        }
-        .write(out);
-        metadata.encode(&mut &mut out[wire::RESPONSE_HEAD_LEN..head_len]);
         if body_len <= room {
             msg.encode_to(&mut out[head_len..head_len + body_len]);
             return Some(Transmit {
@@ -385,16 +376,45 @@ impl ServerConn {
                 imm: wire::imm(Kind::Resp, id),
             });
         }
-        let body = msg.encode_to_vec();
+        if self.buffered + body_len > self.cfg.buffer_cap {
+            let s = Status::resource_exhausted("server connection buffer cap reached");
+            return Some(self.write_status(id, &s, out, true));
+        }
+        let body = Bytes::from(msg.encode_to_vec());
         debug_assert_eq!(body.len(), body_len);
         out[head_len..].copy_from_slice(&body[..room]);
         self.buffered += body.len();
-        self.calls
-            .insert(id, SCall::Responding { body, sent: room });
+        self.calls.insert(id, Call::Responding { body, sent: room });
         Some(Transmit {
             len: out.len(),
             imm: wire::imm(Kind::Resp, id),
         })
+    }
+
+    /// A final status for call `id`. With `pull`, details beyond the frame are kept
+    /// for the client to pull (within the max message and the buffer cap); without,
+    /// nobody will pull them (the call is gone), so only what fits the frame goes.
+    fn write_status(&mut self, id: u32, s: &Status, out: &mut [u8], pull: bool) -> Transmit {
+        let fragments = pull.then(|| {
+            let free = self.cfg.buffer_cap.saturating_sub(self.buffered);
+            self.cfg.max_send_message.min(free)
+        });
+        let f = codec::write_status(s, fragments, out, &mut self.stats.cuts);
+        if f.details_sent < f.details_len {
+            let body = s.details_bytes().clone();
+            self.buffered += body.len();
+            self.calls.insert(
+                id,
+                Call::Responding {
+                    body,
+                    sent: f.details_sent,
+                },
+            );
+        }
+        Transmit {
+            len: f.len,
+            imm: wire::imm(Kind::Resp, id),
+        }
     }
 
     /// Writes the next queued answer (credit return, error status, response
@@ -404,13 +424,13 @@ impl ServerConn {
         let out = &mut out[..cap];
         let (id, a) = self.answers.pop_front()?;
         Some(match a {
-            Answer::Cr => Transmit {
+            FrameAnswer::Credit => Transmit {
                 len: 0,
                 imm: wire::imm(Kind::Cr, id),
             },
-            Answer::Status(s) => write_status(id, &s, out),
-            Answer::Frag => {
-                let Some(SCall::Responding { body, sent }) = self.calls.get_mut(&id) else {
+            FrameAnswer::Status(s) => self.write_status(id, &s, out, false),
+            FrameAnswer::Fragment => {
+                let Some(Call::Responding { body, sent }) = self.calls.get_mut(&id) else {
                     // Cancelled between the RFR and now: the RFR still needs its answer.
                     return Some(Transmit {
                         len: 0,
@@ -430,38 +450,5 @@ impl ServerConn {
                 }
             }
         })
-    }
-}
-
-/// An error response: code, message (cut to fit) and the status's metadata if it fits.
-fn write_status(id: u32, s: &Status, out: &mut [u8]) -> Transmit {
-    let room = out.len() - wire::RESPONSE_HEAD_LEN;
-    let meta = s.metadata();
-    let meta_len = meta.encoded_len();
-    let meta_len = if meta_len <= room / 2 { meta_len } else { 0 };
-    let mut msg = s.message().as_bytes();
-    let max_msg = (room - meta_len).min(usize::from(u16::MAX));
-    if msg.len() > max_msg {
-        let mut cut = max_msg;
-        while !s.message().is_char_boundary(cut) {
-            cut -= 1;
-        }
-        msg = &msg[..cut];
-    }
-    ResponseHead {
-        body_len: 0,
-        code: s.code() as u8,
-        msg_len: msg.len() as u16,
-        meta_len: meta_len as u16,
-    }
-    .write(out);
-    let m = wire::RESPONSE_HEAD_LEN;
-    out[m..m + msg.len()].copy_from_slice(msg);
-    if meta_len > 0 {
-        meta.encode(&mut &mut out[m + msg.len()..m + msg.len() + meta_len]);
-    }
-    Transmit {
-        len: m + msg.len() + meta_len,
-        imm: wire::imm(Kind::Resp, id),
     }
 }

@@ -12,7 +12,7 @@
 //! `kind` tells the receiver how to read the slot before it touches it, and `call id`
 //! (28 bits, chosen by the client, unique among its open calls) finds the call.
 //!
-//! # Flow control (why there is no credit field)
+//! # Flow control on RC (why there is no credit field)
 //!
 //! The client drives everything (eRPC's model): every frame the client sends is
 //! answered by exactly one frame from the server, and the server never sends anything
@@ -24,25 +24,88 @@
 //! The client keeps its last free token for `CANCEL` frames, so a caller that gives
 //! up can always tell the server, even while every other credit waits on a handler.
 //!
-//! # Frames (bytes at the head of the slot, big endian)
+//! # Frame kinds (the top 4 bits of the immediate; bytes at the head of the slot, big endian)
 //!
-//! | kind | dir | name | payload |
-//! | --- | --- | --- | --- |
-//! | 1 | c→s | `REQ` | [`RequestHead`] (16 bytes), path, metadata, first body chunk |
-//! | 2 | c→s | `REQ_FRAG` | `offset:u32`, next body chunk; answered by `CR` or an early `RESP` |
-//! | 3 | c→s | `RFR` | nothing: "send the next fragment of the response" |
-//! | 4 | c→s | `CANCEL` | nothing: forget the call; answered by `CR` (a running call's `REQ` is then answered at once with `CANCELLED`) |
-//! | 5 | s→c | `RESP` | [`ResponseHead`] (10 bytes), status message, metadata, first body chunk |
-//! | 6 | s→c | `RESP_FRAG` | `offset:u32`, next body chunk (answers an `RFR`) |
-//! | 7 | s→c | `CR` | nothing: the credit return that answers a frame with no other answer |
+//! | kind | on | dir | name | payload |
+//! | --- | --- | --- | --- | --- |
+//! | 0 | — | — | — | never valid (an all-zero immediate is malformed) |
+//! | 1 | RC, UD | c→s | `REQ` | [`RequestHead`] (16 bytes), path, metadata, first body chunk |
+//! | 2 | RC | c→s | `REQ_FRAG` | `offset:u32`, next body chunk; answered by `CR` or an early `RESP` |
+//! | 3 | RC | c→s | `RFR` | nothing: "send the next fragment of the response" |
+//! | 4 | RC | c→s | `CANCEL` | nothing: forget the call; answered by `CR` (a running call's `REQ` is then answered at once with `CANCELLED`) |
+//! | 5 | RC, UD | s→c | `RESP` | [`ResponseHead`] (10 bytes), status message, metadata, first body chunk |
+//! | 6 | RC | s→c | `RESP_FRAG` | `offset:u32`, next body chunk (answers an `RFR`) |
+//! | 7 | RC | s→c | `CR` | nothing: the credit return that answers a frame with no other answer |
+//! | 8 | UD | s→c | `IN_PROGRESS` | nothing: "the call is running, keep waiting" (see [`crate::engine::ud::wire`]) |
+//! | 9 | — | both | `MSG` | reserved, not yet sent: a stream message after the call's first |
+//! | 10 | — | both | `HALF_CLOSE` | reserved, not yet sent: "no more messages this way" |
+//! | 11 | — | s→c | `TRAILERS` | reserved, not yet sent: the final status of a streaming call |
+//! | 12 | — | both | `RESET` | reserved, not yet sent: the call ends now, with a code |
+//! | 13 | — | both | `CREDIT` | reserved, not yet sent: a grant of more messages (a stream's, or with call id 0 the connection's) |
+//! | 14, 15 | — | — | — | unassigned |
+//!
+//! A kind that a side does not expect (a reserved one, `IN_PROGRESS` on RC, `CR` on
+//! UD, a server kind sent to the server) is malformed: dropped and counted, and on RC
+//! still answered by `CR` so that the peer's credits stay balanced.
+//!
+//! # Bodies and fragments (RC)
 //!
 //! A message whose head and body fit one slot travels as one frame. A larger body is
 //! cut into fragments: the first frame says the total body length, each continuation
 //! carries its offset (RC delivers in order; the offset lets the receiver reject a
-//! gap instead of corrupting the message, and lets UD reorder later). Request
-//! fragments are pushed (each answered by `CR`); response fragments are pulled by one
-//! `RFR` each, so the server never sends more than the client has receives for.
-//! A head (path + metadata + status message) must fit in the first frame.
+//! gap instead of corrupting the message). Request fragments are pushed (each answered
+//! by `CR`); response fragments are pulled by one `RFR` each, so the server never
+//! sends more than the client has receives for. A head (path and metadata, or status
+//! message and metadata) must fit the first frame.
+//!
+//! # The body of a `RESP`
+//!
+//! With `code = 0` (OK) the body is the response message. With any other code the
+//! body is the status's **details** (opaque bytes, e.g. an encoded
+//! `google.rpc.Status`; empty if the status has none): they travel exactly as a
+//! response message does, in the first frame and, on RC, in fragments pulled by
+//! `RFR`s (bounded by the max message and the server connection's buffer cap); on UD
+//! within the one datagram. How a status that does not fit is cut is
+//! [`crate::engine::codec`]'s rule: the code never changes, the message is cut at a
+//! char boundary, metadata and details are dropped whole, counted and logged, never
+//! silently.
+//!
+//! # Flags (byte 4 of a `REQ` head, byte 5 of a `RESP` head)
+//!
+//! Reserved, not yet sent: always 0 today, and a frame with any flag set is malformed,
+//! so that a flag changing what a frame means can be added without an old receiver
+//! misreading it. Planned:
+//! * bit 0, `BY_REF` (both heads): the body is not inline; in its place the frame
+//!   carries a descriptor `addr:u64 rkey:u32 len:u32` of registered memory at the
+//!   sender, which the receiver pulls with one RDMA Read into memory of its own.
+//!   `body_len` still gives the body's length. The receiver sends its next frame for
+//!   the call only once the Read completed, and that frame releases the memory (on
+//!   RC unary: the `CR` or `RESP` answering a `REQ`; after a `RESP`, an `RFR`, which
+//!   the server answers with `CR`).
+//! * bit 1, `STREAM` (`REQ` only): the call is streaming (below); the `REQ`'s body is
+//!   the first request message and does not end the client's half-stream.
+//!
+//! # What comes next: a call as two half-streams (design, not built)
+//!
+//! A call is two half-streams of messages, client→server and server→client, each
+//! ended by end-of-stream; the call ends with a final status (trailers) from the
+//! server, or at once with a `RESET` from either side.
+//! * **Unary** keeps today's path, one frame each way: the `REQ` carries the head and
+//!   the only request message and implies end-of-stream; the `RESP` carries the only
+//!   response message and the final status, and ends the call.
+//! * **Streaming** calls open with a `REQ` flagged `STREAM`. Each later message is a
+//!   `MSG` frame (body inline, or `BY_REF` above a slot: stream messages are never
+//!   fragmented); `HALF_CLOSE` ends its sender's direction; the server ends the call
+//!   with `TRAILERS` (the `RESP` layout: code, message, metadata, and the details as
+//!   its body); `RESET` (payload `code:u8`) ends both directions at once, from either
+//!   side (a cancelled or failed call).
+//! * **Credits.** `CREDIT` (payload `n:u32`) grants the peer `n` more `MSG`s on that
+//!   call, so a slow reader stops only its own producer. Server-sent stream frames
+//!   break the rule that each client frame gets exactly one answer, so the server
+//!   gets connection credits of its own: receives the client posts for them, granted
+//!   at the handshake and returned by `CREDIT` with call id 0 (never a call's id).
+//!   RNR stays impossible.
+//! * UD keeps one datagram each way: no streams.
 
 use crate::code::Code;
 use std::time::Duration;
@@ -75,9 +138,16 @@ pub enum Kind {
     Resp = 5,
     /// Continuation of a response body.
     RespFrag = 6,
-    /// Credit return: an answer with nothing to say.
+    /// Credit return (RC only): an answer with nothing to say.
     Cr = 7,
+    /// "Still running, keep waiting" (UD only): the answer to a duplicate request of
+    /// a call whose handler has not finished.
+    InProgress = 8,
 }
+
+/// Kinds reserved for streams (see the table above): not yet sent, and malformed
+/// when received.
+pub const RESERVED_KINDS: std::ops::RangeInclusive<u32> = 9..=13;
 
 impl Kind {
     fn from_bits(v: u32) -> Option<Kind> {
@@ -89,6 +159,7 @@ impl Kind {
             5 => Kind::Resp,
             6 => Kind::RespFrag,
             7 => Kind::Cr,
+            8 => Kind::InProgress,
             _ => return None,
         })
     }
@@ -109,17 +180,20 @@ pub fn parse_imm(imm: u32) -> Option<(Kind, u32)> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Malformed(pub &'static str);
 
+/// Largest timeout a `REQ` head carries, in microseconds (56 bits: 2,284 years).
+pub const MAX_TIMEOUT_US: u64 = (1 << 56) - 1;
+
 /// Fixed part of a `REQ` frame.
 ///
 /// ```text
-/// 0 body_len:u32  4 timeout_us:u64 (0 = none)  12 path_len:u16  14 meta_len:u16
+/// 0 body_len:u32  4 flags:u8 (reserved, 0)  5 timeout_us:u56 (0 = none)  12 path_len:u16  14 meta_len:u16
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestHead {
     /// Total body length across all fragments.
     pub body_len: u32,
-    /// Time the call may still take, in microseconds (0 = no deadline). Relative,
-    /// so clocks need not agree.
+    /// Time the call may still take, in microseconds (0 = no deadline, at most
+    /// [`MAX_TIMEOUT_US`]). Relative, so clocks need not agree.
     pub timeout_us: u64,
     /// Bytes of the path that follow the head.
     pub path_len: u16,
@@ -130,8 +204,10 @@ pub struct RequestHead {
 impl RequestHead {
     /// Encodes into the first [`REQUEST_HEAD_LEN`] bytes of `out`.
     pub fn write(&self, out: &mut [u8]) {
+        debug_assert!(self.timeout_us <= MAX_TIMEOUT_US);
         out[0..4].copy_from_slice(&self.body_len.to_be_bytes());
-        out[4..12].copy_from_slice(&self.timeout_us.to_be_bytes());
+        // Byte 4 (flags) is the top byte of the big-endian u64, 0 under the cap.
+        out[4..12].copy_from_slice(&self.timeout_us.min(MAX_TIMEOUT_US).to_be_bytes());
         out[12..14].copy_from_slice(&self.path_len.to_be_bytes());
         out[14..16].copy_from_slice(&self.meta_len.to_be_bytes());
     }
@@ -141,6 +217,9 @@ impl RequestHead {
         let b = frame
             .get(..REQUEST_HEAD_LEN)
             .ok_or(Malformed("request frame shorter than its head"))?;
+        if b[4] != 0 {
+            return Err(Malformed("request head with flags this side does not know"));
+        }
         let h = RequestHead {
             body_len: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
             timeout_us: u64::from_be_bytes(b[4..12].try_into().expect("8 bytes")),
@@ -177,10 +256,13 @@ impl RequestHead {
         (self.timeout_us != 0).then(|| Duration::from_micros(self.timeout_us))
     }
 
-    /// Encodes a timeout (rounded up so that a tiny timeout is not "none").
+    /// Encodes a timeout (rounded up so that a tiny timeout is not "none", capped at
+    /// [`MAX_TIMEOUT_US`]).
     pub fn timeout_us_of(t: Option<Duration>) -> u64 {
         t.map_or(0, |t| {
-            u64::try_from(t.as_micros()).unwrap_or(u64::MAX).max(1)
+            u64::try_from(t.as_micros())
+                .unwrap_or(u64::MAX)
+                .clamp(1, MAX_TIMEOUT_US)
         })
     }
 }
@@ -188,13 +270,15 @@ impl RequestHead {
 /// Fixed part of a `RESP` frame.
 ///
 /// ```text
-/// 0 body_len:u32  4 code:u8  5 reserved:u8  6 msg_len:u16  8 meta_len:u16
+/// 0 body_len:u32  4 code:u8  5 flags:u8 (reserved, 0)  6 msg_len:u16  8 meta_len:u16
 /// ```
-/// `code` is the gRPC status code (0 = OK, then the body is the response message);
-/// otherwise `msg_len` bytes of UTF-8 status message follow and the body is empty.
+/// `code` is the gRPC status code. With 0 (OK) the body is the response message;
+/// otherwise `msg_len` bytes of UTF-8 status message follow the head and the body is
+/// the status's details. Metadata (the response's, or the status's) follows the
+/// message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseHead {
-    /// Total body length across all fragments.
+    /// Total body length across all fragments (the details, for an error).
     pub body_len: u32,
     /// gRPC status code.
     pub code: u8,
@@ -219,6 +303,11 @@ impl ResponseHead {
         let b = frame
             .get(..RESPONSE_HEAD_LEN)
             .ok_or(Malformed("response frame shorter than its head"))?;
+        if b[5] != 0 {
+            return Err(Malformed(
+                "response head with flags this side does not know",
+            ));
+        }
         let h = ResponseHead {
             body_len: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
             code: b[4],
@@ -230,9 +319,6 @@ impl ResponseHead {
         }
         if (frame.len() - h.body_start()) as u64 > u64::from(h.body_len) {
             return Err(Malformed("response body chunk longer than the body"));
-        }
-        if h.code != 0 && h.body_len != 0 {
-            return Err(Malformed("error response with a body"));
         }
         Ok(h)
     }
@@ -281,12 +367,30 @@ mod tests {
 
     #[test]
     fn immediate_round_trips_and_rejects_unknown_kinds() {
-        for k in [Kind::Req, Kind::Rfr, Kind::Cr, Kind::RespFrag] {
+        for k in [
+            Kind::Req,
+            Kind::Rfr,
+            Kind::Cr,
+            Kind::RespFrag,
+            Kind::InProgress,
+        ] {
             assert_eq!(parse_imm(imm(k, CALL_ID_MASK)), Some((k, CALL_ID_MASK)));
             assert_eq!(parse_imm(imm(k, 7)), Some((k, 7)));
         }
         assert_eq!(parse_imm(0), None);
         assert_eq!(parse_imm(0xf000_0001), None);
+        assert_ne!(
+            Kind::InProgress as u8,
+            Kind::Cr as u8,
+            "one kind, one meaning"
+        );
+        for k in RESERVED_KINDS {
+            assert_eq!(
+                parse_imm(k << CALL_ID_BITS | 1),
+                None,
+                "kind {k} is reserved"
+            );
+        }
     }
 
     #[test]
@@ -304,6 +408,14 @@ mod tests {
         assert!(RequestHead::read(&f[..REQUEST_HEAD_LEN + 2]).is_err());
         f.push(0); // one body byte more than body_len
         assert!(RequestHead::read(&f).is_err());
+        f.pop();
+        f[4] = 1; // a flag this side does not know
+        assert!(RequestHead::read(&f).is_err());
+        assert_eq!(
+            RequestHead::timeout_us_of(Some(Duration::MAX)),
+            MAX_TIMEOUT_US
+        );
+        assert_eq!(RequestHead::timeout_us_of(Some(Duration::from_nanos(1))), 1);
 
         let r = ResponseHead {
             body_len: 0,
@@ -315,7 +427,13 @@ mod tests {
         r.write(&mut f);
         assert_eq!(ResponseHead::read(&f), Ok(r));
         assert_eq!(r.code(), Code::Unimplemented);
-        f[3] = 1; // error with a body
+        f[3] = 2; // an error whose body (its details) is 2 bytes, 1 here
+        f.push(9);
+        assert_eq!(ResponseHead::read(&f).unwrap().body_len, 2);
+        f[5] = 0x80; // a flag this side does not know
+        assert!(ResponseHead::read(&f).is_err());
+        f[5] = 0;
+        f.extend([9, 9]); // 3 body bytes of 2 announced
         assert!(ResponseHead::read(&f).is_err());
     }
 }

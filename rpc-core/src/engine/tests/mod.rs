@@ -7,7 +7,9 @@ use std::time::Duration;
 use sim::{Knobs, Rng, Sim};
 
 use crate::code::Code;
-use crate::engine::wire;
+use crate::engine::codec::StatusCuts;
+use crate::engine::{wire, CallHead};
+use crate::metadata::MetadataMap;
 use crate::status::Status;
 
 const MB: usize = 1 << 20;
@@ -150,14 +152,130 @@ fn deadline_ends_the_call_and_the_late_reply_is_dropped_and_counted() {
         s.step();
     }
     assert_eq!(s.done.len(), 1);
-    assert_eq!(
-        s.done[0].1.as_ref().unwrap_err().code(),
-        Code::DeadlineExceeded
-    );
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded);
+    assert_eq!(e.message(), "deadline of 10ms exceeded");
     assert!(s.run(1000));
     assert_eq!(s.done.len(), 1, "the late reply completes nothing");
     assert_eq!(s.client.stats().late_replies, 1);
     s.assert_quiescent();
+}
+
+#[test]
+fn poll_timeout_names_the_earliest_open_deadline_and_forgets_ended_calls() {
+    let mut s = Sim::new(
+        8,
+        512,
+        MB,
+        Knobs {
+            app_delay: 6,
+            ..Knobs::default()
+        },
+    );
+    let t0 = s.now();
+    let ms = Duration::from_millis;
+    s.try_call(1, "/p.S/M", vec![1], Some(ms(100)))
+        .unwrap()
+        .unwrap();
+    s.try_call(2, "/p.S/M", vec![2], Some(ms(3)))
+        .unwrap()
+        .unwrap();
+    s.try_call(3, "/p.S/M", vec![3], None).unwrap().unwrap();
+    assert_eq!(s.client.poll_timeout(), Some(t0 + ms(3)));
+    for _ in 0..3 {
+        s.step();
+    }
+    // Call 2 ended at its deadline; the next one is call 1's.
+    assert_eq!(s.done.len(), 1);
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_eq!((s.done[0].0, e.code()), (2, Code::DeadlineExceeded));
+    assert_eq!(e.message(), "deadline of 3ms exceeded");
+    assert_eq!(s.client.poll_timeout(), Some(t0 + ms(100)));
+    // Calls 1 and 3 are answered long before call 1's deadline: no timer is left.
+    assert!(s.run(1000));
+    assert_eq!(s.done.len(), 3);
+    assert!(s.done[1..].iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(s.client.poll_timeout(), None);
+    assert_eq!(
+        s.client.deadline_entries(),
+        0,
+        "stale entries pruned on read"
+    );
+    // The server was told about call 2 (CANCEL), and its CANCELLED answer dropped.
+    assert_eq!(s.server.stats().cancelled, 1);
+    assert_eq!(s.client.stats().late_replies, 1);
+    s.assert_quiescent();
+}
+
+#[test]
+fn calls_due_together_all_end_and_their_server_work_is_cancelled() {
+    let mut s = Sim::new(
+        8,
+        1024,
+        MB,
+        Knobs {
+            app_delay: 50,
+            ..Knobs::default()
+        },
+    );
+    for tag in 0..6 {
+        s.try_call(
+            tag,
+            "/p.S/Slow",
+            vec![tag as u8],
+            Some(Duration::from_millis(5)),
+        )
+        .unwrap()
+        .unwrap();
+    }
+    // One without a deadline, still running when the others end.
+    s.try_call(9, "/p.S/Slow", vec![9], None).unwrap().unwrap();
+    for _ in 0..5 {
+        s.step();
+    }
+    assert_eq!(s.done.len(), 6);
+    assert!(s
+        .done
+        .iter()
+        .all(|(_, r)| r.as_ref().unwrap_err().code() == Code::DeadlineExceeded));
+    assert_eq!(s.client.poll_timeout(), None, "call 9 has no deadline");
+    assert!(s.run(10_000));
+    assert_eq!(s.server.stats().cancelled, 6);
+    assert_eq!(s.done.len(), 7);
+    assert_eq!(s.done[6].0, 9);
+    assert!(s.done[6].1.is_ok());
+    s.assert_quiescent();
+}
+
+#[test]
+fn deadlines_of_answered_calls_do_not_pile_up_when_nobody_polls_the_timer() {
+    // A driver that never calls `poll_timeout` (as today's, which times calls itself):
+    // entries of answered calls must not grow with the number of calls.
+    let mut s = Sim::new(16, 512, MB, Knobs::default());
+    let hour = Some(Duration::from_secs(3600));
+    let mut started = 0u64;
+    let mut most = 0;
+    while started < 5_000 {
+        while started < 5_000 && s.try_call(started, "/p.S/M", vec![1], hour).is_some() {
+            started += 1;
+            most = most.max(s.client.deadline_entries());
+            assert!(s.client.deadline_entries() <= 2 * s.client.calls() + 64);
+        }
+        s.step();
+    }
+    assert!(s.run(1000));
+    assert_eq!(s.done.len(), 5_000);
+    assert!(
+        most <= 2 * 16 + 64,
+        "{most} deadline entries for 15 open calls"
+    );
+    // Calls without a deadline add nothing.
+    let mut s = Sim::new(16, 512, MB, Knobs::default());
+    for tag in 0..10 {
+        s.try_call(tag, "/p.S/M", vec![1], None).unwrap().unwrap();
+    }
+    assert_eq!(s.client.deadline_entries(), 0);
+    assert_eq!(s.client.poll_timeout(), None);
 }
 
 #[test]
@@ -171,13 +289,12 @@ fn deadline_travels_in_the_request_head() {
     });
     assert!(c.reserve());
     let now = std::time::Instant::now();
+    let md = MetadataMap::new();
     let (_, t) = c
         .start_call(
             now,
             (),
-            "/a.B/C",
-            &Default::default(),
-            Some(Duration::from_millis(250)),
+            &CallHead::new("/a.B/C", &md, Some(Duration::from_millis(250))),
             &sim::Raw(vec![]),
             &mut out,
         )
@@ -432,4 +549,148 @@ fn cancelling_a_waiting_call_brings_its_credit_back_before_the_handler_ends() {
     );
     assert_eq!(s.client.calls(), 0);
     assert!(s.done.is_empty());
+}
+
+/// A handler's status as a user would build it: code, message, details, metadata.
+fn rich_status(message: &str, details: usize) -> Status {
+    let mut s = Status::with_details(
+        Code::FailedPrecondition,
+        message,
+        bytes::Bytes::from(body(5, details)),
+    );
+    s.metadata_mut().insert("retry-after", "5".parse().unwrap());
+    s.metadata_mut().insert_bin(
+        "trace-bin",
+        crate::metadata::MetadataValue::from_bytes(&[0, 1, 255]),
+    );
+    s
+}
+
+fn assert_same_status(got: &Status, sent: &Status) {
+    assert_eq!(got.code(), sent.code());
+    assert_eq!(got.message(), sent.message());
+    assert_eq!(got.metadata(), sent.metadata());
+    assert_eq!(got.details(), sent.details());
+}
+
+#[test]
+fn a_status_with_small_details_reaches_the_client_whole_in_one_frame() {
+    fn fail(_: &str, _: &[u8]) -> Result<Vec<u8>, Status> {
+        Err(rich_status("quota spent", 100))
+    }
+    let mut s = Sim::new(4, 512, MB, Knobs::default()).with_app(fail);
+    s.try_call(1, "/p.S/M", vec![1], None).unwrap().unwrap();
+    assert!(s.run(100));
+    assert_same_status(
+        s.done[0].1.as_ref().unwrap_err(),
+        &rich_status("quota spent", 100),
+    );
+    assert_eq!(s.client.stats().frames_sent, 1, "no fragment pulled");
+    assert_eq!(s.server.stats().cuts, StatusCuts::default());
+    s.assert_quiescent();
+}
+
+#[test]
+fn a_status_with_details_larger_than_a_frame_brings_them_by_fragments() {
+    fn fail(_: &str, _: &[u8]) -> Result<Vec<u8>, Status> {
+        Err(rich_status("quota spent", 10_000))
+    }
+    let mut s = Sim::new(4, 512, MB, Knobs::default()).with_app(fail);
+    s.try_call(1, "/p.S/M", vec![1], None).unwrap().unwrap();
+    assert!(s.run(1000));
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_same_status(e, &rich_status("quota spent", 10_000));
+    // ~10 KB in 508-byte fragments, each pulled by one RFR.
+    assert!(s.client.stats().frames_sent > 10_000 / 508);
+    assert_eq!(s.server.stats().cuts, StatusCuts::default());
+    s.assert_quiescent();
+}
+
+#[test]
+fn what_a_status_cannot_carry_is_dropped_whole_and_counted_never_its_code() {
+    // Details above the server's max message: the status goes without them.
+    fn huge_details(_: &str, _: &[u8]) -> Result<Vec<u8>, Status> {
+        Err(rich_status("quota spent", 5000))
+    }
+    let mut s = Sim::new(4, 512, 4096, Knobs::default()).with_app(huge_details);
+    s.try_call(1, "/p.S/M", vec![1], None).unwrap().unwrap();
+    assert!(s.run(100));
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::FailedPrecondition, "quota spent")
+    );
+    assert_eq!(e.metadata(), rich_status("", 0).metadata());
+    assert!(e.details().is_empty());
+    assert_eq!(s.server.stats().cuts.details_dropped, 1);
+    s.assert_quiescent();
+
+    // Metadata that cannot fit the first frame beside the message's first 128 bytes,
+    // and a message longer than the frame: cut at a char boundary.
+    fn huge_metadata(_: &str, _: &[u8]) -> Result<Vec<u8>, Status> {
+        let mut s = Status::new(Code::Aborted, "ü".repeat(400));
+        s.metadata_mut()
+            .insert("big", "x".repeat(600).parse().unwrap());
+        Err(s)
+    }
+    let mut s = Sim::new(4, 512, MB, Knobs::default()).with_app(huge_metadata);
+    s.try_call(1, "/p.S/M", vec![1], None).unwrap().unwrap();
+    assert!(s.run(100));
+    let e = s.done[0].1.as_ref().unwrap_err();
+    assert_eq!(e.code(), Code::Aborted);
+    assert!(e.metadata().is_empty());
+    // 512 - 10 bytes of head = 502 bytes: 251 two-byte chars.
+    assert_eq!(e.message(), "ü".repeat(251));
+    let cuts = s.server.stats().cuts;
+    assert_eq!((cuts.metadata_dropped, cuts.messages_cut), (1, 1));
+    s.assert_quiescent();
+}
+
+#[test]
+fn details_above_the_clients_limit_are_dropped_there_and_the_server_released() {
+    let now = std::time::Instant::now();
+    let mut cli = crate::engine::ClientConn::<()>::new(crate::engine::ClientConfig {
+        credits: 4,
+        frame_size: 512,
+        max_send_message: MB,
+        max_recv_message: 4096,
+    });
+    let mut srv = crate::engine::ServerConn::new(crate::engine::ServerConfig {
+        frame_size: 512,
+        max_recv_message: MB,
+        max_send_message: MB,
+        buffer_cap: 4 * MB,
+    });
+    let mut out = vec![0u8; 512];
+    let md = MetadataMap::new();
+    assert!(cli.reserve());
+    let (_, t) = cli
+        .start_call(
+            now,
+            (),
+            &CallHead::new("/p.S/M", &md, None),
+            &sim::Raw(vec![1]),
+            &mut out,
+        )
+        .unwrap();
+    let inc = srv.handle_frame(now, t.imm, &out[..t.len]).unwrap();
+    let sent = rich_status("quota spent", 10_000);
+    let t = srv.respond(inc.id, Err(sent.clone()), &mut out).unwrap();
+    assert!(
+        srv.buffered() >= 10_000 - 512,
+        "the server holds the details"
+    );
+    let c = cli.handle_frame(now, t.imm, &out[..t.len]).unwrap();
+    let e = c.result.unwrap_err();
+    assert_eq!((e.code(), e.message()), (sent.code(), sent.message()));
+    assert_eq!(e.metadata(), sent.metadata());
+    assert!(e.details().is_empty());
+    assert_eq!(cli.stats().details_dropped, 1);
+    // The client tells the server to forget the rest.
+    cli.handle_tokens_returned(1);
+    let t = cli.poll_transmit(&mut out).expect("a CANCEL");
+    assert_eq!(wire::parse_imm(t.imm).unwrap().0, wire::Kind::Cancel);
+    assert!(srv.handle_frame(now, t.imm, &out[..t.len]).is_none());
+    assert_eq!(srv.buffered(), 0);
+    assert_eq!(srv.calls(), 0);
 }

@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::engine::{
-    ClientConfig, ClientConn, Completion, Incoming, Reply, RequestBody, ServerConfig, ServerConn,
+    CallHead, ClientConfig, ClientConn, Completion, Incoming, Reply, RequestBody, ServerConfig,
+    ServerConn,
 };
 use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
@@ -197,12 +198,11 @@ impl Sim {
         }
         let mut out = vec![0u8; self.frame];
         let now = self.now();
+        let md = MetadataMap::new();
         let r = self.client.start_call(
             now,
             tag,
-            path,
-            &MetadataMap::new(),
-            timeout,
+            &CallHead::new(path, &md, timeout),
             &Raw(body),
             &mut out,
         );

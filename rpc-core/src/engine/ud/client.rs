@@ -3,10 +3,13 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::wire::{self as ud_wire, UdHead, UD_HEAD_LEN};
-use crate::engine::wire::{self, Kind, RequestHead, ResponseHead};
+use crate::engine::codec::{self, CallHead};
+use crate::engine::wire::{self, Kind};
 use crate::engine::{Reply, Transmit};
-use crate::metadata::{MetadataMap, DEFAULT_METADATA_LIMIT};
+use crate::metadata::DEFAULT_METADATA_LIMIT;
 use crate::server::EncodeMessage;
 use crate::status::Status;
 
@@ -87,8 +90,9 @@ pub struct UdCompletion<W, S> {
     pub result: Result<Reply, Status>,
 }
 
+/// An outstanding call: its request stays in `slot` for retransmissions.
 #[derive(Debug)]
-struct UCall<W, S> {
+struct Call<W, S> {
     id: u32,
     waiter: W,
     slot: S,
@@ -106,7 +110,7 @@ struct UCall<W, S> {
 #[derive(Debug)]
 pub struct UdClient<W, S> {
     cfg: UdClientConfig,
-    calls: Vec<Option<UCall<W, S>>>,
+    calls: Vec<Option<Call<W, S>>>,
     next_id: u32,
     ack_below: u32,
     reserved: u32,
@@ -185,77 +189,65 @@ impl<W, S> UdClient<W, S> {
     }
 
     /// Starts a call on a reservation: writes the whole request datagram into `out`
-    /// (the slot `slot` names) and keeps `slot` until the call ends. A request that
-    /// does not fit one datagram fails `RESOURCE_EXHAUSTED` naming the limit (the
-    /// driver checks [`UdClientConfig::body_room`] first when it can fall back to
-    /// RC); the waiter and slot come back with the error.
-    #[allow(clippy::too_many_arguments, clippy::result_large_err)]
+    /// (the slot `slot` names; the message is encoded straight into it) and keeps
+    /// `slot` until the call ends. A request that does not fit one datagram fails
+    /// `RESOURCE_EXHAUSTED` naming the limit (the driver checks
+    /// [`UdClientConfig::body_room`] first when it can fall back to RC); the waiter
+    /// and slot come back with the error.
+    #[allow(clippy::result_large_err)]
     pub fn start_call(
         &mut self,
         now: Instant,
         waiter: W,
         slot: S,
-        head: crate::engine::CallHead<'_>,
+        head: &CallHead<'_>,
         body: &dyn EncodeMessage,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), (Status, W, S)> {
-        let crate::engine::CallHead {
-            path,
-            metadata,
-            timeout,
-        } = head;
         assert!(self.reserved > 0, "start_call without a reservation");
         self.reserved -= 1;
         if let Some(s) = &self.dead {
             return Err((s.clone(), waiter, slot));
         }
-        let meta_len = metadata.encoded_len();
+        let meta_len = head.metadata.encoded_len();
         let body_len = body.encoded_len();
-        let room = self.cfg.body_room(path, meta_len);
+        let room = self.cfg.body_room(head.path, meta_len);
         if meta_len > DEFAULT_METADATA_LIMIT
-            || path.len() > usize::from(u16::MAX)
+            || head.path.len() > usize::from(u16::MAX)
             || body_len > room
         {
             let s = Status::resource_exhausted(format!(
                 "request of {} bytes exceeds the UD payload limit of {} bytes",
-                UD_HEAD_LEN + wire::REQUEST_HEAD_LEN + path.len() + meta_len + body_len,
+                UD_HEAD_LEN + head.encoded_len() + body_len,
                 self.cfg.datagram
             ));
             return Err((s, waiter, slot));
         }
+        let out = &mut out[..self.cfg.datagram];
+        let at = match codec::write_request(head, body_len, &mut out[UD_HEAD_LEN..]) {
+            Ok(n) => UD_HEAD_LEN + n,
+            Err(s) => return Err((s, waiter, slot)),
+        };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        let out = &mut out[..self.cfg.datagram];
         UdHead {
             session: self.cfg.session,
             call_id: id,
             ack_below: self.ack_below,
         }
         .write(out);
-        let f = &mut out[UD_HEAD_LEN..];
-        RequestHead {
-            body_len: body_len as u32,
-            timeout_us: RequestHead::timeout_us_of(timeout),
-            path_len: path.len() as u16,
-            meta_len: meta_len as u16,
-        }
-        .write(f);
-        let h = wire::REQUEST_HEAD_LEN;
-        f[h..h + path.len()].copy_from_slice(path.as_bytes());
-        metadata.encode(&mut &mut f[h + path.len()..h + path.len() + meta_len]);
-        let b = h + path.len() + meta_len;
-        body.encode_to(&mut f[b..b + body_len]);
+        body.encode_to(&mut out[at..at + body_len]);
         let t = Transmit {
-            len: UD_HEAD_LEN + b + body_len,
+            len: at + body_len,
             imm: ud_wire::imm(Kind::Req, id),
         };
         let rto = self.rto();
-        self.calls[(id % self.cfg.window) as usize] = Some(UCall {
+        self.calls[(id % self.cfg.window) as usize] = Some(Call {
             id,
             waiter,
             slot,
             transmit: t,
-            deadline: timeout.map(|t| now + t),
+            deadline: head.timeout.map(|t| now + t),
             next_retx: now + rto,
             rto,
             retries: 0,
@@ -266,7 +258,7 @@ impl<W, S> UdClient<W, S> {
         Ok((id, t))
     }
 
-    fn take(&mut self, id: u32) -> Option<UCall<W, S>> {
+    fn take(&mut self, id: u32) -> Option<Call<W, S>> {
         let e = &mut self.calls[(id % self.cfg.window) as usize];
         if e.as_ref().is_some_and(|c| c.id == id) {
             let c = e.take();
@@ -280,7 +272,7 @@ impl<W, S> UdClient<W, S> {
         None
     }
 
-    fn find(&mut self, id: u32) -> Option<&mut UCall<W, S>> {
+    fn find(&mut self, id: u32) -> Option<&mut Call<W, S>> {
         self.calls[(id % self.cfg.window) as usize]
             .as_mut()
             .filter(|c| c.id == id)
@@ -314,7 +306,7 @@ impl<W, S> UdClient<W, S> {
             return None;
         }
         match kind {
-            Kind::Cr => {
+            Kind::InProgress => {
                 self.stats.in_progress += 1;
                 let c = self.find(id).expect("found");
                 c.retries = 0;
@@ -322,12 +314,8 @@ impl<W, S> UdClient<W, S> {
                 None
             }
             Kind::Resp => {
-                let frame = &dgram[UD_HEAD_LEN..];
-                let result = match parse_response(frame) {
-                    Ok(body) => body.map(|(metadata, body)| Reply::InFrame {
-                        metadata,
-                        body: body.start + UD_HEAD_LEN..body.end + UD_HEAD_LEN,
-                    }),
+                let result = match read_response(dgram) {
+                    Ok(result) => result,
                     Err(s) => {
                         // The call still ends: its caller gets INTERNAL, not a hang.
                         self.stats.malformed += 1;
@@ -450,22 +438,18 @@ impl<W, S> UdClient<W, S> {
     }
 }
 
-/// The outcome a response carries (its metadata and body range, or its status).
-type Outcome = Result<(MetadataMap, std::ops::Range<usize>), Status>;
-
-/// Reads a whole response (UD has no fragments); `Err` if it is malformed.
-fn parse_response(frame: &[u8]) -> Result<Outcome, Status> {
-    let malformed = |why: &str| Status::internal(format!("malformed response: {why}"));
-    let head = ResponseHead::read(frame).map_err(|e| malformed(e.0))?;
-    if frame.len() - head.body_start() != head.body_len as usize {
-        return Err(malformed("body beyond one datagram"));
+/// Reads a whole reply datagram (UD has no fragments) into the call's result; `Err`
+/// if it is malformed. The body range indexes `dgram`.
+fn read_response(dgram: &[u8]) -> Result<Result<Reply, Status>, Status> {
+    let start = codec::read_response(&dgram[UD_HEAD_LEN..])?;
+    if start.body.len() != start.body_len {
+        return Err(Status::internal(
+            "malformed response: body beyond one datagram",
+        ));
     }
-    let metadata = MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT)?;
-    if head.code != 0 {
-        let msg = String::from_utf8_lossy(&frame[head.msg()]).into_owned();
-        let mut s = Status::new(head.code(), msg);
-        *s.metadata_mut() = metadata;
-        return Ok(Err(s));
-    }
-    Ok(Ok((metadata, head.body_start()..frame.len())))
+    let body = start.body.start + UD_HEAD_LEN..start.body.end + UD_HEAD_LEN;
+    Ok(start
+        .outcome
+        .finish(body, |b| Bytes::copy_from_slice(&dgram[b]))
+        .map(|(metadata, body)| Reply::InFrame { metadata, body }))
 }

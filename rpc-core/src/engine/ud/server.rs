@@ -14,15 +14,15 @@
 //! per-peer state is at most `max_sessions × window × (datagram + entry)` bytes.
 
 use std::collections::VecDeque;
-
-use crate::id_map::IdMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use super::wire::{self as ud_wire, UdHead, UD_HEAD_LEN};
-use crate::engine::wire::{Kind, RequestHead, ResponseHead, RESPONSE_HEAD_LEN};
+use crate::engine::codec::{self, StatusCuts};
+use crate::engine::wire::{Kind, RESPONSE_HEAD_LEN};
 use crate::engine::Transmit;
-use crate::metadata::{MetadataMap, DEFAULT_METADATA_LIMIT};
+use crate::id_map::IdMap;
+use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
 use crate::status::Status;
 
@@ -70,6 +70,9 @@ pub struct UdServerStats {
     pub malformed: u64,
     /// Replies that did not fit a datagram (sent as `RESOURCE_EXHAUSTED`).
     pub replies_too_big: u64,
+    /// What fitting statuses into datagrams cut or dropped (see
+    /// [`codec`](crate::engine::codec)).
+    pub cuts: StatusCuts,
     /// Replies of calls whose entry was already forgotten: dropped.
     pub abandoned_replies: u64,
     /// Handshakes refused because `max_sessions` were open.
@@ -121,9 +124,12 @@ struct Session {
     entries: Vec<Entry>,
 }
 
+/// What a duplicate request gets, queued for [`UdServer::poll_transmit`].
 #[derive(Debug)]
-enum Answer {
+enum DuplicateAnswer {
+    /// The call's stored reply, again.
     Replay(u32),
+    /// `IN_PROGRESS`: the call is still running.
     InProgress(u32),
 }
 
@@ -133,7 +139,7 @@ pub struct UdServer {
     cfg: UdServerConfig,
     sessions: IdMap<u32, Session>,
     next_session: u32,
-    answers: VecDeque<(u32, Answer)>,
+    answers: VecDeque<(u32, DuplicateAnswer)>,
     stats: UdServerStats,
 }
 
@@ -272,9 +278,9 @@ impl UdServer {
         if e.id == id && e.state != State::Unseen {
             self.stats.duplicates_suppressed += 1;
             let a = if e.state == State::Running {
-                Answer::InProgress(id)
+                DuplicateAnswer::InProgress(id)
             } else {
-                Answer::Replay(id)
+                DuplicateAnswer::Replay(id)
             };
             self.answers.push_back((head.session, a));
             return None;
@@ -284,29 +290,25 @@ impl UdServer {
         e.id = id;
         e.state = State::Running;
         e.reply.clear();
-        let frame = &dgram[UD_HEAD_LEN..];
-        let parsed = RequestHead::read(frame)
-            .map_err(|m| Status::internal(format!("malformed request datagram: {}", m.0)))
-            .and_then(|h| {
-                if frame.len() - h.body_start() != h.body_len as usize {
-                    return Err(Status::internal(
-                        "malformed request datagram: body beyond one datagram",
-                    ));
-                }
-                let md = MetadataMap::decode(&frame[h.meta()], DEFAULT_METADATA_LIMIT)?;
-                Ok((h, md))
-            });
+        let parsed = codec::read_request(&dgram[UD_HEAD_LEN..]).and_then(|r| {
+            if r.body.len() != r.body_len {
+                return Err(Status::internal(
+                    "malformed request: body beyond one datagram",
+                ));
+            }
+            Ok(r)
+        });
         match parsed {
-            Ok((h, metadata)) => {
+            Ok(r) => {
                 self.stats.executed += 1;
                 let off = UD_HEAD_LEN;
                 Some(UdIncoming {
                     session: head.session,
                     id,
-                    path: h.path().start + off..h.path().end + off,
-                    body: h.body_start() + off..dgram.len(),
-                    metadata,
-                    timeout: h.timeout(),
+                    path: r.path.start + off..r.path.end + off,
+                    body: r.body.start + off..r.body.end + off,
+                    metadata: r.metadata,
+                    timeout: r.timeout,
                 })
             }
             Err(s) => {
@@ -317,7 +319,8 @@ impl UdServer {
                     .respond(head.session, id, Err(s), &mut scratch)
                     .is_some()
                 {
-                    self.answers.push_back((head.session, Answer::Replay(id)));
+                    self.answers
+                        .push_back((head.session, DuplicateAnswer::Replay(id)));
                 }
                 None
             }
@@ -327,7 +330,9 @@ impl UdServer {
     /// Writes the application's answer to call `id` of `session` into `out` and keeps
     /// a copy for replay. A reply that does not fit one datagram becomes
     /// `RESOURCE_EXHAUSTED` naming the limit (the handler ran; it is not run again).
-    /// `None` if the session or the call's entry is gone (the reply is dropped).
+    /// A status goes with its metadata and details, fitted to the datagram by
+    /// [`codec`]'s rule. `None` if the session or the call's entry is gone (the
+    /// reply is dropped).
     pub fn respond(
         &mut self,
         session: u32,
@@ -353,32 +358,27 @@ impl UdServer {
         }
         .write(out);
         let f = &mut out[UD_HEAD_LEN..];
+        let cuts = &mut self.stats.cuts;
         let len = match result {
             Ok((md, msg)) => {
-                let meta_len = md.encoded_len();
                 let body_len = msg.encoded_len();
-                let head_len = RESPONSE_HEAD_LEN + meta_len;
-                if head_len + body_len <= f.len() && meta_len <= DEFAULT_METADATA_LIMIT {
-                    ResponseHead {
-                        body_len: body_len as u32,
-                        code: 0,
-                        msg_len: 0,
-                        meta_len: meta_len as u16,
+                let head_len = RESPONSE_HEAD_LEN + md.encoded_len();
+                match codec::write_response(md, body_len, f) {
+                    Ok(at) if at + body_len <= f.len() => {
+                        msg.encode_to(&mut f[at..at + body_len]);
+                        at + body_len
                     }
-                    .write(f);
-                    md.encode(&mut &mut f[RESPONSE_HEAD_LEN..head_len]);
-                    msg.encode_to(&mut f[head_len..head_len + body_len]);
-                    head_len + body_len
-                } else {
-                    self.stats.replies_too_big += 1;
-                    let s = Status::resource_exhausted(format!(
-                        "reply of {} bytes exceeds the UD payload limit of {datagram} bytes",
-                        UD_HEAD_LEN + head_len + body_len
-                    ));
-                    write_status(&s, f)
+                    _ => {
+                        self.stats.replies_too_big += 1;
+                        let s = Status::resource_exhausted(format!(
+                            "reply of {} bytes exceeds the UD payload limit of {datagram} bytes",
+                            UD_HEAD_LEN + head_len + body_len
+                        ));
+                        codec::write_status(&s, None, f, cuts).len
+                    }
                 }
             }
-            Err(s) => write_status(&s, f),
+            Err(s) => codec::write_status(&s, None, f, cuts).len,
         };
         let len = UD_HEAD_LEN + len;
         if e.reply.capacity() == 0 {
@@ -403,13 +403,13 @@ impl UdServer {
             let Some(sess) = self.sessions.get(&session) else {
                 continue;
             };
-            let (Answer::Replay(id) | Answer::InProgress(id)) = a;
+            let (DuplicateAnswer::Replay(id) | DuplicateAnswer::InProgress(id)) = a;
             let e = &sess.entries[(id % self.cfg.window) as usize];
             if e.id != id {
                 continue;
             }
             match (a, e.state) {
-                (Answer::Replay(_), State::Done) => {
+                (DuplicateAnswer::Replay(_), State::Done) => {
                     self.stats.replays += 1;
                     out[..e.reply.len()].copy_from_slice(&e.reply);
                     return Some((
@@ -420,7 +420,7 @@ impl UdServer {
                         },
                     ));
                 }
-                (Answer::InProgress(_), State::Running) => {
+                (DuplicateAnswer::InProgress(_), State::Running) => {
                     self.stats.in_progress += 1;
                     UdHead {
                         session,
@@ -432,7 +432,7 @@ impl UdServer {
                         session,
                         Transmit {
                             len: UD_HEAD_LEN,
-                            imm: ud_wire::imm(Kind::Cr, id),
+                            imm: ud_wire::imm(Kind::InProgress, id),
                         },
                     ));
                 }
@@ -441,26 +441,4 @@ impl UdServer {
         }
         None
     }
-}
-
-/// An error response with its message cut to fit.
-fn write_status(s: &Status, out: &mut [u8]) -> usize {
-    let room = out.len() - RESPONSE_HEAD_LEN;
-    let mut msg = s.message().as_bytes();
-    if msg.len() > room {
-        let mut cut = room;
-        while !s.message().is_char_boundary(cut) {
-            cut -= 1;
-        }
-        msg = &msg[..cut];
-    }
-    ResponseHead {
-        body_len: 0,
-        code: s.code() as u8,
-        msg_len: msg.len() as u16,
-        meta_len: 0,
-    }
-    .write(out);
-    out[RESPONSE_HEAD_LEN..RESPONSE_HEAD_LEN + msg.len()].copy_from_slice(msg);
-    RESPONSE_HEAD_LEN + msg.len()
 }

@@ -10,7 +10,7 @@ use super::wire::UD_HEAD_LEN;
 use super::*;
 use crate::code::Code;
 use crate::engine::wire::Kind;
-use crate::engine::Reply;
+use crate::engine::{CallHead, Reply};
 use crate::metadata::MetadataMap;
 
 /// Raw bytes as a message.
@@ -146,9 +146,7 @@ fn run(seed: u64, k: Knobs, n: u64, window: u32, timeout: Option<Duration>) -> O
                     now,
                     started,
                     slot.clone(),
-                    "/s/m",
-                    &md,
-                    timeout,
+                    &CallHead::new("/s/m", &md, timeout),
                     &Raw(body),
                     &mut out,
                 )
@@ -284,10 +282,11 @@ fn stray_and_duplicate_replies_are_dropped_and_counted() {
     let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 4, DGRAM));
     let now = Instant::now();
     let md = MetadataMap::new();
+    let head = CallHead::new("/s/m", &md, None);
     let mut out = vec![0u8; DGRAM];
     assert!(c.reserve());
     let (id, t) = c
-        .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+        .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
         .map_err(|e| e.0)
         .unwrap();
     let req = out[..t.len].to_vec();
@@ -320,7 +319,7 @@ fn stray_and_duplicate_replies_are_dropped_and_counted() {
     // A reply that does not read still ends its call (INTERNAL), counted.
     assert!(c.reserve());
     let (id2, _) = c
-        .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+        .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
         .map_err(|e| e.0)
         .unwrap();
     let mut junk = reply[..UD_HEAD_LEN].to_vec();
@@ -367,12 +366,13 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
     let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 2, DGRAM));
     let now = Instant::now();
     let md = MetadataMap::new();
+    let head = CallHead::new("/s/m", &md, None);
     let mut out = vec![0u8; DGRAM];
     let mut reqs = Vec::new();
     for _ in 0..2 {
         assert!(c.reserve());
         let (_, t) = c
-            .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+            .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
             .map_err(|e| e.0)
             .unwrap();
         reqs.push((t.imm, out[..t.len].to_vec()));
@@ -390,7 +390,7 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
     // The next request acknowledges both: their stored replies go.
     assert!(c.reserve());
     let (_, t) = c
-        .start_call(now, (), (), "/s/m", &md, None, &Raw(vec![1]), &mut out)
+        .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
         .map_err(|e| e.0)
         .unwrap();
     let r3 = out[..t.len].to_vec();
@@ -409,16 +409,7 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
     // A request too big for a datagram never leaves the client.
     assert!(c.reserve());
     let e = c
-        .start_call(
-            now,
-            (),
-            (),
-            "/s/m",
-            &md,
-            None,
-            &Raw(vec![0; DGRAM]),
-            &mut out,
-        )
+        .start_call(now, (), (), &head, &Raw(vec![0; DGRAM]), &mut out)
         .unwrap_err();
     assert_eq!(e.0.code(), Code::ResourceExhausted);
     assert!(e
@@ -449,4 +440,145 @@ fn window_bounds_the_client_and_the_server_forgets_acknowledged_calls() {
     let late = s.handle_datagram(now, 5, reqs[1].0, &reqs[1].1);
     assert!(late.is_none());
     assert_eq!(s.stats().unknown_session, 1);
+}
+
+#[test]
+fn a_duplicate_of_a_running_call_is_answered_in_progress_and_a_credit_return_is_not_ud() {
+    let mut s = UdServer::new(UdServerConfig {
+        window: 4,
+        datagram: DGRAM,
+        max_sessions: 1,
+    });
+    let sess = s.open_session(5, DGRAM).unwrap();
+    let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 4, DGRAM));
+    let now = Instant::now();
+    let md = MetadataMap::new();
+    let mut out = vec![0u8; DGRAM];
+    assert!(c.reserve());
+    let (id, t) = c
+        .start_call(
+            now,
+            (),
+            (),
+            &CallHead::new("/s/m", &md, None),
+            &Raw(vec![1]),
+            &mut out,
+        )
+        .map_err(|e| e.0)
+        .unwrap();
+    let req = out[..t.len].to_vec();
+    assert!(s.handle_datagram(now, 5, t.imm, &req).is_some());
+    // A retransmission arrives while the handler runs: it does not run again.
+    assert!(s.handle_datagram(now, 5, t.imm, &req).is_none());
+    let (_, a) = s.poll_transmit(&mut out).unwrap();
+    assert_eq!(
+        crate::engine::wire::parse_imm(a.imm),
+        Some((Kind::InProgress, id))
+    );
+    let answer = out[..a.len].to_vec();
+    // The client keeps waiting: the call stays open, its next retransmission moves.
+    let later = now + Duration::from_millis(1);
+    assert!(c.handle_datagram(later, a.imm, &answer).is_none());
+    assert_eq!(c.stats().in_progress, 1);
+    assert_eq!(c.open_calls(), 1);
+    assert_eq!(c.poll_timeout(), Some(later + c.rto()));
+    // RC's credit return (kind 7, once UD's "in progress") means nothing on UD.
+    let cr = super::wire::imm(Kind::Cr, id);
+    assert!(c.handle_datagram(later, cr, &answer).is_none());
+    let st = c.stats();
+    assert_eq!((st.in_progress, st.malformed), (1, 1));
+    assert_eq!(c.open_calls(), 1);
+}
+
+/// One UD call answered with `status`: the client's view of it, and the server.
+fn ud_status_round_trip(status: Status) -> (Status, UdServer) {
+    let mut s = UdServer::new(UdServerConfig {
+        window: 4,
+        datagram: DGRAM,
+        max_sessions: 1,
+    });
+    let sess = s.open_session(5, DGRAM).unwrap();
+    let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, 4, DGRAM));
+    let now = Instant::now();
+    let md = MetadataMap::new();
+    let mut out = vec![0u8; DGRAM];
+    assert!(c.reserve());
+    let (_, t) = c
+        .start_call(
+            now,
+            (),
+            (),
+            &CallHead::new("/s/m", &md, None),
+            &Raw(vec![1]),
+            &mut out,
+        )
+        .map_err(|e| e.0)
+        .unwrap();
+    let req = out[..t.len].to_vec();
+    let inc = s.handle_datagram(now, 5, t.imm, &req).unwrap();
+    let t = s.respond(sess, inc.id, Err(status), &mut out).unwrap();
+    assert!(t.len <= DGRAM);
+    let reply = out[..t.len].to_vec();
+    // A duplicate request gets the same reply, replayed from the server's copy.
+    assert!(s.handle_datagram(now, 5, req_imm(&req), &req).is_none());
+    let (_, rt) = s.poll_transmit(&mut out).unwrap();
+    assert_eq!(&out[..rt.len], &reply[..]);
+    let e = c
+        .handle_datagram(now, t.imm, &reply)
+        .unwrap()
+        .result
+        .unwrap_err();
+    (e, s)
+}
+
+fn req_imm(req: &[u8]) -> u32 {
+    let id = u32::from_be_bytes(req[4..8].try_into().unwrap());
+    super::wire::imm(Kind::Req, id)
+}
+
+fn rich_status(details: usize) -> Status {
+    let mut s = Status::with_details(
+        Code::FailedPrecondition,
+        "quota spent",
+        bytes::Bytes::from(vec![3u8; details]),
+    );
+    s.metadata_mut().insert("retry-after", "5".parse().unwrap());
+    s.metadata_mut().insert_bin(
+        "trace-bin",
+        crate::metadata::MetadataValue::from_bytes(&[0, 1, 255]),
+    );
+    s
+}
+
+#[test]
+fn a_ud_status_keeps_its_metadata_and_details() {
+    let sent = rich_status(200);
+    let (e, s) = ud_status_round_trip(sent.clone());
+    assert_eq!((e.code(), e.message()), (sent.code(), sent.message()));
+    assert_eq!(
+        e.metadata(),
+        sent.metadata(),
+        "metadata no longer lost on UD"
+    );
+    assert_eq!(e.details(), sent.details());
+    assert_eq!(s.stats().cuts, crate::engine::codec::StatusCuts::default());
+}
+
+#[test]
+fn a_ud_status_too_big_for_its_datagram_loses_its_details_whole_never_its_code() {
+    let sent = rich_status(DGRAM);
+    let (e, s) = ud_status_round_trip(sent.clone());
+    assert_eq!((e.code(), e.message()), (sent.code(), sent.message()));
+    assert_eq!(e.metadata(), sent.metadata());
+    assert!(e.details().is_empty());
+    assert_eq!(s.stats().cuts.details_dropped, 1);
+
+    // Metadata larger than the datagram: dropped whole, counted; the message stays.
+    let mut sent = Status::new(Code::Aborted, "conflict");
+    sent.metadata_mut()
+        .insert("big", "x".repeat(DGRAM).parse().unwrap());
+    let (e, s) = ud_status_round_trip(sent);
+    assert_eq!((e.code(), e.message()), (Code::Aborted, "conflict"));
+    assert!(e.metadata().is_empty());
+    assert_eq!(s.stats().cuts.metadata_dropped, 1);
 }

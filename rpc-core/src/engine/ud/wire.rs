@@ -12,8 +12,14 @@
 //! | kind | dir | name | payload after the UD header |
 //! | --- | --- | --- | --- |
 //! | 1 | c→s | `REQ` | [`RequestHead`](crate::engine::wire::RequestHead), path, metadata, the whole body |
-//! | 5 | s→c | `RESP` | [`ResponseHead`](crate::engine::wire::ResponseHead), status message, metadata, the whole body |
-//! | 7 | s→c | `IN_PROGRESS` | nothing: "the call is running, keep waiting" |
+//! | 5 | s→c | `RESP` | [`ResponseHead`](crate::engine::wire::ResponseHead), status message, metadata, the whole body (the response message, or for an error the status's details) |
+//! | 8 | s→c | `IN_PROGRESS` | nothing: "the call is running, keep waiting" |
+//!
+//! Every other kind is malformed on UD (dropped and counted), including RC's `CR`
+//! (7), which UD used for `IN_PROGRESS` before it had a kind of its own. A status
+//! and its details must fit the one datagram: the cut-to-fit rule is
+//! [`codec`](crate::engine::codec)'s (the code never changes; metadata or details
+//! that do not fit are dropped whole, counted and logged).
 //!
 //! # UD header (12 bytes at the head of every datagram, big endian)
 //!

@@ -100,7 +100,7 @@ pub(crate) trait Link: Send + 'static {
     fn on_kick(&mut self);
 
     /// The engine's next timer (a deadline or a retransmission).
-    fn poll_timeout(&self) -> Option<Instant>;
+    fn poll_timeout(&mut self) -> Option<Instant>;
 
     /// Runs the engine's timers due at `now`. Returns whether calls ended.
     fn handle_timeout(&mut self, now: Instant) -> bool;

@@ -226,7 +226,7 @@ impl Link for RcLink {
         let slot = self.ring.acquire().expect("reserved by poll_ready");
         let (id, t) = match self
             .engine
-            .start_call(now, reply, head, body, self.ring.buf(&slot))
+            .start_call(now, reply, &head, body, self.ring.buf(&slot))
         {
             Ok(started) => started,
             Err(s) => {
@@ -300,7 +300,7 @@ impl Link for RcLink {
         self.send_queued();
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         self.engine.poll_timeout()
     }
 

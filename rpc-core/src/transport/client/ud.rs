@@ -177,7 +177,7 @@ impl Link for UdLink {
         self.promised.redeem();
         let slot = self.ring.acquire().expect("reserved by poll_ready");
         let buf = self.ring.buf(&slot);
-        match self.engine.start_call(now, reply, slot, head, body, buf) {
+        match self.engine.start_call(now, reply, slot, &head, body, buf) {
             Ok((id, t)) => {
                 // The engine holds the slot; post it from there. A refused post is a
                 // lost datagram, which the retransmission timer covers.
@@ -244,7 +244,7 @@ impl Link for UdLink {
 
     fn on_kick(&mut self) {}
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         self.engine.poll_timeout()
     }
 
