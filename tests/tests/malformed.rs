@@ -5,9 +5,10 @@
 use std::time::{Duration, Instant};
 
 use rpc_core::client::Grpc;
+use rpc_core::handshake::{check_rc, ClientHello, RcAsk};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::Request;
-use rpc_transport::msg::{handshake, Hello, RecvPool, RecvTarget, SendRing};
+use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing};
 use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion};
 use tests::{path, serve_echo, Echo};
 
@@ -42,19 +43,19 @@ async fn garbage_frames_are_answered_and_crash_nothing() {
     };
     let qp = std::sync::Arc::new(pd.create_qp(&init).unwrap());
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let hello = Hello {
-        flags: 0,
-        endpoint: qp.endpoint(5).unwrap(),
-        slot_size: 8192,
+    let hello = ClientHello::new(RcAsk {
         credits: 8,
+        slot_size: 8192,
         max_message: 1 << 20,
-    };
-    handshake::send(&mut tcp, &hello).await.unwrap();
+    });
+    handshake::send(&mut tcp, &qp.endpoint(5).unwrap(), &hello.encode())
+        .await
+        .unwrap();
     let reply = handshake::recv(&mut tcp).await.unwrap();
-    assert!(!reply.rejected());
+    let grant = check_rc(&hello, &reply.payload).unwrap();
     qp.connect_rc(&reply.endpoint, 5, AccessFlags::empty())
         .unwrap();
-    let slot = reply.slot_size as usize;
+    let slot = grant.slot_size as usize;
     let pool = RecvPool::new(&pd, RecvTarget::Qp(qp.clone()), 8, slot, None).unwrap();
     let mut ring = SendRing::new(&pd, qp.clone(), 8, slot).unwrap();
 

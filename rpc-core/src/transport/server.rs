@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rpc_transport::msg::{self, handshake, Hello, RecvPool, RecvTarget, SendRing};
+use rpc_transport::msg::{self, handshake, RecvPool, RecvTarget, SendRing};
 use rpc_transport::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpInitAttr, QpType, SharedReceiveQueue,
-    SrqInitAttr, WcOpcode, WorkCompletion,
+    AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpEndpoint, QpInitAttr, QpType,
+    SharedReceiveQueue, SrqInitAttr, WcOpcode, WorkCompletion,
 };
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -19,6 +19,7 @@ use tower::Service;
 
 use super::lock;
 use crate::engine::{ServerConfig, ServerConn};
+use crate::handshake::{asks_ud, decide, Availability, Capabilities, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use crate::status::Status;
@@ -437,44 +438,40 @@ fn handle(
 async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
     let hello = handshake::recv(&mut tcp).await?;
+    if let (Some(ud), true) = (&sh.ud, asks_ud(&hello.payload)) {
+        return ud.clone().accept(tcp, hello).await;
+    }
     let s = &sh.settings;
-    if hello.is_ud() || !s.ud.accept_rc {
-        return match (&sh.ud, hello.is_ud()) {
-            (Some(ud), true) => ud.clone().accept(tcp, hello).await,
-            _ => {
-                let mut no = hello;
-                no.flags = handshake::FLAG_REJECTED
-                    | handshake::FLAG_TRANSPORT_OFF
-                    | (hello.flags & handshake::FLAG_UD);
-                handshake::send(&mut tcp, &no).await?;
-                if hello.is_ud() {
-                    let ud = rpc_transport::msg::UdHello {
-                        session: 0,
-                        qkey: 0,
-                        flags: 0,
-                    };
-                    handshake::send_ud(&mut tcp, &ud).await?;
-                }
-                Err(Error::new("this server does not accept that transport"))
-            }
-        };
-    }
-    // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames.
-    let credits = hello.credits.min(s.credits + 1).max(2);
-    let granted = {
-        let mut g = lock(&sh.granted);
-        let ok = *g + credits <= sh.pool_slots;
-        if ok {
-            *g += credits;
-        }
-        ok
+    let policy = Policy {
+        // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames.
+        rc: s.ud.accept_rc.then_some(RcPolicy {
+            credits: s.credits + 1,
+            slot_size: s.slot_size as u32,
+        }),
+        ud: None,
+        max_message: s.max_message as u64,
+        capabilities: Capabilities::SUPPORTED,
     };
-    if !granted {
-        let mut no = hello;
-        no.flags = handshake::FLAG_REJECTED;
-        handshake::send(&mut tcp, &no).await?;
-        return Err(Error::new("receive pool fully granted; connection refused"));
-    }
+    let decision = {
+        let mut g = lock(&sh.granted);
+        let now = Availability {
+            receive_credits_free: sh.pool_slots.saturating_sub(*g),
+            ud_sessions_open: 0,
+        };
+        let d = decide(&hello.payload, &policy, &now).into_rc();
+        if let Ok((_, grant)) = &d {
+            *g += grant.credits;
+        }
+        d
+    };
+    let (ask, grant) = match decision {
+        Ok(x) => x,
+        Err(no) => {
+            handshake::send(&mut tcp, &QpEndpoint::default(), &no.encode()).await?;
+            return Err(Error::new(no.to_string()));
+        }
+    };
+    let credits = grant.credits;
     let release = |sh: &Shared| *lock(&sh.granted) -= credits;
     let setup = || -> Result<_, Error> {
         let mut init = QpInitAttr::new(QpType::Rc, &sh.cq, &sh.cq);
@@ -493,7 +490,7 @@ async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
         let engine = ServerConn::new(ServerConfig {
             frame_size: s.slot_size,
             max_recv_message: s.max_message,
-            max_send_message: s.max_message.min(hello.max_message as usize),
+            max_send_message: s.max_message.min(ask.max_message as usize),
             buffer_cap: 2 * s.max_message + s.slot_size,
         });
         Ok((qp, psn, Arc::new(SConn::new(engine, ring))))
@@ -507,15 +504,9 @@ async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
     };
     let qpn = qp.qp_num();
     lock(&sh.conns).insert(qpn, conn.clone());
-    let reply = Hello {
-        flags: 0,
-        endpoint: qp.endpoint(psn)?,
-        slot_size: s.slot_size as u32,
-        credits,
-        max_message: s.max_message as u64,
-    };
+    let endpoint = qp.endpoint(psn)?;
     drop(qp);
-    if let Err(e) = handshake::send(&mut tcp, &reply).await {
+    if let Err(e) = handshake::send(&mut tcp, &endpoint, &grant.encode()).await {
         lock(&sh.conns).remove(&qpn);
         release(&sh);
         return Err(e.into());

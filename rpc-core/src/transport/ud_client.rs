@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use rpc_transport::msg::handshake::{self, Hello, UdHello};
+use rpc_transport::msg::handshake;
 use rpc_transport::msg::{self, RecvPool, RecvTarget, UdDestination, UdSendRing, UdSlot};
 use rpc_transport::{
     AhAttr, CompletionQueue, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion, GRH_LEN,
@@ -29,6 +29,7 @@ use super::ready::ReadyWaiters;
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::{UdClient, UdClientConfig, UdClientStats, UdCompletion};
 use crate::engine::Reply;
+use crate::handshake::{check_ud, ClientHello, HandshakeError, UdAsk};
 use crate::payload::Payload;
 use crate::server::BoxFuture;
 use crate::status::Status;
@@ -92,41 +93,19 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<UdChannel, Error> {
     };
     let qp = Arc::new(pd.create_qp(&init)?);
     qp.activate_ud(QKEY, 0)?;
-    let hello = Hello {
-        flags: handshake::FLAG_UD,
-        endpoint: qp.endpoint(0)?,
-        slot_size: limit as u32,
-        credits: window,
+    let hello = ClientHello::new(UdAsk {
+        window,
+        datagram: limit as u32,
         max_message: s.max_message as u64,
-    };
-    handshake::send(&mut tcp, &hello).await?;
-    handshake::send_ud(
-        &mut tcp,
-        &UdHello {
-            session: 0,
-            qkey: QKEY,
-            flags: 0,
-        },
-    )
-    .await?;
-    let reply = handshake::recv(&mut tcp).await?;
-    if !reply.is_ud() {
-        return Err(Error::new("the server answered a UD handshake without UD"));
-    }
-    let ud = handshake::recv_ud(&mut tcp).await?;
-    if reply.rejected() {
-        if reply.flags & handshake::FLAG_SESSIONS_FULL != 0 {
-            return Err(Error::new(format!(
-                "server refused the UD session: its limit of {} UD sessions is reached",
-                reply.credits
-            )));
-        }
-        return Err(Error::new(
-            "server refused the UD session (it does not serve UD)",
-        ));
-    }
-    let datagram = (reply.slot_size as usize).min(limit);
-    let window = reply.credits.clamp(1, window);
+        qkey: QKEY,
+    });
+    handshake::send(&mut tcp, &qp.endpoint(0)?, &hello.encode()).await?;
+    let reply = handshake::recv(&mut tcp)
+        .await
+        .map_err(HandshakeError::from)?;
+    let ud = check_ud(&hello, &reply.payload)?;
+    let datagram = ud.datagram as usize;
+    let window = ud.window;
     let ah = Arc::new(pd.create_ah(&AhAttr::from_endpoint(
         &reply.endpoint,
         dev.preferred_gid_index(),
@@ -162,7 +141,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<UdChannel, Error> {
         kick: Notify::new(),
         shutdown: Notify::new(),
         closing: AtomicBool::new(false),
-        accepts_rc: ud.accepts_rc(),
+        accepts_rc: ud.accepts_rc,
         rc: OnceCell::new(),
         endpoint: rc_ep,
     });
