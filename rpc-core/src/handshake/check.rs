@@ -3,6 +3,8 @@
 use std::fmt;
 use std::io;
 
+use rpc_transport::msg::handshake::Stranger;
+
 use super::{Answer, ClientHello, RcAsk, RcGrant, Reject, Transport, UdAsk, UdGrant, VERSION};
 use crate::engine::MIN_FRAME;
 
@@ -51,6 +53,9 @@ impl std::error::Error for HandshakeError {}
 /// Failures of the exchange that carries the answer.
 impl From<io::Error> for HandshakeError {
     fn from(e: io::Error) -> HandshakeError {
+        if Stranger::of(&e).is_some() {
+            return HandshakeError::BadAnswer("not an rdma-rpc peer (bad handshake magic)".into());
+        }
         match e.kind() {
             io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset => HandshakeError::Closed,
             _ => HandshakeError::Io(e.to_string()),

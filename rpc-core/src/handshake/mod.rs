@@ -18,6 +18,8 @@
 //! * [`check_rc`], [`check_ud`] (client): its hello and the answer bytes → the
 //!   negotiated parameters, or a [`HandshakeError`] that says why in words a user
 //!   can act on.
+//! * [`OldPeer`]: recognises a version-1 peer (which sent its hello without the
+//!   exchange's framing) and answers it in its own format, so it too learns why.
 //!
 //! # Wire layout
 //!
@@ -80,6 +82,7 @@ mod capabilities;
 mod check;
 mod decide;
 mod hello;
+mod legacy;
 mod reject;
 #[cfg(test)]
 mod tests;
@@ -89,6 +92,7 @@ pub use capabilities::Capabilities;
 pub use check::{check_rc, check_ud, HandshakeError};
 pub use decide::{asks_ud, decide, Availability, Decision, Policy, RcPolicy, UdPolicy};
 pub use hello::{Ask, ClientHello, RcAsk, UdAsk};
+pub use legacy::OldPeer;
 pub use reject::Reject;
 
 /// Magic at the head of every negotiation message.

@@ -2,6 +2,8 @@
 
 use std::io;
 
+use rpc_transport::msg::handshake as exchange;
+
 use super::*;
 use crate::engine::MIN_FRAME;
 
@@ -537,10 +539,17 @@ fn answers_of_the_wrong_shape_are_errors() {
     assert!(rc_error(&b).contains("unknown transport 5"));
 }
 
-// ---- the exchange's failures ----
+// ---- the exchange's failures, and version-1 peers ----
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
 
 #[test]
-fn a_closed_connection_reads_clearly() {
+fn a_closed_connection_or_a_stranger_reads_clearly() {
     let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
     let e = HandshakeError::from(eof);
     assert_eq!(e, HandshakeError::Closed);
@@ -548,7 +557,38 @@ fn a_closed_connection_reads_clearly() {
         e.to_string().contains("older than protocol version 2"),
         "{e}"
     );
+
+    let e = block_on(exchange::recv(&mut &b"HTTP/1.1 400"[..])).unwrap_err();
+    assert_eq!(
+        HandshakeError::from(e).to_string(),
+        "not an rdma-rpc peer (bad handshake magic)"
+    );
     assert!(HandshakeError::from(io::Error::other("boom"))
         .to_string()
         .contains("boom"));
+}
+
+#[test]
+fn a_version_1_peer_is_recognised_and_answered_in_its_format() {
+    // The first bytes of a version-1 hello: magic, version 1, flags.
+    let v1 = b"RRPC\x00\x01\x00\x00";
+    let e = block_on(exchange::recv(&mut &v1[..])).unwrap_err();
+    let old = OldPeer::recognize(&e).expect("an old rdma-rpc peer");
+    assert_eq!(old.version(), 1);
+    assert_eq!(
+        old.to_string(),
+        "peer speaks rdma-rpc protocol version 1, this side 2"
+    );
+    // What a version-1 client reads: 50 bytes, "RRPC", version 2 (which it refuses
+    // as "peer speaks protocol version 2, this side 1"), the rejected flag.
+    let b = old.refusal();
+    assert_eq!(b.len(), 50);
+    assert_eq!(&b[0..4], b"RRPC");
+    assert_eq!(u16::from_be_bytes([b[4], b[5]]), 2);
+    assert_eq!(u16::from_be_bytes([b[6], b[7]]), 1);
+
+    // Another stranger is not an old peer.
+    let e = block_on(exchange::recv(&mut &b"GET / HTTP/1.1"[..])).unwrap_err();
+    assert!(OldPeer::recognize(&e).is_none());
+    assert!(OldPeer::recognize(&io::Error::other("x")).is_none());
 }

@@ -12,6 +12,7 @@ use rpc_transport::{
     AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpEndpoint, QpInitAttr, QpType,
     SharedReceiveQueue, SrqInitAttr, WcOpcode, WorkCompletion,
 };
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tower::util::BoxCloneService;
@@ -19,7 +20,7 @@ use tower::Service;
 
 use super::lock;
 use crate::engine::{ServerConfig, ServerConn};
-use crate::handshake::{asks_ud, decide, Availability, Capabilities, Policy, RcPolicy};
+use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use crate::status::Status;
@@ -437,7 +438,16 @@ fn handle(
 /// The server half of the handshake, then the liveness watch.
 async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
-    let hello = handshake::recv(&mut tcp).await?;
+    let hello = match handshake::recv(&mut tcp).await {
+        Ok(h) => h,
+        Err(e) => {
+            if let Some(old) = OldPeer::recognize(&e) {
+                tcp.write_all(&old.refusal()).await?;
+                return Err(Error::new(old.to_string()));
+            }
+            return Err(e.into());
+        }
+    };
     if let (Some(ud), true) = (&sh.ud, asks_ud(&hello.payload)) {
         return ud.clone().accept(tcp, hello).await;
     }
