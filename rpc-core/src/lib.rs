@@ -11,6 +11,7 @@ mod code;
 #[doc(hidden)]
 pub mod codegen;
 pub mod engine;
+pub mod handshake;
 mod id_map;
 pub mod metadata;
 mod payload;

@@ -1,188 +1,134 @@
-//! The connection handshake over an out-of-band TCP connection to `host:port`.
+//! The out-of-band queue-pair exchange over a TCP connection to `host:port`.
 //!
-//! The client sends a [`Hello`] with its QP endpoint and what it asks for; the server
-//! connects its QP to the client's and answers with its own `Hello` (what it grants,
-//! or the `REJECTED` flag); then the client connects its QP. The TCP connection stays
-//! open for the life of the RDMA connection: its closing is how each side learns
-//! that the other is gone (a process that dies closes it too).
+//! Each side sends one [`Envelope`]: its QP endpoint and an opaque payload that the
+//! layer above reads (rdma-rpc puts its versioned negotiation there; this crate never
+//! looks inside). The TCP connection stays open for the life of the RDMA connection:
+//! its closing ([`closed`]) is how each side learns that the other is gone (a process
+//! that dies closes it too).
 //!
-//! Wire layout (big endian, [`Hello::WIRE_LEN`] bytes):
+//! Wire layout of one envelope (big endian, [`HEADER_LEN`] bytes then the payload):
 //! ```text
-//! 0 magic "RRPC"  4 version:u16  6 flags:u16 (bit 0 = rejected)
-//! 8 QpEndpoint (26 bytes, QpEndpoint::to_bytes)
-//! 34 slot_size:u32  38 credits:u32  42 max_message:u64
+//! 0 magic "QPEX"  4 payload_len:u16  6 QpEndpoint (26 bytes, QpEndpoint::to_bytes)
+//! 32 payload (payload_len bytes, at most MAX_PAYLOAD)
 //! ```
-//! `slot_size` is the frame size both sides use (the server's wins), `credits` the
-//! frames the client may have unanswered (receives the server reserves for it), and
-//! `max_message` the largest message body each side accepts.
-//!
-//! # UD sessions (flag bit 1, [`FLAG_UD`])
-//!
-//! A client that calls over UD sets [`FLAG_UD`]; its `endpoint` is then its UD QP,
-//! `credits` the calls it wants outstanding (its window) and `slot_size` the largest
-//! datagram payload it can receive. A [`UdHello`] (12 bytes) follows each `Hello`
-//! that carries the flag, in both directions:
-//! ```text
-//! 0 session:u32 (server-assigned; 0 from the client)  4 qkey:u32
-//! 8 ud_flags:u32 (bit 0 = the server also accepts RC connections)
-//! ```
-//! The server answers with its UD QP as `endpoint`, the window it grants as
-//! `credits`, and the UD payload limit (the smaller of both sides' datagrams) as
-//! `slot_size`. A refusal sets [`FLAG_REJECTED`]; with [`FLAG_SESSIONS_FULL`] as well,
-//! `credits` is the server's session limit that was reached. Peers that never set
-//! `FLAG_UD` exchange exactly the bytes of version 1 without it, so RC is unchanged.
+//! The magic is this framing's own: a peer that sends anything else is refused at
+//! once, after its first 6 bytes, with a [`Stranger`] error carrying them (so the
+//! layer above can recognise an older protocol of its own and answer it in kind).
+//! A side with no queue pair to offer (one that refuses) sends
+//! `QpEndpoint::default()`.
 
+use std::fmt;
 use std::io;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::addr::QpEndpoint;
 
-/// Protocol magic.
-pub const MAGIC: [u8; 4] = *b"RRPC";
-/// Current protocol version; a peer with another version is refused.
-pub const VERSION: u16 = 1;
-/// Flag: the server refuses the connection (e.g. its receive pool is fully granted).
-pub const FLAG_REJECTED: u16 = 1;
-/// Flag: a UD session, not an RC connection; a [`UdHello`] follows the `Hello`.
-pub const FLAG_UD: u16 = 2;
-/// Flag (with [`FLAG_REJECTED`]): the server's UD session limit, in `credits`, is reached.
-pub const FLAG_SESSIONS_FULL: u16 = 4;
-/// Flag (with [`FLAG_REJECTED`]): the server does not serve the transport asked for
-/// (RC on a server built with `accept_rc(false)`, or UD on one without a UD side).
-pub const FLAG_TRANSPORT_OFF: u16 = 8;
-/// `UdHello::flags` bit: the server accepts RC connections too.
-pub const UD_ACCEPTS_RC: u32 = 1;
+/// Framing magic of the exchange.
+pub const MAGIC: [u8; 4] = *b"QPEX";
+/// Largest payload an envelope carries; a longer one is refused by both sides.
+pub const MAX_PAYLOAD: usize = 4096;
+/// Bytes before the payload: magic, payload length, endpoint.
+pub const HEADER_LEN: usize = 6 + QpEndpoint::WIRE_LEN;
+/// Bytes read before the magic is checked.
+const HEAD_LEN: usize = 6;
 
-/// The UD part of a handshake (after a `Hello` with [`FLAG_UD`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdHello {
-    /// Session id the server assigned (0 from the client).
-    pub session: u32,
-    /// Q_Key of the sender's UD QP.
-    pub qkey: u32,
-    /// [`UD_ACCEPTS_RC`].
-    pub flags: u32,
-}
-
-impl UdHello {
-    /// Encoded size.
-    pub const WIRE_LEN: usize = 12;
-
-    /// Encodes.
-    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
-        let mut b = [0u8; Self::WIRE_LEN];
-        b[0..4].copy_from_slice(&self.session.to_be_bytes());
-        b[4..8].copy_from_slice(&self.qkey.to_be_bytes());
-        b[8..12].copy_from_slice(&self.flags.to_be_bytes());
-        b
-    }
-
-    /// Decodes.
-    pub fn from_bytes(b: &[u8; Self::WIRE_LEN]) -> UdHello {
-        let w = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        UdHello {
-            session: w(0),
-            qkey: w(4),
-            flags: w(8),
-        }
-    }
-
-    /// Whether the server accepts RC connections too.
-    pub fn accepts_rc(&self) -> bool {
-        self.flags & UD_ACCEPTS_RC != 0
-    }
-}
-
-/// One side's half of the handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hello {
-    /// Flags ([`FLAG_REJECTED`]).
-    pub flags: u16,
-    /// The sender's QP.
+/// What one side sends: its QP and the upper layer's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// The sender's QP (all zeros from a side that has none to offer).
     pub endpoint: QpEndpoint,
-    /// Frame (slot) size in bytes.
-    pub slot_size: u32,
-    /// Credits asked for (client) or granted (server).
-    pub credits: u32,
-    /// Largest message body the sender accepts.
-    pub max_message: u64,
+    /// Opaque to this crate, at most [`MAX_PAYLOAD`] bytes.
+    pub payload: Vec<u8>,
 }
 
-impl Hello {
-    /// Encoded size.
-    pub const WIRE_LEN: usize = 8 + QpEndpoint::WIRE_LEN + 4 + 4 + 8;
-
-    /// Encodes.
-    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
-        let mut b = [0u8; Self::WIRE_LEN];
-        b[0..4].copy_from_slice(&MAGIC);
-        b[4..6].copy_from_slice(&VERSION.to_be_bytes());
-        b[6..8].copy_from_slice(&self.flags.to_be_bytes());
-        b[8..34].copy_from_slice(&self.endpoint.to_bytes());
-        b[34..38].copy_from_slice(&self.slot_size.to_be_bytes());
-        b[38..42].copy_from_slice(&self.credits.to_be_bytes());
-        b[42..50].copy_from_slice(&self.max_message.to_be_bytes());
-        b
-    }
-
-    /// Decodes, refusing another magic or version.
-    pub fn from_bytes(b: &[u8; Self::WIRE_LEN]) -> io::Result<Hello> {
-        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
-        if b[0..4] != MAGIC {
-            return Err(bad("not an rdma-rpc peer (bad handshake magic)".into()));
+impl Envelope {
+    /// Encodes, refusing a payload over [`MAX_PAYLOAD`].
+    pub fn to_bytes(&self) -> io::Result<Vec<u8>> {
+        let len = self.payload.len();
+        if len > MAX_PAYLOAD {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, oversize(len)));
         }
-        let version = u16::from_be_bytes([b[4], b[5]]);
-        if version != VERSION {
-            return Err(bad(format!(
-                "peer speaks protocol version {version}, this side {VERSION}"
-            )));
-        }
-        let endpoint = QpEndpoint::from_bytes(&b[8..34]).map_err(|e| bad(e.to_string()))?;
-        Ok(Hello {
-            flags: u16::from_be_bytes([b[6], b[7]]),
-            endpoint,
-            slot_size: u32::from_be_bytes(b[34..38].try_into().expect("4 bytes")),
-            credits: u32::from_be_bytes(b[38..42].try_into().expect("4 bytes")),
-            max_message: u64::from_be_bytes(b[42..50].try_into().expect("8 bytes")),
-        })
-    }
-
-    /// Whether the server refused.
-    pub fn rejected(&self) -> bool {
-        self.flags & FLAG_REJECTED != 0
-    }
-
-    /// Whether this is a UD session's hello (a [`UdHello`] follows it).
-    pub fn is_ud(&self) -> bool {
-        self.flags & FLAG_UD != 0
+        let mut b = Vec::with_capacity(HEADER_LEN + len);
+        b.extend_from_slice(&MAGIC);
+        b.extend_from_slice(&(len as u16).to_be_bytes());
+        b.extend_from_slice(&self.endpoint.to_bytes());
+        b.extend_from_slice(&self.payload);
+        Ok(b)
     }
 }
 
-/// Writes the UD part that follows a `Hello` with [`FLAG_UD`].
-pub async fn send_ud<S: AsyncWrite + Unpin>(s: &mut S, u: &UdHello) -> io::Result<()> {
-    s.write_all(&u.to_bytes()).await?;
+fn oversize(len: usize) -> String {
+    format!("handshake payload of {len} bytes exceeds the limit of {MAX_PAYLOAD}")
+}
+
+/// The peer does not speak this exchange: its first bytes had another magic. Found
+/// inside the `io::Error` that [`recv`] returns ([`Stranger::of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stranger {
+    head: [u8; HEAD_LEN],
+}
+
+impl Stranger {
+    /// The stranger inside `e`, if `e` is one.
+    pub fn of(e: &io::Error) -> Option<&Stranger> {
+        e.get_ref()?.downcast_ref()
+    }
+
+    /// The first bytes the peer sent.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+}
+
+impl fmt::Display for Stranger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the peer does not speak the queue-pair exchange (bad handshake magic, first bytes {:02x?})",
+            self.head
+        )
+    }
+}
+
+impl std::error::Error for Stranger {}
+
+/// Writes an envelope.
+pub async fn send<S: AsyncWrite + Unpin>(
+    s: &mut S,
+    endpoint: &QpEndpoint,
+    payload: &[u8],
+) -> io::Result<()> {
+    let env = Envelope {
+        endpoint: *endpoint,
+        payload: payload.to_vec(),
+    };
+    s.write_all(&env.to_bytes()?).await?;
     s.flush().await
 }
 
-/// Reads the UD part that follows a `Hello` with [`FLAG_UD`].
-pub async fn recv_ud<S: AsyncRead + Unpin>(s: &mut S) -> io::Result<UdHello> {
-    let mut b = [0u8; UdHello::WIRE_LEN];
-    s.read_exact(&mut b).await?;
-    Ok(UdHello::from_bytes(&b))
-}
-
-/// Writes a hello.
-pub async fn send<S: AsyncWrite + Unpin>(s: &mut S, h: &Hello) -> io::Result<()> {
-    s.write_all(&h.to_bytes()).await?;
-    s.flush().await
-}
-
-/// Reads and checks a hello.
-pub async fn recv<S: AsyncRead + Unpin>(s: &mut S) -> io::Result<Hello> {
-    let mut b = [0u8; Hello::WIRE_LEN];
-    s.read_exact(&mut b).await?;
-    Hello::from_bytes(&b)
+/// Reads an envelope: a stranger is refused after its first 6 bytes, a payload
+/// length over [`MAX_PAYLOAD`] before its payload is read.
+pub async fn recv<S: AsyncRead + Unpin>(s: &mut S) -> io::Result<Envelope> {
+    let mut head = [0u8; HEAD_LEN];
+    s.read_exact(&mut head).await?;
+    if head[0..4] != MAGIC {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            Stranger { head },
+        ));
+    }
+    let len = usize::from(u16::from_be_bytes([head[4], head[5]]));
+    if len > MAX_PAYLOAD {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, oversize(len)));
+    }
+    let mut ep = [0u8; QpEndpoint::WIRE_LEN];
+    s.read_exact(&mut ep).await?;
+    let endpoint = QpEndpoint::from_bytes(&ep)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).await?;
+    Ok(Envelope { endpoint, payload })
 }
 
 /// Returns when the peer closes the connection (or it fails): the peer is gone.
@@ -200,39 +146,77 @@ mod tests {
     use super::*;
     use crate::addr::Gid;
 
-    #[test]
-    fn hello_round_trips_and_refuses_strangers() {
-        let h = Hello {
-            flags: FLAG_REJECTED,
-            endpoint: QpEndpoint {
-                lid: 1,
-                qpn: 2,
-                psn: 3,
-                gid: Gid([7; 16]),
-            },
-            slot_size: 8192,
-            credits: 64,
-            max_message: 64 << 20,
-        };
-        let b = h.to_bytes();
-        assert_eq!(Hello::from_bytes(&b).unwrap(), h);
-        assert!(h.rejected());
-        let mut other = b;
-        other[5] = 9;
-        assert!(Hello::from_bytes(&other).is_err());
-        other = b;
-        other[0] = b'X';
-        assert!(Hello::from_bytes(&other).is_err());
+    fn endpoint() -> QpEndpoint {
+        QpEndpoint {
+            lid: 1,
+            qpn: 2,
+            psn: 3,
+            gid: Gid([7; 16]),
+        }
+    }
+
+    /// Runs `f` on a current-thread runtime (the exchange only needs `AsyncRead`,
+    /// which `&[u8]` is).
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
     }
 
     #[test]
-    fn ud_hello_round_trips() {
-        let u = UdHello {
-            session: 0xdead_beef,
-            qkey: 0x1111_2222,
-            flags: UD_ACCEPTS_RC,
-        };
-        assert_eq!(UdHello::from_bytes(&u.to_bytes()), u);
-        assert!(u.accepts_rc());
+    fn envelope_round_trips_with_empty_and_largest_payloads() {
+        for len in [0, 1, 37, MAX_PAYLOAD] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut wire = Vec::new();
+            block_on(send(&mut wire, &endpoint(), &payload)).unwrap();
+            assert_eq!(wire.len(), HEADER_LEN + len);
+            let got = block_on(recv(&mut &wire[..])).unwrap();
+            assert_eq!(
+                got,
+                Envelope {
+                    endpoint: endpoint(),
+                    payload
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_stranger_is_refused_after_six_bytes_with_its_bytes() {
+        // Six bytes and no more: the refusal must not wait for a full header.
+        let e = block_on(recv(&mut &b"RRPC\x00\x01"[..])).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        let s = Stranger::of(&e).expect("a stranger");
+        assert_eq!(s.head(), b"RRPC\x00\x01");
+        assert!(e.to_string().contains("bad handshake magic"), "{e}");
+    }
+
+    #[test]
+    fn oversize_payloads_are_refused_both_ways() {
+        let big = vec![0u8; MAX_PAYLOAD + 1];
+        let mut wire = Vec::new();
+        let e = block_on(send(&mut wire, &endpoint(), &big)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("exceeds the limit of 4096"), "{e}");
+        assert!(wire.is_empty(), "nothing is written");
+
+        // A header announcing too much is refused before the payload is read.
+        let mut head = Vec::from(MAGIC);
+        head.extend_from_slice(&((MAX_PAYLOAD + 1) as u16).to_be_bytes());
+        let e = block_on(recv(&mut &head[..])).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("exceeds the limit"), "{e}");
+        assert!(Stranger::of(&e).is_none());
+    }
+
+    #[test]
+    fn truncated_envelopes_are_errors() {
+        let mut wire = Vec::new();
+        block_on(send(&mut wire, &endpoint(), b"payload")).unwrap();
+        for cut in 0..wire.len() {
+            let e = block_on(recv(&mut &wire[..cut])).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "cut at {cut}");
+        }
     }
 }

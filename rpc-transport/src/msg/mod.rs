@@ -12,8 +12,9 @@
 //! * [`UdSendRing`]: send slots of a UD QP that stay with their owner while posted,
 //!   so a retransmission reposts the same bytes; a slot is reused only once its
 //!   owner released it and every send of it completed.
-//! * [`handshake`]: the versioned exchange over an out-of-band TCP connection that
-//!   stays open as the liveness channel.
+//! * [`handshake`]: the exchange of QP endpoints (each with an opaque payload for the
+//!   layer above) over an out-of-band TCP connection that stays open as the liveness
+//!   channel.
 
 pub mod handshake;
 mod recv_pool;
@@ -22,7 +23,7 @@ mod send_ring;
 mod tests;
 mod ud_ring;
 
-pub use handshake::{Hello, UdHello};
+pub use handshake::Envelope;
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
 pub use send_ring::{SendRing, SendSlot};
 pub use ud_ring::{UdDestination, UdSendRing, UdSlot};

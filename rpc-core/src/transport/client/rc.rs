@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rpc_transport::msg::{handshake, Hello, RecvPool, RecvTarget, SendRing};
+use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing};
 use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion};
 
 use super::conn::Conn;
@@ -16,6 +16,7 @@ use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::{deliver, LinkChannel, ReplySender};
 use crate::engine::{ClientConfig, ClientConn, Reply};
+use crate::handshake::{check_rc, ClientHello, HandshakeError, RcAsk};
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::Error;
@@ -65,31 +66,18 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<RcLink>, Error>
     };
     let qp = Arc::new(pd.create_qp(&init)?);
     let psn = psn();
-    let hello = Hello {
-        flags: 0,
-        endpoint: qp.endpoint(psn)?,
-        slot_size: s.slot_size as u32,
+    let hello = ClientHello::new(RcAsk {
         credits: ask,
+        slot_size: s.slot_size as u32,
         max_message: s.max_message as u64,
-    };
-    handshake::send(&mut tcp, &hello).await?;
-    let reply = handshake::recv(&mut tcp).await?;
-    if reply.rejected() {
-        return Err(Error::new(
-            if reply.flags & handshake::FLAG_TRANSPORT_OFF != 0 {
-                "server refused the connection: it does not accept RC connections (UD only)"
-            } else {
-                "server refused the connection (no receive credits left)"
-            },
-        ));
-    }
-    let credits = reply.credits.min(ask);
-    let slot = reply.slot_size as usize;
-    if credits < 2 || slot < crate::engine::MIN_FRAME {
-        return Err(Error::new(format!(
-            "server offered {credits} credits of {slot}-byte slots"
-        )));
-    }
+    });
+    handshake::send(&mut tcp, &qp.endpoint(psn)?, &hello.encode()).await?;
+    let reply = handshake::recv(&mut tcp)
+        .await
+        .map_err(HandshakeError::from)?;
+    let grant = check_rc(&hello, &reply.payload)?;
+    let credits = grant.credits;
+    let slot = grant.slot_size as usize;
     qp.connect_rc(&reply.endpoint, psn, AccessFlags::empty())?;
 
     let sig = Arc::new(Signals::default());
@@ -110,7 +98,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<RcLink>, Error>
     let engine = ClientConn::new(ClientConfig {
         credits,
         frame_size: slot,
-        max_send_message: s.max_message.min(reply.max_message as usize),
+        max_send_message: s.max_message.min(grant.max_message as usize),
         max_recv_message: s.max_message,
     });
     let link = RcLink {

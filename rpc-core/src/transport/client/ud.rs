@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use rpc_transport::msg::handshake::{self, Hello, UdHello};
+use rpc_transport::msg::handshake;
 use rpc_transport::msg::{RecvPool, RecvTarget, UdDestination, UdSendRing, UdSlot};
 use rpc_transport::{AhAttr, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion, GRH_LEN};
 
@@ -20,6 +20,7 @@ use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::{deliver, LinkChannel, ReplySender};
 use crate::engine::ud::{UdClient, UdClientConfig, UdCompletion};
 use crate::engine::Reply;
+use crate::handshake::{check_ud, ClientHello, HandshakeError, UdAsk};
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::ud_device::{datagram_limit, QKEY};
@@ -56,41 +57,19 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<UdLink>, Error>
     };
     let qp = Arc::new(pd.create_qp(&init)?);
     qp.activate_ud(QKEY, 0)?;
-    let hello = Hello {
-        flags: handshake::FLAG_UD,
-        endpoint: qp.endpoint(0)?,
-        slot_size: limit as u32,
-        credits: window,
+    let hello = ClientHello::new(UdAsk {
+        window,
+        datagram: limit as u32,
         max_message: s.max_message as u64,
-    };
-    handshake::send(&mut tcp, &hello).await?;
-    handshake::send_ud(
-        &mut tcp,
-        &UdHello {
-            session: 0,
-            qkey: QKEY,
-            flags: 0,
-        },
-    )
-    .await?;
-    let reply = handshake::recv(&mut tcp).await?;
-    if !reply.is_ud() {
-        return Err(Error::new("the server answered a UD handshake without UD"));
-    }
-    let ud = handshake::recv_ud(&mut tcp).await?;
-    if reply.rejected() {
-        if reply.flags & handshake::FLAG_SESSIONS_FULL != 0 {
-            return Err(Error::new(format!(
-                "server refused the UD session: its limit of {} UD sessions is reached",
-                reply.credits
-            )));
-        }
-        return Err(Error::new(
-            "server refused the UD session (it does not serve UD)",
-        ));
-    }
-    let datagram = (reply.slot_size as usize).min(limit);
-    let window = reply.credits.clamp(1, window);
+        qkey: QKEY,
+    });
+    handshake::send(&mut tcp, &qp.endpoint(0)?, &hello.encode()).await?;
+    let reply = handshake::recv(&mut tcp)
+        .await
+        .map_err(HandshakeError::from)?;
+    let ud = check_ud(&hello, &reply.payload)?;
+    let datagram = ud.datagram as usize;
+    let window = ud.window;
     let ah = Arc::new(pd.create_ah(&AhAttr::from_endpoint(
         &reply.endpoint,
         dev.preferred_gid_index(),
@@ -112,7 +91,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<UdLink>, Error>
             qpn: reply.endpoint.qpn,
             qkey: ud.qkey,
         },
-        accepts_rc: ud.accepts_rc(),
+        accepts_rc: ud.accepts_rc,
     };
     tracing::debug!(peer = %addr, session = ud.session, window, datagram, "UD session open");
     let sig = Arc::new(Signals::default());

@@ -5,11 +5,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rpc_transport::msg::{handshake, Hello, RecvPool, SendRing};
+use rpc_transport::msg::{handshake, RecvPool, SendRing};
 use rpc_transport::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpInitAttr, QpType, SharedReceiveQueue,
-    WcOpcode, WorkCompletion,
+    AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpEndpoint, QpInitAttr, QpType,
+    SharedReceiveQueue, WcOpcode, WorkCompletion,
 };
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
@@ -18,6 +19,7 @@ use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::ud_side::UdSide;
 use crate::engine::{ServerConfig, ServerConn};
+use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::transport::completion::serve_cq;
 use crate::transport::{lock, Error};
@@ -103,45 +105,50 @@ fn handle(
 /// The server half of the handshake, then the liveness watch.
 pub(super) async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
-    let hello = handshake::recv(&mut tcp).await?;
-    let s = &sh.settings;
-    if hello.is_ud() || !s.ud.accept_rc {
-        return match (&sh.ud, hello.is_ud()) {
-            (Some(ud), true) => ud.clone().accept(tcp, hello).await,
-            _ => {
-                let mut no = hello;
-                no.flags = handshake::FLAG_REJECTED
-                    | handshake::FLAG_TRANSPORT_OFF
-                    | (hello.flags & handshake::FLAG_UD);
-                handshake::send(&mut tcp, &no).await?;
-                if hello.is_ud() {
-                    let ud = rpc_transport::msg::UdHello {
-                        session: 0,
-                        qkey: 0,
-                        flags: 0,
-                    };
-                    handshake::send_ud(&mut tcp, &ud).await?;
-                }
-                Err(Error::new("this server does not accept that transport"))
+    let hello = match handshake::recv(&mut tcp).await {
+        Ok(h) => h,
+        Err(e) => {
+            if let Some(old) = OldPeer::recognize(&e) {
+                tcp.write_all(&old.refusal()).await?;
+                return Err(Error::new(old.to_string()));
             }
-        };
-    }
-    // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames.
-    let credits = hello.credits.min(s.credits + 1).max(2);
-    let granted = {
-        let mut g = lock(&sh.granted);
-        let ok = *g + credits <= sh.pool_slots;
-        if ok {
-            *g += credits;
+            return Err(e.into());
         }
-        ok
     };
-    if !granted {
-        let mut no = hello;
-        no.flags = handshake::FLAG_REJECTED;
-        handshake::send(&mut tcp, &no).await?;
-        return Err(Error::new("receive pool fully granted; connection refused"));
+    if let (Some(ud), true) = (&sh.ud, asks_ud(&hello.payload)) {
+        return ud.clone().accept(tcp, hello).await;
     }
+    let s = &sh.settings;
+    let policy = Policy {
+        // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames.
+        rc: s.ud.accept_rc.then_some(RcPolicy {
+            credits: s.credits + 1,
+            slot_size: s.slot_size as u32,
+        }),
+        ud: None,
+        max_message: s.max_message as u64,
+        capabilities: Capabilities::SUPPORTED,
+    };
+    let decision = {
+        let mut g = lock(&sh.granted);
+        let now = Availability {
+            receive_credits_free: sh.pool_slots.saturating_sub(*g),
+            ud_sessions_open: 0,
+        };
+        let d = decide(&hello.payload, &policy, &now).into_rc();
+        if let Ok((_, grant)) = &d {
+            *g += grant.credits;
+        }
+        d
+    };
+    let (ask, grant) = match decision {
+        Ok(x) => x,
+        Err(no) => {
+            handshake::send(&mut tcp, &QpEndpoint::default(), &no.encode()).await?;
+            return Err(Error::new(no.to_string()));
+        }
+    };
+    let credits = grant.credits;
     let release = |sh: &Shared| *lock(&sh.granted) -= credits;
     let setup = || -> Result<_, Error> {
         let mut init = QpInitAttr::new(QpType::Rc, &sh.cq, &sh.cq);
@@ -160,7 +167,7 @@ pub(super) async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Er
         let engine = ServerConn::new(ServerConfig {
             frame_size: s.slot_size,
             max_recv_message: s.max_message,
-            max_send_message: s.max_message.min(hello.max_message as usize),
+            max_send_message: s.max_message.min(ask.max_message as usize),
             buffer_cap: 2 * s.max_message + s.slot_size,
         });
         Ok((qp, psn, Arc::new(SConn::new(engine, ring))))
@@ -174,15 +181,9 @@ pub(super) async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Er
     };
     let qpn = qp.qp_num();
     lock(&sh.conns).insert(qpn, conn.clone());
-    let reply = Hello {
-        flags: 0,
-        endpoint: qp.endpoint(psn)?,
-        slot_size: s.slot_size as u32,
-        credits,
-        max_message: s.max_message as u64,
-    };
+    let endpoint = qp.endpoint(psn)?;
     drop(qp);
-    if let Err(e) = handshake::send(&mut tcp, &reply).await {
+    if let Err(e) = handshake::send(&mut tcp, &endpoint, &grant.encode()).await {
         lock(&sh.conns).remove(&qpn);
         release(&sh);
         return Err(e.into());

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use rpc_transport::msg::handshake::{self, Hello, UdHello};
+use rpc_transport::msg::handshake::{self, Envelope};
 use rpc_transport::msg::{RecvPool, RecvSlot, RecvTarget, UdDestination, UdSendRing};
 use rpc_transport::{
-    AhAttr, CompletionQueue, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair, WcOpcode,
-    WorkCompletion, GRH_LEN,
+    AhAttr, CompletionQueue, ProtectionDomain, QpCap, QpEndpoint, QpInitAttr, QpType, QueuePair,
+    WcOpcode, WorkCompletion, GRH_LEN,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
@@ -27,6 +27,7 @@ use tokio::sync::{watch, Notify};
 use super::handler::{run_handler, start_inline};
 use super::routes::Routes;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
+use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::server::{ServerCall, ServerReply};
@@ -312,88 +313,77 @@ impl UdSide {
         }
     }
 
-    /// The server half of a UD session's handshake (its `Hello` already read), then
+    /// The server half of a UD session's handshake (its hello already read), then
     /// the liveness watch: the session lives exactly as long as the connection.
     pub(crate) async fn accept(
         self: Arc<Self>,
         mut tcp: TcpStream,
-        hello: Hello,
+        hello: Envelope,
     ) -> Result<(), Error> {
-        let _their = handshake::recv_ud(&mut tcp).await?;
-        let ah = self.pd.create_ah(&AhAttr::from_endpoint(
+        let ah = Arc::new(self.pd.create_ah(&AhAttr::from_endpoint(
             &hello.endpoint,
             self.pd.device().preferred_gid_index(),
-        ));
+        ))?);
+        // Decided, opened in the engine and given its destination under one lock, so
+        // the destinations count the open sessions exactly.
         let opened = {
             let mut st = lock(&self.state);
-            let datagram = (hello.slot_size as usize).min(st.engine.config().datagram);
-            st.engine
-                .open_session(hello.endpoint.qpn, datagram)
-                .map(|s| (s, datagram))
+            let policy = Policy {
+                rc: None,
+                ud: Some(UdPolicy {
+                    window: self.settings.window,
+                    datagram: st.engine.config().datagram as u32,
+                    max_sessions: self.settings.max_sessions,
+                    qkey: QKEY,
+                    accepts_rc: self.settings.accept_rc,
+                }),
+                max_message: self.max_message as u64,
+                capabilities: Capabilities::SUPPORTED,
+            };
+            let now = Availability {
+                receive_credits_free: 0,
+                ud_sessions_open: st.dests.len() as u32,
+            };
+            decide(&hello.payload, &policy, &now)
+                .into_ud()
+                .and_then(|(ask, mut grant)| {
+                    let qpn = hello.endpoint.qpn;
+                    grant.session = st
+                        .engine
+                        .open_session(qpn, grant.datagram as usize)
+                        .map_err(|_| Reject::SessionLimit {
+                            limit: self.settings.max_sessions,
+                        })?;
+                    let dest = UdDestination {
+                        ah,
+                        qpn,
+                        qkey: ask.qkey,
+                    };
+                    st.dests.insert(grant.session, dest);
+                    Ok(grant)
+                })
         };
-        let (session, datagram) = match opened {
-            Ok(x) => x,
-            Err(status) => {
-                let mut no = hello;
-                no.flags =
-                    handshake::FLAG_REJECTED | handshake::FLAG_UD | handshake::FLAG_SESSIONS_FULL;
-                no.credits = self.settings.max_sessions;
-                handshake::send(&mut tcp, &no).await?;
-                handshake::send_ud(
-                    &mut tcp,
-                    &UdHello {
-                        session: 0,
-                        qkey: QKEY,
-                        flags: 0,
-                    },
-                )
-                .await?;
-                return Err(Error::new(status.message().to_string()));
+        let grant = match opened {
+            Ok(g) => g,
+            Err(no) => {
+                handshake::send(&mut tcp, &QpEndpoint::default(), &no.encode()).await?;
+                return Err(Error::new(no.to_string()));
             }
         };
+        let session = grant.session;
         let close = |side: &UdSide| {
             let mut st = lock(&side.state);
             st.engine.close_session(session);
             st.dests.remove(&session);
         };
-        let ah = match ah {
-            Ok(ah) => Arc::new(ah),
-            Err(e) => {
-                close(&self);
-                return Err(e.into());
-            }
-        };
-        lock(&self.state).dests.insert(
-            session,
-            UdDestination {
-                ah,
-                qpn: hello.endpoint.qpn,
-                qkey: QKEY,
-            },
-        );
-        let reply = Hello {
-            flags: handshake::FLAG_UD,
-            endpoint: self.qp.endpoint(0)?,
-            slot_size: datagram as u32,
-            credits: hello.credits.clamp(1, self.settings.window),
-            max_message: self.max_message as u64,
-        };
-        let ud = UdHello {
-            session,
-            qkey: QKEY,
-            flags: if self.settings.accept_rc {
-                handshake::UD_ACCEPTS_RC
-            } else {
-                0
-            },
-        };
         let sent = async {
-            handshake::send(&mut tcp, &reply).await?;
-            handshake::send_ud(&mut tcp, &ud).await
+            let endpoint = self.qp.endpoint(0)?;
+            handshake::send(&mut tcp, &endpoint, &grant.encode()).await?;
+            Ok::<_, Error>(())
         };
         if let Err(e) = sent.await {
             close(&self);
-            return Err(e.into());
+            return Err(e);
         }
         tracing::debug!(session, qpn = hello.endpoint.qpn, "UD session opened");
         let mut stop = self.stop.subscribe();

@@ -1,0 +1,46 @@
+//! The capability bit set both sides offer at the handshake.
+
+use std::fmt;
+
+/// Optional protocol features: a client offers those it implements, the server
+/// grants the ones both implement, and each side uses only granted ones.
+///
+/// No feature is defined yet ([`Capabilities::SUPPORTED`] is empty). Later work adds
+/// streaming calls, rendezvous by RDMA Read, same-host shared-memory links and a
+/// no-immediate mode (iWARP), each as one bit here. Bits this build does not know
+/// are kept when decoded (a peer may be newer) and drop out of every grant.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Capabilities(u64);
+
+impl Capabilities {
+    /// No feature.
+    pub const NONE: Capabilities = Capabilities(0);
+    /// What this build implements: nothing optional yet.
+    pub const SUPPORTED: Capabilities = Capabilities::NONE;
+
+    /// The set with these bits, known or not.
+    pub const fn from_bits(bits: u64) -> Capabilities {
+        Capabilities(bits)
+    }
+
+    /// The bits.
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The features in both sets.
+    pub const fn common(self, other: Capabilities) -> Capabilities {
+        Capabilities(self.0 & other.0)
+    }
+
+    /// Whether every feature of `other` is in this set.
+    pub const fn contains(self, other: Capabilities) -> bool {
+        other.0 & !self.0 == 0
+    }
+}
+
+impl fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Capabilities({:#x})", self.0)
+    }
+}

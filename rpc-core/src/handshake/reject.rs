@@ -1,0 +1,126 @@
+//! Why a server refuses a handshake.
+
+use std::fmt;
+
+use super::{head, KIND_REFUSAL};
+
+/// Why a server refuses a client. Encoded as a reason code and one detail word; a
+/// code this build does not know decodes as [`Reject::Unknown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reject {
+    /// The hello is not rdma-rpc's (bad magic).
+    NotRdmaRpc,
+    /// The client speaks another protocol version.
+    UnsupportedVersion {
+        /// The client's version.
+        client: u16,
+        /// The server's.
+        server: u16,
+    },
+    /// The hello is truncated, of an unknown transport, or asks for what cannot
+    /// work (fewer than 2 credits, an empty window or datagram).
+    Malformed,
+    /// The server takes no RC connections (UD only).
+    RcNotAccepted,
+    /// The server serves no UD sessions.
+    UdNotServed,
+    /// The server's receive pool has no credits left for another connection.
+    NoReceiveCredits,
+    /// The server's limit of UD sessions is reached.
+    SessionLimit {
+        /// That limit.
+        limit: u32,
+    },
+    /// A reason this build does not know (from a newer server), by its code.
+    Unknown(u16),
+}
+
+impl Reject {
+    fn code_and_detail(self) -> (u16, u32) {
+        match self {
+            Reject::NotRdmaRpc => (1, 0),
+            Reject::UnsupportedVersion { client, .. } => (2, u32::from(client)),
+            Reject::Malformed => (3, 0),
+            Reject::RcNotAccepted => (4, 0),
+            Reject::UdNotServed => (5, 0),
+            Reject::NoReceiveCredits => (6, 0),
+            Reject::SessionLimit { limit } => (7, limit),
+            Reject::Unknown(code) => (code, 0),
+        }
+    }
+
+    /// The reason `code` with `detail`, in an answer of protocol `version`.
+    pub(super) fn from_wire(code: u16, detail: u32, version: u16) -> Reject {
+        match code {
+            1 => Reject::NotRdmaRpc,
+            2 => Reject::UnsupportedVersion {
+                client: detail as u16,
+                server: version,
+            },
+            3 => Reject::Malformed,
+            4 => Reject::RcNotAccepted,
+            5 => Reject::UdNotServed,
+            6 => Reject::NoReceiveCredits,
+            7 => Reject::SessionLimit { limit: detail },
+            c => Reject::Unknown(c),
+        }
+    }
+
+    /// The answer that refuses for this reason (module docs: wire layout). Its
+    /// version is the server's, as the layout of a refusal never changes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = head(KIND_REFUSAL, 0);
+        if let Reject::UnsupportedVersion { server, .. } = self {
+            b[4..6].copy_from_slice(&server.to_be_bytes());
+        }
+        let (code, detail) = self.code_and_detail();
+        b.extend_from_slice(&code.to_be_bytes());
+        b.extend_from_slice(&detail.to_be_bytes());
+        b
+    }
+
+    /// The end of the client's message: what follows "server refused the
+    /// connection" or "server refused the UD session".
+    pub(super) fn client_text(&self) -> String {
+        match self {
+            Reject::NotRdmaRpc => ": it did not recognise this client's hello".into(),
+            Reject::UnsupportedVersion { client, server } => format!(
+                ": it speaks rdma-rpc protocol version {server}, this client version {client}"
+            ),
+            Reject::Malformed => ": it found this client's hello malformed".into(),
+            Reject::RcNotAccepted => ": it does not accept RC connections (UD only)".into(),
+            Reject::UdNotServed => " (it does not serve UD)".into(),
+            Reject::NoReceiveCredits => " (no receive credits left)".into(),
+            Reject::SessionLimit { limit } => {
+                format!(": its limit of {limit} UD sessions is reached")
+            }
+            Reject::Unknown(code) => format!(" (reason {code}, unknown to this client)"),
+        }
+    }
+}
+
+/// The server's view, for its logs.
+impl fmt::Display for Reject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reject::NotRdmaRpc => f.write_str("not an rdma-rpc peer (bad handshake magic)"),
+            Reject::UnsupportedVersion { client, server } => write!(
+                f,
+                "client speaks rdma-rpc protocol version {client}, this server {server}"
+            ),
+            Reject::Malformed => f.write_str("malformed client hello"),
+            Reject::RcNotAccepted => f.write_str("RC connections are not accepted (UD only)"),
+            Reject::UdNotServed => f.write_str("UD sessions are not served"),
+            Reject::NoReceiveCredits => {
+                f.write_str("receive pool fully granted; connection refused")
+            }
+            Reject::SessionLimit { limit } => {
+                write!(f, "the server's limit of {limit} UD sessions is reached")
+            }
+            Reject::Unknown(code) => write!(f, "refused for reason {code}"),
+        }
+    }
+}
+
+impl std::error::Error for Reject {}
