@@ -62,7 +62,7 @@ pub(crate) enum Fault {
 }
 
 /// Protocol state of both halves.
-pub(crate) struct Proto {
+pub(crate) struct RcProtocol {
     peer: SocketAddrV4,
     pub(crate) peer_gid: Gid,
     pub(crate) peer_qpn: u32,
@@ -85,7 +85,7 @@ pub(crate) struct Proto {
     failed: bool,
 }
 
-impl Proto {
+impl RcProtocol {
     pub(crate) fn begin_sending(&mut self, sq_psn: u32, now: u64) {
         self.next_seq = sq_psn;
         self.acked = sq_psn;
@@ -107,7 +107,7 @@ pub(crate) struct RcConn {
     pub(crate) sock: Option<TcpStream>,
     rx: RxBuf,
     tx: TxBuf,
-    pub(crate) st: Proto,
+    pub(crate) st: RcProtocol,
 }
 
 impl RcConn {
@@ -118,7 +118,7 @@ impl RcConn {
             sock: None,
             rx: RxBuf::new(),
             tx: TxBuf::new(),
-            st: Proto {
+            st: RcProtocol {
                 peer,
                 peer_gid,
                 peer_qpn: a.dest_qpn,
@@ -193,18 +193,18 @@ fn try_connect(qp: &Qp, rc: &mut RcConn, now: u64) {
 }
 
 /// Handler context: the QP and the parts of its state a frame may touch.
-pub(crate) struct Cx<'a> {
+pub(crate) struct FrameContext<'a> {
     pub(crate) qp: &'a Qp,
     pub(crate) state: QpState,
     pub(crate) attr: &'a Attrs,
     pub(crate) sq: &'a mut SendQueue,
     pub(crate) rq: &'a mut VecDeque<RecvWqe>,
-    pub(crate) st: &'a mut Proto,
+    pub(crate) st: &'a mut RcProtocol,
     pub(crate) tx: &'a mut TxBuf,
     pub(crate) now: u64,
 }
 
-impl Cx<'_> {
+impl FrameContext<'_> {
     /// Appends a frame header; every frame carries the current cumulative ACK.
     pub(crate) fn frame(&mut self, flags: u8, seq: u32, body: &Body, payload_len: usize) {
         wire::encode(
@@ -291,7 +291,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
         }
         if rc.sock.is_none() {
             let connector = rc.st.connector;
-            let cx = Cx {
+            let cx = FrameContext {
                 qp,
                 state,
                 attr,
@@ -318,7 +318,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
     if state == QpState::Err {
         return err_state(sock, rx, tx, st, read);
     }
-    let mut cx = Cx {
+    let mut cx = FrameContext {
         qp,
         state,
         attr,
@@ -348,7 +348,7 @@ fn err_state(
     sock: &mut TcpStream,
     rx: &mut RxBuf,
     tx: &mut TxBuf,
-    st: &mut Proto,
+    st: &mut RcProtocol,
     read: bool,
 ) -> (Result<(), Fault>, bool) {
     let mut nak = None;
@@ -405,7 +405,12 @@ fn err_state(
     (Ok(()), !tx.is_empty())
 }
 
-fn run(cx: &mut Cx<'_>, sock: &mut TcpStream, rx: &mut RxBuf, read: bool) -> Result<(), Fault> {
+fn run(
+    cx: &mut FrameContext<'_>,
+    sock: &mut TcpStream,
+    rx: &mut RxBuf,
+    read: bool,
+) -> Result<(), Fault> {
     if read {
         // Bounded, so that one busy connection cannot hold a poll call for long; what
         // is left stays readable for the next pass.
@@ -465,7 +470,7 @@ fn run(cx: &mut Cx<'_>, sock: &mut TcpStream, rx: &mut RxBuf, read: bool) -> Res
     requester::complete(cx)
 }
 
-fn on_frame(cx: &mut Cx<'_>, f: &wire::Frame<'_>) -> Result<(), Fault> {
+fn on_frame(cx: &mut FrameContext<'_>, f: &wire::Frame<'_>) -> Result<(), Fault> {
     cx.st.progress_at = cx.now;
     requester::on_ack(cx, f.ack);
     match f.body {

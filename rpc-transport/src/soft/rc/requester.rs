@@ -9,13 +9,13 @@ use super::super::mem::{self, ScatterError};
 use super::super::qp::wc_opcode;
 use super::super::qp::wqe::TxState;
 use super::super::wire::{self, seq_lt, Atomic, Body, Nak, MAX_SEG, SEQ_MASK};
-use super::{Cx, Fault};
+use super::{Fault, FrameContext};
 
 /// `rnr_retry` 7 means retry forever.
 const RNR_INFINITE: u8 = 7;
 
 /// Applies a cumulative ACK.
-pub(super) fn on_ack(cx: &mut Cx<'_>, ack: u32) {
+pub(super) fn on_ack(cx: &mut FrameContext<'_>, ack: u32) {
     if seq_lt(cx.st.acked, ack) && !seq_lt(cx.st.next_seq, ack) {
         cx.st.acked = ack;
         cx.st.rnr_count = 0;
@@ -23,7 +23,7 @@ pub(super) fn on_ack(cx: &mut Cx<'_>, ack: u32) {
 }
 
 /// Index of the transmitted (or transmitting) WQE with sequence number `seq`.
-fn find(cx: &Cx<'_>, seq: u32) -> Option<usize> {
+fn find(cx: &FrameContext<'_>, seq: u32) -> Option<usize> {
     let end = (cx.sq.tx + 1).min(cx.sq.len());
     (0..end).find(|&i| {
         let w = cx.sq.get(i);
@@ -32,7 +32,7 @@ fn find(cx: &Cx<'_>, seq: u32) -> Option<usize> {
     })
 }
 
-pub(super) fn on_nak(cx: &mut Cx<'_>, seq: u32, nak: Nak) {
+pub(super) fn on_nak(cx: &mut FrameContext<'_>, seq: u32, nak: Nak) {
     if nak == Nak::QpError {
         // Not about one request: nothing outstanding will ever be answered.
         if cx.sq.len() > 0 && !cx.st.halted {
@@ -62,7 +62,7 @@ pub(super) fn on_nak(cx: &mut Cx<'_>, seq: u32, nak: Nak) {
 }
 
 /// Retransmits from WQE `i` on: the responder dropped everything after the NAK.
-fn rewind(cx: &mut Cx<'_>, i: usize) {
+fn rewind(cx: &mut FrameContext<'_>, i: usize) {
     let end = (cx.sq.tx + 1).min(cx.sq.len());
     cx.st.next_seq = cx.sq.get(i).seq;
     for j in i..end {
@@ -73,12 +73,12 @@ fn rewind(cx: &mut Cx<'_>, i: usize) {
     cx.sq.tx = i;
 }
 
-fn fail(cx: &mut Cx<'_>, i: usize, status: WcStatus) {
+fn fail(cx: &mut FrameContext<'_>, i: usize, status: WcStatus) {
     cx.sq.get_mut(i).state = TxState::Failed(status);
     cx.st.halted = true;
 }
 
-pub(super) fn on_read_resp(cx: &mut Cx<'_>, f: &wire::Frame<'_>) -> Result<(), Fault> {
+pub(super) fn on_read_resp(cx: &mut FrameContext<'_>, f: &wire::Frame<'_>) -> Result<(), Fault> {
     let Some(i) = find(cx, f.seq) else {
         return Ok(()); // a response to a WQE that already failed
     };
@@ -109,7 +109,7 @@ pub(super) fn on_read_resp(cx: &mut Cx<'_>, f: &wire::Frame<'_>) -> Result<(), F
     Ok(())
 }
 
-pub(super) fn on_atomic_resp(cx: &mut Cx<'_>, seq: u32, orig: u64) -> Result<(), Fault> {
+pub(super) fn on_atomic_resp(cx: &mut FrameContext<'_>, seq: u32, orig: u64) -> Result<(), Fault> {
     let Some(i) = find(cx, seq) else {
         return Ok(());
     };
@@ -135,7 +135,7 @@ pub(super) fn on_atomic_resp(cx: &mut Cx<'_>, seq: u32, orig: u64) -> Result<(),
 }
 
 /// Completes finished WQEs at the head of the send queue, in order.
-pub(super) fn complete(cx: &mut Cx<'_>) -> Result<(), Fault> {
+pub(super) fn complete(cx: &mut FrameContext<'_>) -> Result<(), Fault> {
     while cx.sq.len() > 0 {
         let w = *cx.sq.get(0);
         let ok = match w.state {
@@ -174,7 +174,7 @@ pub(super) fn complete(cx: &mut Cx<'_>) -> Result<(), Fault> {
 }
 
 /// RNR back-off expiry and the retry budget of a silent peer.
-pub(super) fn timers(cx: &mut Cx<'_>) -> Result<(), Fault> {
+pub(super) fn timers(cx: &mut FrameContext<'_>) -> Result<(), Fault> {
     if let Some(t) = cx.st.rnr_until {
         if cx.now < t {
             return Ok(());
@@ -193,7 +193,7 @@ pub(super) fn timers(cx: &mut Cx<'_>) -> Result<(), Fault> {
 }
 
 /// Encodes frames for WQEs not yet (fully) transmitted, while the TX buffer has room.
-pub(super) fn pump(cx: &mut Cx<'_>) {
+pub(super) fn pump(cx: &mut FrameContext<'_>) {
     while cx.st.rnr_until.is_none() && !cx.st.halted && cx.sq.tx < cx.sq.len() && cx.tx.has_room() {
         let i = cx.sq.tx;
         let w = *cx.sq.get(i);
@@ -318,7 +318,7 @@ pub(super) fn pump(cx: &mut Cx<'_>) {
     }
 }
 
-fn sent(cx: &mut Cx<'_>, i: usize) {
+fn sent(cx: &mut FrameContext<'_>, i: usize) {
     let w = cx.sq.get_mut(i);
     w.state = TxState::Sent;
     w.done_bytes = 0;

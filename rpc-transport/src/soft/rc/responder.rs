@@ -17,7 +17,7 @@ use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use super::super::mem::{self, ScatterError};
 use super::super::qp::wqe::RecvWqe;
 use super::super::wire::{self, Atomic, Body, Nak, MAX_SEG, SEQ_MASK};
-use super::{Cx, Fault};
+use super::{Fault, FrameContext};
 
 /// A message being received into a receive WQE (Send, or Write with immediate).
 pub(crate) struct InMsg {
@@ -51,11 +51,11 @@ pub(crate) enum Resp {
 unsafe impl Send for Resp {}
 
 /// Whether the frame is the next request this responder expects.
-fn in_order(cx: &Cx<'_>, seq: u32) -> bool {
+fn in_order(cx: &FrameContext<'_>, seq: u32) -> bool {
     !cx.st.failed && seq == cx.st.expected
 }
 
-fn advance(cx: &mut Cx<'_>) {
+fn advance(cx: &mut FrameContext<'_>) {
     cx.st.expected = (cx.st.expected + 1) & SEQ_MASK;
     // The ACK is owed from now; it rides on the next frame out, or goes alone once
     // it has waited `ACK_DELAY_NS`.
@@ -63,7 +63,7 @@ fn advance(cx: &mut Cx<'_>) {
 }
 
 /// Queues a NAK that moves this QP to ERR once it is sent.
-fn fatal(cx: &mut Cx<'_>, seq: u32, nak: Nak) {
+fn fatal(cx: &mut FrameContext<'_>, seq: u32, nak: Nak) {
     cx.st.failed = true;
     cx.st.write_open = false;
     cx.st.resps.push_back(Resp::Nak {
@@ -73,7 +73,7 @@ fn fatal(cx: &mut Cx<'_>, seq: u32, nak: Nak) {
     });
 }
 
-fn rnr(cx: &mut Cx<'_>, seq: u32) {
+fn rnr(cx: &mut FrameContext<'_>, seq: u32) {
     let nak = Nak::Rnr(cx.attr.min_rnr_timer);
     cx.st.resps.push_back(Resp::Nak {
         seq,
@@ -83,7 +83,7 @@ fn rnr(cx: &mut Cx<'_>, seq: u32) {
 }
 
 fn complete_recv(
-    cx: &mut Cx<'_>,
+    cx: &mut FrameContext<'_>,
     m: &InMsg,
     opcode: WcOpcode,
     imm: Option<u32>,
@@ -106,7 +106,7 @@ fn complete_recv(
 }
 
 /// Fails the receive in progress with `status` and NAKs the sender.
-fn fail_recv(cx: &mut Cx<'_>, seq: u32, status: WcStatus, nak: Nak) -> Result<(), Fault> {
+fn fail_recv(cx: &mut FrameContext<'_>, seq: u32, status: WcStatus, nak: Nak) -> Result<(), Fault> {
     if let Some(m) = cx.st.in_msg.take() {
         if !cx.qp.push_recv_error(m.wqe.wr_id, status) {
             return Err(Fault::Err);
@@ -116,7 +116,11 @@ fn fail_recv(cx: &mut Cx<'_>, seq: u32, status: WcStatus, nak: Nak) -> Result<()
     Ok(())
 }
 
-pub(super) fn on_send(cx: &mut Cx<'_>, f: &wire::Frame<'_>, imm: u32) -> Result<(), Fault> {
+pub(super) fn on_send(
+    cx: &mut FrameContext<'_>,
+    f: &wire::Frame<'_>,
+    imm: u32,
+) -> Result<(), Fault> {
     if !in_order(cx, f.seq) {
         return Ok(());
     }
@@ -154,7 +158,7 @@ pub(super) fn on_send(cx: &mut Cx<'_>, f: &wire::Frame<'_>, imm: u32) -> Result<
 }
 
 pub(super) fn on_write(
-    cx: &mut Cx<'_>,
+    cx: &mut FrameContext<'_>,
     f: &wire::Frame<'_>,
     va: u64,
     rkey: u32,
@@ -219,7 +223,7 @@ pub(super) fn on_write(
 }
 
 pub(super) fn on_read_req(
-    cx: &mut Cx<'_>,
+    cx: &mut FrameContext<'_>,
     seq: u32,
     va: u64,
     rkey: u32,
@@ -261,7 +265,7 @@ pub(super) fn on_read_req(
 }
 
 pub(super) fn on_atomic(
-    cx: &mut Cx<'_>,
+    cx: &mut FrameContext<'_>,
     seq: u32,
     va: u64,
     rkey: u32,
@@ -306,7 +310,7 @@ pub(super) fn on_atomic(
 
 /// Encodes queued responses while the TX buffer has room. Returns `true` once a
 /// fatal NAK has been encoded: the QP must then move to ERR.
-pub(super) fn pump(cx: &mut Cx<'_>) -> bool {
+pub(super) fn pump(cx: &mut FrameContext<'_>) -> bool {
     while cx.tx.has_room() {
         let Some(r) = cx.st.resps.front_mut() else {
             break;
