@@ -17,7 +17,7 @@ use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::lock;
 
-pub(crate) struct SState {
+pub(crate) struct RcPeerState {
     engine: ServerConn,
     ring: SendRing,
     dead: bool,
@@ -27,18 +27,18 @@ pub(crate) struct SState {
 }
 
 /// A connection as the server sees it.
-pub(crate) struct SConn {
-    state: Mutex<SState>,
+pub(crate) struct RcPeer {
+    state: Mutex<RcPeerState>,
     /// Signalled when send slots come back (a reply waiting for a slot retries).
     slot_wait: Notify,
     /// Tells the liveness watcher to close the TCP connection (server shutdown).
     pub(crate) shutdown: Notify,
 }
 
-impl SConn {
-    pub(crate) fn new(engine: ServerConn, ring: SendRing) -> SConn {
-        SConn {
-            state: Mutex::new(SState {
+impl RcPeer {
+    pub(crate) fn new(engine: ServerConn, ring: SendRing) -> RcPeer {
+        RcPeer {
+            state: Mutex::new(RcPeerState {
                 engine,
                 ring,
                 dead: false,
@@ -61,13 +61,13 @@ impl SConn {
     }
 
     /// Posts queued answers while send slots last.
-    fn pump(st: &mut SState) {
+    fn pump(st: &mut RcPeerState) {
         while !st.dead && st.engine.wants_transmit() {
             let Some(slot) = st.ring.acquire() else {
                 // The next send completion of this connection pumps again.
                 return;
             };
-            let SState { engine, ring, .. } = &mut *st;
+            let RcPeerState { engine, ring, .. } = &mut *st;
             let Some(t) = engine.poll_transmit(ring.buf(&slot)) else {
                 st.ring.release(slot);
                 return;
@@ -79,14 +79,14 @@ impl SConn {
         }
     }
 
-    /// Holds this connection's posts until [`SConn::uncork`]: the replies and
+    /// Holds this connection's posts until [`RcPeer::uncork`]: the replies and
     /// protocol answers of one batch of completions go out as one post list (one
     /// doorbell; one `send` syscall on the soft provider) instead of one each.
     pub(crate) fn cork(&self) {
         lock(&self.state).ring.cork();
     }
 
-    /// Posts what [`SConn::cork`] held back.
+    /// Posts what [`RcPeer::cork`] held back.
     pub(crate) fn uncork(&self) {
         let mut st = lock(&self.state);
         if let Err(e) = st.ring.uncork() {
@@ -167,7 +167,7 @@ impl SConn {
                 }
                 st.running.remove(&id);
                 if let Some(slot) = st.ring.acquire() {
-                    let SState { engine, ring, .. } = &mut *st;
+                    let RcPeerState { engine, ring, .. } = &mut *st;
                     let r = parts
                         .as_ref()
                         .map(|(m, msg)| (m, &**msg))
@@ -192,7 +192,7 @@ impl SConn {
 
 /// A complete request, ready to run.
 pub(crate) struct Dispatch {
-    conn: Arc<SConn>,
+    conn: Arc<RcPeer>,
     id: u32,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
@@ -227,7 +227,7 @@ impl Dispatch {
 
 /// Runs one call and answers it.
 async fn run_call(
-    conn: Arc<SConn>,
+    conn: Arc<RcPeer>,
     routes: Arc<Routes>,
     id: u32,
     call: Result<ServerCall, Status>,

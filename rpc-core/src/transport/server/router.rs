@@ -12,10 +12,10 @@ use tokio::sync::Notify;
 use tower::util::BoxCloneService;
 use tower::Service;
 
-use super::rc_peer::SConn;
+use super::rc_peer::RcPeer;
 use super::routes::Routes;
 use super::settings::ServerSettings;
-use super::srq_side::{accept, receive_loop, Shared};
+use super::srq_side::{accept, receive_loop, SrqSide};
 use super::ud_side::UdSide;
 use crate::id_map::IdMap;
 use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
@@ -116,7 +116,7 @@ impl Router {
                 None
             }
         };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(SrqSide {
             ud: ud.clone(),
             routes,
             conns: Mutex::new(IdMap::default()),
@@ -154,7 +154,7 @@ impl Router {
         if let Some(u) = &shared.ud {
             u.stop();
         }
-        let conns: Vec<Arc<SConn>> = lock(&shared.conns).drain().map(|(_, c)| c).collect();
+        let conns: Vec<Arc<RcPeer>> = lock(&shared.conns).drain().map(|(_, c)| c).collect();
         for c in conns {
             c.kill();
             c.shutdown.notify_one();

@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-use super::rc_peer::{Dispatch, SConn};
+use super::rc_peer::{Dispatch, RcPeer};
 use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::ud_side::UdSide;
@@ -25,11 +25,11 @@ use crate::transport::completion::serve_cq;
 use crate::transport::{lock, Error};
 
 /// What the accept loop, the handshakes and the receive loop share.
-pub(super) struct Shared {
+pub(super) struct SrqSide {
     /// The UD side, if the device could create it.
     pub(super) ud: Option<Arc<UdSide>>,
     pub(super) routes: Arc<Routes>,
-    pub(super) conns: Mutex<IdMap<u32, Arc<SConn>>>,
+    pub(super) conns: Mutex<IdMap<u32, Arc<RcPeer>>>,
     pub(super) granted: Mutex<u32>,
     pub(super) pool_slots: u32,
     pub(super) pd: ProtectionDomain,
@@ -42,7 +42,7 @@ pub(super) struct Shared {
 }
 
 /// The server's one poller: every connection's receives (through the SRQ) and sends.
-pub(super) async fn receive_loop(sh: Arc<Shared>) {
+pub(super) async fn receive_loop(sh: Arc<SrqSide>) {
     let mut calls = Vec::with_capacity(64);
     let mut corked = Vec::with_capacity(64);
     let (mode, closing) = (sh.settings.mode, &sh.closing);
@@ -56,10 +56,10 @@ pub(super) async fn receive_loop(sh: Arc<Shared>) {
 /// the connection table's lock is released. Every connection the batch touches is
 /// corked until its inline answers are in, so they leave as one post list.
 fn handle(
-    sh: &Arc<Shared>,
+    sh: &Arc<SrqSide>,
     wcs: &[WorkCompletion],
     calls: &mut Vec<Dispatch>,
-    corked: &mut Vec<Arc<SConn>>,
+    corked: &mut Vec<Arc<RcPeer>>,
 ) {
     let now = Instant::now();
     let batch = sh.pool.batch();
@@ -103,7 +103,7 @@ fn handle(
 }
 
 /// The server half of the handshake, then the liveness watch.
-pub(super) async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Error> {
+pub(super) async fn accept(sh: Arc<SrqSide>, mut tcp: TcpStream) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
     let hello = match handshake::recv(&mut tcp).await {
         Ok(h) => h,
@@ -149,7 +149,7 @@ pub(super) async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Er
         }
     };
     let credits = grant.credits;
-    let release = |sh: &Shared| *lock(&sh.granted) -= credits;
+    let release = |sh: &SrqSide| *lock(&sh.granted) -= credits;
     let setup = || -> Result<_, Error> {
         let mut init = QpInitAttr::new(QpType::Rc, &sh.cq, &sh.cq);
         init.srq = Some(&sh.srq);
@@ -170,7 +170,7 @@ pub(super) async fn accept(sh: Arc<Shared>, mut tcp: TcpStream) -> Result<(), Er
             max_send_message: s.max_message.min(ask.max_message as usize),
             buffer_cap: 2 * s.max_message + s.slot_size,
         });
-        Ok((qp, psn, Arc::new(SConn::new(engine, ring))))
+        Ok((qp, psn, Arc::new(RcPeer::new(engine, ring))))
     };
     let (qp, psn, conn) = match setup() {
         Ok(x) => x,

@@ -73,7 +73,7 @@ impl std::fmt::Debug for UdStatsHandle {
     }
 }
 
-struct State {
+struct SessionsState {
     engine: UdServer,
     ring: UdSendRing,
     dests: IdMap<u32, UdDestination>,
@@ -85,7 +85,7 @@ struct State {
 
 /// The UD side of one server.
 pub(crate) struct UdSide {
-    state: Mutex<State>,
+    state: Mutex<SessionsState>,
     qp: Arc<QueuePair>,
     pd: ProtectionDomain,
     pool: RecvPool,
@@ -142,7 +142,7 @@ impl UdSide {
             max_sessions: settings.max_sessions,
         });
         let side = Arc::new(UdSide {
-            state: Mutex::new(State {
+            state: Mutex::new(SessionsState {
                 engine,
                 ring,
                 dests: IdMap::default(),
@@ -235,7 +235,7 @@ impl UdSide {
 
     /// Sends queued replays and `IN_PROGRESS` answers while send slots last (beyond:
     /// dropped, like any lost datagram).
-    fn pump(st: &mut State) {
+    fn pump(st: &mut SessionsState) {
         while st.engine.wants_transmit() {
             let Some(slot) = st.ring.acquire() else {
                 let mut scratch = std::mem::take(&mut st.scratch);
@@ -245,7 +245,7 @@ impl UdSide {
                 st.scratch = scratch;
                 return;
             };
-            let State {
+            let SessionsState {
                 engine,
                 ring,
                 dests,
@@ -287,7 +287,7 @@ impl UdSide {
             .map(|(m, msg)| (m, &**msg))
             .map_err(Clone::clone);
         let mut st = lock(&self.state);
-        let State {
+        let SessionsState {
             engine,
             ring,
             dests,
