@@ -104,75 +104,114 @@ impl<L: Link> Conn<L> {
         Ok(id)
     }
 
-    /// Handles a batch of completions under one lock.
-    fn handle(&self, wcs: &[WorkCompletion]) {
+    /// Handles a batch of completions under one lock; then the next timer.
+    fn handle(&self, wcs: &[WorkCompletion]) -> Next {
         let mut st = self.lock();
         if st.link.dead().is_some() {
-            return;
+            return Next::Stop;
         }
         let room = st.link.handle(Instant::now(), wcs, &self.pool);
-        let died = st.link.dead().is_some();
+        self.after(st, room)
+    }
+
+    /// The driver was kicked: sends what waits; then the next timer.
+    fn kicked(&self) -> Next {
+        let mut st = self.lock();
+        if st.link.dead().is_some() {
+            return Next::Stop;
+        }
+        st.link.on_kick();
+        self.after(st, false)
+    }
+
+    /// The engine's timer fired; then the next timer.
+    fn timer(&self) -> Next {
+        let mut st = self.lock();
+        if st.link.dead().is_some() {
+            return Next::Stop;
+        }
+        let ended = st.link.handle_timeout(Instant::now());
+        self.after(st, ended)
+    }
+
+    /// Ends a driver step under the lock it took: arms the engine's next timer, and
+    /// wakes callers waiting for room if some came back or the connection died.
+    fn after(&self, mut st: MutexGuard<'_, State<L>>, room: bool) -> Next {
+        let next = if st.link.dead().is_some() {
+            Next::Stop
+        } else {
+            st.armed = st.link.poll_timeout();
+            Next::Until(st.armed)
+        };
         drop(st);
-        if room || died {
+        if room || matches!(next, Next::Stop) {
             self.sig.ready.wake_all();
         }
+        next
     }
+}
+
+/// What the driver does after a step.
+enum Next {
+    /// Waits for completions, or until the engine's timer at this instant.
+    Until(Option<Instant>),
+    /// The connection is dead.
+    Stop,
 }
 
 /// The connection's driver: reaps its CQ and runs the engine's timers until the
 /// connection dies or closes. It sleeps until the engine's next timer, never on a
-/// timer of its own.
+/// timer of its own; each step computes the next timer under the lock it already
+/// holds, and with none armed it waits on the CQ alone (no timer to poll).
 async fn drive<L: Link>(conn: Arc<Conn<L>>) {
     let mut wcs = [WorkCompletion::default(); 64];
     let mut waiter = CqWaiter::default();
     let timer = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(timer);
     let mut timer_at = None;
+    let mut next = {
+        let st = conn.lock();
+        conn.after(st, false)
+    };
     loop {
         if conn.sig.closing.load(Ordering::Acquire) {
             return;
         }
-        let next = {
-            let mut st = conn.lock();
-            if st.link.dead().is_some() {
-                return;
+        let r = match next {
+            Next::Stop => return,
+            Next::Until(None) => {
+                waiter
+                    .wait(&conn.cq, conn.mode, &mut wcs, &conn.sig.kick)
+                    .await
             }
-            st.armed = st.link.poll_timeout();
-            st.armed
-        };
-        if let Some(t) = next {
-            if timer_at != Some(t) {
-                // One timer entry re-armed in place, not a new one per loop.
-                timer.as_mut().reset(t.into());
-                timer_at = Some(t);
-            }
-        }
-        tokio::select! {
-            r = waiter.wait(&conn.cq, conn.mode, &mut wcs, &conn.sig.kick) => match r {
-                Ok(0) => {
-                    let mut st = conn.lock();
-                    if st.link.dead().is_none() {
-                        st.link.on_kick();
-                        if st.link.dead().is_some() {
-                            conn.sig.ready.wake_all();
-                        }
+            Next::Until(Some(t)) => {
+                if timer_at != Some(t) {
+                    // One timer entry re-armed in place, not a new one per step.
+                    timer.as_mut().reset(t.into());
+                    timer_at = Some(t);
+                }
+                tokio::select! {
+                    r = waiter.wait(&conn.cq, conn.mode, &mut wcs, &conn.sig.kick) => r,
+                    () = &mut timer => {
+                        timer_at = None;
+                        next = conn.timer();
+                        continue;
                     }
                 }
-                Ok(n) => conn.handle(&wcs[..n]),
-                Err(e) => {
-                    let mut st = conn.lock();
-                    conn.fail(&mut st, Status::unavailable(format!("completion queue failed: {e}")));
-                    return;
-                }
-            },
-            () = &mut timer, if next.is_some() => {
-                timer_at = None;
-                let ended = conn.lock().link.handle_timeout(Instant::now());
-                if ended {
-                    conn.sig.ready.wake_all();
-                }
             }
-        }
+        };
+        next = match r {
+            Ok(0) => conn.kicked(),
+            Ok(n) => conn.handle(&wcs[..n]),
+            Err(e) => {
+                let mut st = conn.lock();
+                conn.fail(
+                    &mut st,
+                    Status::unavailable(format!("completion queue failed: {e}")),
+                );
+                return;
+            }
+        };
     }
 }
 
