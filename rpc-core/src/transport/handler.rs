@@ -11,7 +11,7 @@ use tower::ServiceExt;
 
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
-use crate::transport::server::Routes;
+use crate::transport::routes::Routes;
 
 /// Runs one call's handler: routed by service name, bounded by the call's deadline,
 /// a panic turned into `INTERNAL`.

@@ -63,6 +63,7 @@ mod endpoint;
 mod handler;
 mod poll;
 mod ready;
+mod routes;
 mod server;
 mod server_conn;
 mod ud_client;

@@ -1,6 +1,5 @@
 //! `Server`: the builder, the router, the accept loop and the shared receive path.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,31 +13,18 @@ use rpc_transport::{
 };
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
-use tower::util::BoxCloneService;
 use tower::Service;
 
 use super::lock;
 use crate::engine::{ServerConfig, ServerConn};
 use crate::id_map::IdMap;
-use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
-use crate::status::Status;
+use crate::server::{NamedService, ServerCall, ServerReply};
 use crate::transport::poll::{self, CompletionMode};
+// Re-exported for the connection drivers, which name it through this module.
+pub(crate) use crate::transport::routes::Routes;
 use crate::transport::server_conn::{Dispatch, SConn};
 use crate::transport::ud_server::{UdSettings, UdSide, UdStatsHandle};
 use crate::transport::{Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
-
-type BoxService = BoxCloneService<ServerCall, ServerReply, Status>;
-
-/// Services by `NamedService::NAME`. A `Mutex` only because a boxed service is not
-/// `Sync`; it is held for one clone per call, never across the call.
-#[derive(Default)]
-pub(crate) struct Routes(HashMap<&'static str, Mutex<BoxService>>);
-
-impl Routes {
-    pub(crate) fn get(&self, name: &str) -> Option<BoxService> {
-        self.0.get(name).map(|s| lock(s).clone())
-    }
-}
 
 #[derive(Debug, Clone)]
 struct ServerSettings {
@@ -185,18 +171,73 @@ impl Server {
         self
     }
 
-    /// Adds a service.
+    /// Adds a service: a generated `<Svc>Server`, or any tower service of the same
+    /// request and reply types, such as a [`tower::ServiceBuilder`] stack around
+    /// one. Calls are routed by [`NamedService::NAME`]; each call runs on a clone of
+    /// `svc` (no lock), made ready with `poll_ready` first, so middleware that holds
+    /// state across clones (a concurrency limit's semaphore) applies to all calls.
+    ///
+    /// The service's errors end the call with the status that
+    /// [`Status::from_error`](crate::Status::from_error) makes of them: a `Status`
+    /// unchanged, a `timeout` layer's `Elapsed` as `DEADLINE_EXCEEDED`, a
+    /// `load_shed` layer's `Overloaded` as `RESOURCE_EXHAUSTED`, anything else
+    /// `UNKNOWN` with its text.
+    ///
+    /// `NamedService` is implemented for tower's middleware around a named service
+    /// (`Timeout`, `ConcurrencyLimit`, `LoadShed`, `RateLimit`, the `util` adapters
+    /// such as `MapErr`, and `Either` of two services of one name, which
+    /// `ServiceBuilder::option_layer` builds). A middleware of your own implements it
+    /// by forwarding to the service it wraps:
+    ///
+    /// ```
+    /// use std::task::{Context, Poll};
+    ///
+    /// use rpc_core::server::{BoxFuture, NamedService, ServerCall, ServerReply};
+    /// use rpc_core::Status;
+    /// use tower::Service;
+    ///
+    /// /// Refuses calls without an `authorization` key.
+    /// #[derive(Clone)]
+    /// struct RequireAuth<S>(S);
+    ///
+    /// impl<S: NamedService> NamedService for RequireAuth<S> {
+    ///     const NAME: &'static str = S::NAME;
+    /// }
+    ///
+    /// impl<S> Service<ServerCall> for RequireAuth<S>
+    /// where
+    ///     S: Service<ServerCall, Response = ServerReply, Error = Status>,
+    ///     S::Future: Send + 'static,
+    /// {
+    ///     type Response = ServerReply;
+    ///     type Error = Status;
+    ///     type Future = BoxFuture<ServerReply>;
+    ///
+    ///     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+    ///         self.0.poll_ready(cx)
+    ///     }
+    ///
+    ///     fn call(&mut self, call: ServerCall) -> Self::Future {
+    ///         if call.metadata().get("authorization").is_none() {
+    ///             return Box::pin(async { Err(Status::unauthenticated("no authorization")) });
+    ///         }
+    ///         Box::pin(self.0.call(call))
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// It stacks with tower's own layers:
+    /// `add_service(ServiceBuilder::new().layer_fn(RequireAuth).timeout(d).service(svc))`.
     pub fn add_service<S>(self, svc: S) -> Router
     where
-        S: Service<
-                ServerCall,
-                Response = ServerReply,
-                Error = Status,
-                Future = BoxFuture<ServerReply>,
-            > + NamedService
+        S: Service<ServerCall, Response = ServerReply>
+            + NamedService
             + Clone
             + Send
+            + Sync
             + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S::Future: Send + 'static,
     {
         Router {
             settings: self.settings,
@@ -207,22 +248,19 @@ impl Server {
 }
 
 impl Router {
-    /// Adds another service.
+    /// Adds another service (see [`Server::add_service`]).
     pub fn add_service<S>(mut self, svc: S) -> Router
     where
-        S: Service<
-                ServerCall,
-                Response = ServerReply,
-                Error = Status,
-                Future = BoxFuture<ServerReply>,
-            > + NamedService
+        S: Service<ServerCall, Response = ServerReply>
+            + NamedService
             + Clone
             + Send
+            + Sync
             + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S::Future: Send + 'static,
     {
-        self.routes
-            .0
-            .insert(S::NAME, Mutex::new(BoxCloneService::new(svc)));
+        self.routes.add(svc);
         self
     }
 
