@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rpc_core::engine::wire::{
+use rpc_core::fuzzing::wire::{
     imm, parse_imm, read_frag, write_frag_head, RequestHead, ResponseHead, FRAG_HEAD_LEN,
     REQUEST_HEAD_LEN, RESPONSE_HEAD_LEN,
 };
