@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rpc_core::engine::codec::{read_request, read_response, Outcome};
-use rpc_core::engine::wire::{
+use rpc_core::fuzzing::codec::{read_request, read_response, Outcome};
+use rpc_core::fuzzing::wire::{
     imm, parse_imm, read_frag, write_frag_head, RequestHead, ResponseHead, FRAG_HEAD_LEN,
     REQUEST_HEAD_LEN, RESPONSE_HEAD_LEN,
 };

@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rpc_transport::fuzzing::soft_wire;
 
 fuzz_target!(|data: &[u8]| {
-    rpc_transport::soft::wire::fuzz_one(data);
+    soft_wire(data);
 });

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use rpc_core::engine::ud::{UdClient, UdClientConfig, UdServer, UdServerConfig};
-use rpc_core::engine::CallHead;
+use rpc_core::fuzzing::ud::{UdClient, UdClientConfig, UdServer, UdServerConfig};
+use rpc_core::fuzzing::CallHead;
 use rpc_core::MetadataMap;
 
 const DATAGRAM: usize = 1024;

@@ -10,8 +10,8 @@ pub mod client;
 mod code;
 #[doc(hidden)]
 pub mod codegen;
-pub mod engine;
-pub mod handshake;
+mod engine;
+mod handshake;
 mod id_map;
 pub mod metadata;
 mod payload;
@@ -28,6 +28,19 @@ pub use payload::Payload;
 pub use request::{IntoRequest, Request};
 pub use response::Response;
 pub use status::Status;
+
+/// The sans-IO protocol engine and the handshake negotiation, for the fuzz targets in
+/// `fuzz/` and the wire-level tests of this workspace. Not part of the API: no
+/// stability, no documentation beyond the engine's own.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::engine::*;
+
+    /// The handshake negotiation (`hello` in, grant or refusal out).
+    pub mod handshake {
+        pub use crate::handshake::*;
+    }
+}
 
 /// Includes the code generated for a proto package by `rpc_codegen::compile_protos`,
 /// as `tonic::include_proto!`: `pub mod hello { rpc_core::include_proto!("helloworld"); }`.

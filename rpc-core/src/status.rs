@@ -118,6 +118,40 @@ impl Status {
     pub fn metadata_mut(&mut self) -> &mut MetadataMap {
         &mut self.0.metadata
     }
+
+    /// The status a call ends with when its service, or tower middleware around it,
+    /// fails with `err` (tonic's `Status::from_error`). `err` and then its sources
+    /// are inspected; the first that is recognised decides:
+    ///
+    /// * a `Status` comes back unchanged (so a service's own status passes through
+    ///   middleware that boxes errors, such as `Timeout`);
+    /// * [`tower::timeout::error::Elapsed`] (a `timeout` layer) is `DEADLINE_EXCEEDED`;
+    /// * [`tower::load_shed::error::Overloaded`] (a `load_shed` layer refusing a call
+    ///   its inner service was not ready for) is `RESOURCE_EXHAUSTED`: what tonic
+    ///   answers, and gRPC's code for a server out of a resource. The handler did not
+    ///   run, so a client may retry with backoff.
+    ///
+    /// Anything else is `UNKNOWN` with the error's text.
+    pub fn from_error(err: Box<dyn std::error::Error + Send + Sync + 'static>) -> Status {
+        let err = match err.downcast::<Status>() {
+            Ok(status) => return *status,
+            Err(err) => err,
+        };
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&*err);
+        while let Some(e) = next {
+            if let Some(status) = e.downcast_ref::<Status>() {
+                return status.clone();
+            }
+            if e.is::<tower::timeout::error::Elapsed>() {
+                return Status::deadline_exceeded(e.to_string());
+            }
+            if e.is::<tower::load_shed::error::Overloaded>() {
+                return Status::resource_exhausted(e.to_string());
+            }
+            next = e.source();
+        }
+        Status::unknown(err.to_string())
+    }
 }
 
 impl fmt::Debug for Status {

@@ -38,7 +38,10 @@ pub mod msg;
 mod pd;
 mod qp;
 mod qp_state;
-pub mod soft;
+// Was public: its items keep their `pub` (the provider's own surface, used by the
+// provider-neutral types here); narrowing them is a change inside `soft` itself.
+#[allow(unreachable_pub)]
+mod soft;
 mod srq;
 #[cfg(feature = "rdma")]
 mod verbs;
@@ -62,6 +65,13 @@ pub use soft::{SoftConfig, SoftStats, UdFaults};
 pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+
+/// The soft provider's wire decoders, for the fuzz target `fuzz/fuzz_targets/soft_wire.rs`.
+/// Not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::soft::wire::fuzz_one as soft_wire;
+}
 
 /// Bytes at the head of every UD receive buffer reserved for the Global Routing Header.
 pub const GRH_LEN: usize = 40;

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use rpc_core::client::Grpc;
-use rpc_core::handshake::{check_rc, ClientHello, RcAsk};
+use rpc_core::fuzzing::handshake::{check_rc, ClientHello, RcAsk};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::Request;
 use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing};

@@ -1,6 +1,6 @@
 //! Connections over RDMA: `Channel` (client), `Server`, `Endpoint`.
 //!
-//! A thin tokio driver around [`crate::engine`]:
+//! A thin tokio driver around the sans-IO engine (`crate::engine`):
 //!
 //! * **Client** ([`Channel`]): one RC connection per `Channel` (clones share it), or
 //!   with `rdma+ud://` a UD session (see below); both run on one driver skeleton
@@ -45,7 +45,7 @@
 //!   [`Server::accept_rc`]`(false)` it fails `RESOURCE_EXHAUSTED` naming the limit. A
 //!   reply that does not fit fails `RESOURCE_EXHAUSTED` naming the limit (the handler
 //!   ran; it is not run again over RC).
-//! * **Reliability** ([`crate::engine::ud`]): the client retransmits on timeout with
+//! * **Reliability** (`crate::engine::ud`): the client retransmits on timeout with
 //!   exponential backoff (2 ms before a measured RTT, then twice the smoothed RTT,
 //!   1–100 ms) and gives up at the call's deadline (`DEADLINE_EXCEEDED`) or, with no
 //!   deadline, after 40 retransmissions (`UNAVAILABLE`, unless the server keeps
@@ -75,6 +75,8 @@ pub use channel::Channel;
 pub use completion::CompletionMode;
 pub use endpoint::Endpoint;
 pub use server::{Router, Server, UdStatsHandle};
+// The UD counters `Channel::ud_stats` and `UdStatsHandle::get` return.
+pub use crate::engine::ud::{UdClientStats, UdServerStats};
 
 /// A transport failure (connecting, binding, a handshake).
 #[derive(Debug)]

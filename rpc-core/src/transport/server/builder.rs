@@ -6,8 +6,7 @@ use super::router::Router;
 use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::ud_side::UdStatsHandle;
-use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
-use crate::status::Status;
+use crate::server::{NamedService, ServerCall, ServerReply};
 use crate::transport::completion::CompletionMode;
 
 /// Builds and runs a server.
@@ -111,18 +110,73 @@ impl Server {
         self
     }
 
-    /// Adds a service.
+    /// Adds a service: a generated `<Svc>Server`, or any tower service of the same
+    /// request and reply types, such as a [`tower::ServiceBuilder`] stack around
+    /// one. Calls are routed by [`NamedService::NAME`]; each call runs on a clone of
+    /// `svc` (no lock), made ready with `poll_ready` first, so middleware that holds
+    /// state across clones (a concurrency limit's semaphore) applies to all calls.
+    ///
+    /// The service's errors end the call with the status that
+    /// [`Status::from_error`](crate::Status::from_error) makes of them: a `Status`
+    /// unchanged, a `timeout` layer's `Elapsed` as `DEADLINE_EXCEEDED`, a
+    /// `load_shed` layer's `Overloaded` as `RESOURCE_EXHAUSTED`, anything else
+    /// `UNKNOWN` with its text.
+    ///
+    /// `NamedService` is implemented for tower's middleware around a named service
+    /// (`Timeout`, `ConcurrencyLimit`, `LoadShed`, `RateLimit`, the `util` adapters
+    /// such as `MapErr`, and `Either` of two services of one name, which
+    /// `ServiceBuilder::option_layer` builds). A middleware of your own implements it
+    /// by forwarding to the service it wraps:
+    ///
+    /// ```
+    /// use std::task::{Context, Poll};
+    ///
+    /// use rpc_core::server::{BoxFuture, NamedService, ServerCall, ServerReply};
+    /// use rpc_core::Status;
+    /// use tower::Service;
+    ///
+    /// /// Refuses calls without an `authorization` key.
+    /// #[derive(Clone)]
+    /// struct RequireAuth<S>(S);
+    ///
+    /// impl<S: NamedService> NamedService for RequireAuth<S> {
+    ///     const NAME: &'static str = S::NAME;
+    /// }
+    ///
+    /// impl<S> Service<ServerCall> for RequireAuth<S>
+    /// where
+    ///     S: Service<ServerCall, Response = ServerReply, Error = Status>,
+    ///     S::Future: Send + 'static,
+    /// {
+    ///     type Response = ServerReply;
+    ///     type Error = Status;
+    ///     type Future = BoxFuture<ServerReply>;
+    ///
+    ///     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+    ///         self.0.poll_ready(cx)
+    ///     }
+    ///
+    ///     fn call(&mut self, call: ServerCall) -> Self::Future {
+    ///         if call.metadata().get("authorization").is_none() {
+    ///             return Box::pin(async { Err(Status::unauthenticated("no authorization")) });
+    ///         }
+    ///         Box::pin(self.0.call(call))
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// It stacks with tower's own layers:
+    /// `add_service(ServiceBuilder::new().layer_fn(RequireAuth).timeout(d).service(svc))`.
     pub fn add_service<S>(self, svc: S) -> Router
     where
-        S: Service<
-                ServerCall,
-                Response = ServerReply,
-                Error = Status,
-                Future = BoxFuture<ServerReply>,
-            > + NamedService
+        S: Service<ServerCall, Response = ServerReply>
+            + NamedService
             + Clone
             + Send
+            + Sync
             + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S::Future: Send + 'static,
     {
         Router {
             settings: self.settings,

@@ -9,7 +9,6 @@ use rpc_transport::msg::{self, RecvPool, RecvTarget};
 use rpc_transport::SrqInitAttr;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tower::util::BoxCloneService;
 use tower::Service;
 
 use super::rc_peer::RcPeer;
@@ -18,8 +17,7 @@ use super::settings::ServerSettings;
 use super::srq_side::{accept, receive_loop, SrqSide};
 use super::ud_side::UdSide;
 use crate::id_map::IdMap;
-use crate::server::{BoxFuture, NamedService, ServerCall, ServerReply};
-use crate::status::Status;
+use crate::server::{NamedService, ServerCall, ServerReply};
 use crate::transport::{lock, Error};
 
 /// A server with services added.
@@ -29,22 +27,19 @@ pub struct Router {
 }
 
 impl Router {
-    /// Adds another service.
+    /// Adds another service (see [`Server::add_service`]).
     pub fn add_service<S>(mut self, svc: S) -> Router
     where
-        S: Service<
-                ServerCall,
-                Response = ServerReply,
-                Error = Status,
-                Future = BoxFuture<ServerReply>,
-            > + NamedService
+        S: Service<ServerCall, Response = ServerReply>
+            + NamedService
             + Clone
             + Send
+            + Sync
             + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S::Future: Send + 'static,
     {
-        self.routes
-            .0
-            .insert(S::NAME, Mutex::new(BoxCloneService::new(svc)));
+        self.routes.add(svc);
         self
     }
 

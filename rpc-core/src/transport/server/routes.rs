@@ -1,23 +1,155 @@
-//! Services by name, as the server routes calls to them.
+//! `Routes`: the server's services by name, each behind one type-erased tower
+//! service that every call clones without a lock.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
-use tower::util::BoxCloneService;
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceExt};
 
-use crate::server::{ServerCall, ServerReply};
+use crate::server::{NamedService, ServerCall, ServerReply};
 use crate::status::Status;
-use crate::transport::lock;
 
-type BoxService = BoxCloneService<ServerCall, ServerReply, Status>;
+/// One route: any service (or middleware stack) of the generated types, its errors
+/// already mapped to a [`Status`].
+pub(crate) type Route = BoxCloneSyncService<ServerCall, ServerReply, Status>;
 
-/// Services by `NamedService::NAME`. A `Mutex` only because a boxed service is not
-/// `Sync`; it is held for one clone per call, never across the call.
+/// Services by [`NamedService::NAME`]. A route is `Sync`, so the table is shared by
+/// the RC and UD paths as is; each call takes a clone of its route (what tower's
+/// `poll_ready` on `&mut self` asks for), never the route itself.
 #[derive(Default)]
-pub(crate) struct Routes(pub(super) HashMap<&'static str, Mutex<BoxService>>);
+pub(crate) struct Routes(HashMap<&'static str, Route>);
 
 impl Routes {
-    pub(crate) fn get(&self, name: &str) -> Option<BoxService> {
-        self.0.get(name).map(|s| lock(s).clone())
+    /// Adds `svc` under its name (replacing a service added before under the same
+    /// name). Its errors become a `Status` here, once, by [`Status::from_error`]; the
+    /// mapping lives inside the boxed future, so it costs no allocation of its own.
+    pub(crate) fn add<S>(&mut self, svc: S)
+    where
+        S: Service<ServerCall, Response = ServerReply>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S::Future: Send + 'static,
+    {
+        let svc = svc.map_err(|e: S::Error| Status::from_error(e.into()));
+        self.0.insert(S::NAME, BoxCloneSyncService::new(svc));
+    }
+
+    /// A clone of the route for `name`, ready to be driven through one call.
+    pub(crate) fn get(&self, name: &str) -> Option<Route> {
+        self.0.get(name).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt;
+    use std::future::{ready, Ready};
+    use std::task::{Context, Poll};
+
+    use super::*;
+    use crate::code::Code;
+    use crate::metadata::{AsciiMetadataValue, MetadataMap};
+    use crate::payload::Payload;
+
+    /// An error that is not a `Status`, with `source` as its cause.
+    #[derive(Debug)]
+    struct Wrapped(
+        &'static str,
+        Option<Box<dyn std::error::Error + Send + Sync>>,
+    );
+
+    impl fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    fn boxed(e: impl std::error::Error + Send + Sync + 'static) -> Status {
+        Status::from_error(Box::new(e))
+    }
+
+    #[test]
+    fn errors_map_to_statuses_once() {
+        let mut own = Status::permission_denied("no");
+        own.metadata_mut()
+            .insert("k", AsciiMetadataValue::from_static("v"));
+        let s = boxed(own.clone());
+        assert_eq!((s.code(), s.message()), (Code::PermissionDenied, "no"));
+        assert_eq!(
+            s.metadata().get("k").map(|v| v.to_str()),
+            Some("v"),
+            "the status is unchanged"
+        );
+
+        let s = boxed(tower::timeout::error::Elapsed::new());
+        assert_eq!(s.code(), Code::DeadlineExceeded);
+        let s = boxed(tower::load_shed::error::Overloaded::new());
+        assert_eq!(s.code(), Code::ResourceExhausted);
+
+        let s = boxed(Wrapped("disk on fire", None));
+        assert_eq!((s.code(), s.message()), (Code::Unknown, "disk on fire"));
+
+        // A recognised error found among the sources decides.
+        let s = boxed(Wrapped("outer", Some(Box::new(own))));
+        assert_eq!((s.code(), s.message()), (Code::PermissionDenied, "no"));
+        let s = boxed(Wrapped(
+            "outer",
+            Some(Box::new(tower::timeout::error::Elapsed::new())),
+        ));
+        assert_eq!(s.code(), Code::DeadlineExceeded);
+    }
+
+    /// A named service failing every call with an error that is not a `Status`.
+    #[derive(Clone)]
+    struct Failing;
+
+    impl NamedService for Failing {
+        const NAME: &'static str = "test.Failing";
+    }
+
+    impl Service<ServerCall> for Failing {
+        type Response = ServerReply;
+        type Error = std::io::Error;
+        type Future = Ready<Result<ServerReply, std::io::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: ServerCall) -> Self::Future {
+            ready(Err(std::io::Error::other("the handler's own error")))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_route_ends_calls_with_mapped_statuses() {
+        let mut routes = Routes::default();
+        routes.add(Failing);
+        assert!(routes.get("test.Other").is_none());
+        let path = b"/test.Failing/Call";
+        let call = ServerCall::from_parts(
+            Payload::from_vec(path.to_vec()),
+            0..path.len(),
+            path.len()..path.len(),
+            MetadataMap::new(),
+            None,
+        )
+        .unwrap();
+        let route = routes.get(call.service()).expect("routed by name");
+        let s = route.oneshot(call).await.unwrap_err();
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::Unknown, "the handler's own error")
+        );
     }
 }
