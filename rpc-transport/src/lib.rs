@@ -38,9 +38,6 @@ pub mod msg;
 mod pd;
 mod qp;
 mod qp_state;
-// Was public: its items keep their `pub` (the provider's own surface, used by the
-// provider-neutral types here); narrowing them is a change inside `soft` itself.
-#[allow(unreachable_pub)]
 mod soft;
 mod srq;
 #[cfg(feature = "rdma")]

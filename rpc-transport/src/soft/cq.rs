@@ -61,7 +61,7 @@ struct Members {
 }
 
 /// A soft completion queue.
-pub struct Cq {
+pub(crate) struct Cq {
     pub(crate) dev: Arc<Device>,
     id: u64,
     cap: u32,

@@ -58,7 +58,7 @@ pub(crate) fn bump(c: &AtomicU64) {
 }
 
 /// An opened soft device: one "NIC" with its own address.
-pub struct Device {
+pub(crate) struct Device {
     pub(crate) gid: Gid,
     pub(crate) ud_mtu: u32,
     pub(crate) listener: TcpListener,

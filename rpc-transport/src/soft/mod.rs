@@ -45,18 +45,18 @@ mod sys;
 mod tests;
 mod ud;
 #[doc(hidden)]
-pub mod wire;
+pub(crate) mod wire;
 
 use std::net::Ipv4Addr;
 
-pub use cq::Cq;
-pub use device::Device;
-pub use pd::{Ah, Mr, Pd};
-pub use qp::Qp;
-pub use srq::Srq;
+pub(crate) use cq::Cq;
+pub(crate) use device::Device;
+pub(crate) use pd::{Ah, Mr, Pd};
+pub(crate) use qp::Qp;
+pub(crate) use srq::Srq;
 
 /// Name under which the soft device is listed.
-pub const DEVICE_NAME: &str = "soft0";
+pub(crate) const DEVICE_NAME: &str = "soft0";
 
 /// Settings of a soft device.
 #[derive(Debug, Clone, PartialEq)]

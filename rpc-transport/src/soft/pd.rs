@@ -11,19 +11,19 @@ use crate::mr_buffer::MrBuffer;
 use super::device::Device;
 
 /// A soft protection domain: an id that every key check compares.
-pub struct Pd {
+pub(crate) struct Pd {
     pub(crate) dev: Arc<Device>,
     pub(crate) id: u32,
 }
 
 /// A soft memory registration; dropping it invalidates its key at once.
-pub struct Mr {
+pub(crate) struct Mr {
     dev: Arc<Device>,
     key: u32,
 }
 
 /// A soft address handle: the UDP address of the destination device.
-pub struct Ah {
+pub(crate) struct Ah {
     pub(crate) addr: SocketAddrV4,
 }
 

@@ -19,7 +19,7 @@ struct Inner {
 }
 
 /// A soft shared receive queue.
-pub struct Srq {
+pub(crate) struct Srq {
     dev: Arc<Device>,
     pub(crate) pd: u32,
     id: u64,

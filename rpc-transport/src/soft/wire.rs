@@ -56,30 +56,30 @@
 use std::fmt;
 
 /// Wire format version carried in every frame and datagram.
-pub const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 1;
 /// Length of the common RC frame header.
-pub const HDR_LEN: usize = 16;
+pub(crate) const HDR_LEN: usize = 16;
 /// Largest payload of one RC frame; longer messages are segmented.
-pub const MAX_SEG: usize = 32 * 1024;
+pub(crate) const MAX_SEG: usize = 32 * 1024;
 /// Length of the UD datagram header.
-pub const UD_HDR_LEN: usize = 24;
+pub(crate) const UD_HDR_LEN: usize = 24;
 /// Largest extension of any opcode.
-pub const MAX_EXT: usize = 32;
+pub(crate) const MAX_EXT: usize = 32;
 /// Largest RC frame.
-pub const MAX_FRAME: usize = HDR_LEN + MAX_EXT + MAX_SEG;
+pub(crate) const MAX_FRAME: usize = HDR_LEN + MAX_EXT + MAX_SEG;
 /// Size of a `HELLO` frame.
-pub const HELLO_LEN: usize = HDR_LEN + 24;
+pub(crate) const HELLO_LEN: usize = HDR_LEN + 24;
 /// Sequence numbers (and QPNs) use 24 bits.
-pub const SEQ_MASK: u32 = 0x00ff_ffff;
+pub(crate) const SEQ_MASK: u32 = 0x00ff_ffff;
 
 /// First segment of a message.
-pub const FIRST: u8 = 1;
+pub(crate) const FIRST: u8 = 1;
 /// Last segment of a message.
-pub const LAST: u8 = 2;
+pub(crate) const LAST: u8 = 2;
 /// The immediate is present.
-pub const IMM: u8 = 4;
+pub(crate) const IMM: u8 = 4;
 /// Solicited-event bit.
-pub const SOLICITED: u8 = 8;
+pub(crate) const SOLICITED: u8 = 8;
 
 const OP_HELLO: u8 = 1;
 const OP_SEND: u8 = 2;
@@ -94,7 +94,7 @@ const OP_UD_SEND: u8 = 0x10;
 
 /// Why a NAK was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Nak {
+pub(crate) enum Nak {
     /// Receiver not ready: no receive posted; retry after the timer (IB timer code).
     Rnr(u8),
     /// Invalid request (receive too small, misaligned atomic, bad opcode).
@@ -110,7 +110,7 @@ pub enum Nak {
 
 /// The kind of an atomic request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Atomic {
+pub(crate) enum Atomic {
     /// Fetch-and-add `add`.
     FetchAdd {
         /// Value added.
@@ -127,7 +127,7 @@ pub enum Atomic {
 
 /// The opcode-specific part of a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Body {
+pub(crate) enum Body {
     /// Names the QP a new connection belongs to.
     Hello {
         /// GID of the connecting device.
@@ -184,7 +184,7 @@ pub enum Body {
 
 /// A decoded RC frame, borrowing its payload from the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame<'a> {
+pub(crate) struct Frame<'a> {
     /// `FIRST`, `LAST`, `IMM`, `SOLICITED`.
     pub flags: u8,
     /// Message sequence number.
@@ -199,7 +199,7 @@ pub struct Frame<'a> {
 
 /// A decoded UD datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Datagram<'a> {
+pub(crate) struct Datagram<'a> {
     /// `IMM`, `SOLICITED`.
     pub flags: u8,
     /// Sending QP.
@@ -216,7 +216,7 @@ pub struct Datagram<'a> {
 
 /// What is wrong with an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WireError {
+pub(crate) enum WireError {
     /// Unknown version.
     Version(u8),
     /// Unknown opcode.
@@ -292,7 +292,7 @@ fn be64(b: &[u8], at: usize) -> u64 {
 /// `Ok(None)`: more bytes are needed. `Ok(Some((frame, n)))`: a frame of `n` bytes.
 /// The header is validated as soon as it is complete, so a bad length is reported
 /// before waiting for a payload that will never fit.
-pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError> {
+pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError> {
     if buf.len() < HDR_LEN {
         return Ok(None);
     }
@@ -402,7 +402,14 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError> {
 ///
 /// # Panics
 /// In debug builds, if the arguments violate what [`decode`] accepts.
-pub fn encode(out: &mut Vec<u8>, flags: u8, seq: u32, ack: u32, body: &Body, payload_len: usize) {
+pub(crate) fn encode(
+    out: &mut Vec<u8>,
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    body: &Body,
+    payload_len: usize,
+) {
     let (op, ext): (u8, [u8; MAX_EXT]) = {
         let mut e = [0u8; MAX_EXT];
         let op = match *body {
@@ -474,7 +481,7 @@ pub fn encode(out: &mut Vec<u8>, flags: u8, seq: u32, ack: u32, body: &Body, pay
 }
 
 /// Writes a UD datagram header for `payload_len` bytes into `out[..UD_HDR_LEN]`.
-pub fn encode_ud(
+pub(crate) fn encode_ud(
     out: &mut [u8; UD_HDR_LEN],
     flags: u8,
     src: u32,
@@ -492,7 +499,7 @@ pub fn encode_ud(
 }
 
 /// Decodes one UD datagram (the whole of `buf`).
-pub fn decode_ud(buf: &[u8]) -> Result<Datagram<'_>, WireError> {
+pub(crate) fn decode_ud(buf: &[u8]) -> Result<Datagram<'_>, WireError> {
     if buf.len() < UD_HDR_LEN {
         return Err(WireError::Truncated);
     }
@@ -555,7 +562,7 @@ pub fn fuzz_one(data: &[u8]) {
 }
 
 /// Whether `a` comes before `b` in 24-bit sequence space.
-pub fn seq_lt(a: u32, b: u32) -> bool {
+pub(crate) fn seq_lt(a: u32, b: u32) -> bool {
     let d = b.wrapping_sub(a) & SEQ_MASK;
     d != 0 && d < 0x80_0000
 }

@@ -95,7 +95,7 @@ pub(crate) struct Inner {
 }
 
 /// A soft queue pair.
-pub struct Qp {
+pub(crate) struct Qp {
     pub(crate) dev: Arc<Device>,
     pub(crate) pd: Arc<Pd>,
     pub(crate) qpn: u32,
