@@ -53,6 +53,11 @@ pub(crate) struct CqWaiter {
 impl CqWaiter {
     /// Waits for completions into `wc` by `mode`, returning early with 0 when `kick`
     /// is notified (someone has work for the driver that no completion will announce).
+    ///
+    /// One async fn with a labelled block rather than a helper future: every nested
+    /// future is built and then moved into its parent's state, a copy per wait, and
+    /// a driver waits twice per call. When the CQ may hold completions it is polled
+    /// before any future is built at all.
     pub(crate) async fn wait(
         &mut self,
         cq: &CompletionQueue,
@@ -60,7 +65,47 @@ impl CqWaiter {
         wc: &mut [WorkCompletion],
         kick: &tokio::sync::Notify,
     ) -> rpc_transport::Result<usize> {
-        let r = wait(cq, mode, wc, kick, self.drained).await;
+        let r = 'wait: {
+            let spin = match mode {
+                CompletionMode::Busy => None,
+                CompletionMode::Event => {
+                    if !self.drained {
+                        match cq.poll(wc) {
+                            Ok(0) => {}
+                            r => break 'wait r,
+                        }
+                    }
+                    break 'wait tokio::select! {
+                        r = cq.wait_async(wc) => r,
+                        () = kick.notified() => Ok(0),
+                    };
+                }
+                CompletionMode::Adaptive(d) => Some(d),
+            };
+            let start = Instant::now();
+            loop {
+                let n = cq.poll(wc)?;
+                if n > 0 {
+                    break 'wait Ok(n);
+                }
+                match spin {
+                    Some(d) if start.elapsed() >= d => break,
+                    _ => {
+                        // A kick already pending must not wait for the next completion.
+                        let notified = kick.notified();
+                        tokio::pin!(notified);
+                        if notified.as_mut().enable() {
+                            break 'wait Ok(0);
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }
+            tokio::select! {
+                r = cq.wait_async(wc) => r,
+                () = kick.notified() => Ok(0),
+            }
+        };
         // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
         if let Ok(n) = r {
             if n > 0 {
@@ -68,51 +113,6 @@ impl CqWaiter {
             }
         }
         r
-    }
-}
-
-/// One wait of a [`CqWaiter`]; `drained`: the CQ was empty after the last batch.
-async fn wait(
-    cq: &CompletionQueue,
-    mode: CompletionMode,
-    wc: &mut [WorkCompletion],
-    kick: &tokio::sync::Notify,
-    drained: bool,
-) -> rpc_transport::Result<usize> {
-    let spin = match mode {
-        CompletionMode::Busy => None,
-        CompletionMode::Event => {
-            return tokio::select! {
-                r = async {
-                    if drained { cq.wait_async(wc).await } else { cq.poll_async(wc).await }
-                } => r,
-                () = kick.notified() => Ok(0),
-            };
-        }
-        CompletionMode::Adaptive(d) => Some(d),
-    };
-    let start = Instant::now();
-    loop {
-        let n = cq.poll(wc)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        match spin {
-            Some(d) if start.elapsed() >= d => break,
-            _ => {
-                // A kick already pending must not wait for the next completion.
-                let notified = kick.notified();
-                tokio::pin!(notified);
-                if notified.as_mut().enable() {
-                    return Ok(0);
-                }
-                tokio::task::yield_now().await;
-            }
-        }
-    }
-    tokio::select! {
-        r = cq.wait_async(wc) => r,
-        () = kick.notified() => Ok(0),
     }
 }
 

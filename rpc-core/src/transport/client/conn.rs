@@ -84,8 +84,8 @@ impl<L: Link> Conn<L> {
             head,
             body,
         };
-        let id = match st.link.start(&self.sig, call) {
-            Ok(id) => id,
+        let (id, timer) = match st.link.start(&self.sig, call) {
+            Ok(started) => started,
             Err(s) => {
                 // The reservation is spent either way: let a waiting caller look
                 // again (and see the connection dead, if it died posting).
@@ -96,7 +96,7 @@ impl<L: Link> Conn<L> {
                 return Err(s);
             }
         };
-        if let Some(t) = st.link.poll_timeout() {
+        if let Some(t) = timer {
             if st.armed.is_none_or(|a| t < a) {
                 self.sig.kick.notify_one();
             }

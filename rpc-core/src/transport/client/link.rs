@@ -86,8 +86,11 @@ pub(crate) trait Link: Send + 'static {
     fn unreserve(&mut self);
 
     /// Starts a reserved call: encodes its request into a send slot and posts it
-    /// (or leaves it for the driver to post with others). Returns the call id.
-    fn start(&mut self, sig: &Signals, call: NewCall<'_>) -> Result<u32, Status>;
+    /// (or leaves it for the driver to post with others). Returns the call id and
+    /// the first engine timer the call set, if any (its deadline on RC; on UD its
+    /// retransmission), which the driver must not sleep past.
+    fn start(&mut self, sig: &Signals, call: NewCall<'_>)
+        -> Result<(u32, Option<Instant>), Status>;
 
     /// The caller gave up on call `id` (its future was dropped).
     fn cancel(&mut self, sig: &Signals, id: u32);

@@ -200,7 +200,11 @@ impl Link for RcLink {
         }
     }
 
-    fn start(&mut self, sig: &Signals, call: NewCall<'_>) -> Result<u32, Status> {
+    fn start(
+        &mut self,
+        sig: &Signals,
+        call: NewCall<'_>,
+    ) -> Result<(u32, Option<Instant>), Status> {
         let NewCall {
             now,
             reply,
@@ -240,7 +244,7 @@ impl Link for RcLink {
         if self.engine.wants_transmit() {
             self.pump();
         }
-        Ok(id)
+        Ok((id, head.timeout.map(|t| now + t)))
     }
 
     fn cancel(&mut self, sig: &Signals, id: u32) {

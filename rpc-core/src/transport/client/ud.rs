@@ -146,7 +146,11 @@ impl Link for UdLink {
         self.engine.unreserve();
     }
 
-    fn start(&mut self, _sig: &Signals, call: NewCall<'_>) -> Result<u32, Status> {
+    fn start(
+        &mut self,
+        _sig: &Signals,
+        call: NewCall<'_>,
+    ) -> Result<(u32, Option<Instant>), Status> {
         let NewCall {
             now,
             reply,
@@ -166,7 +170,7 @@ impl Link for UdLink {
                         tracing::debug!(error = %e, "UD request not posted");
                     }
                 });
-                Ok(id)
+                Ok((id, Some(now + engine.rto())))
             }
             Err((s, _reply, slot)) => {
                 self.ring.release(slot);
