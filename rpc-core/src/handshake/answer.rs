@@ -44,7 +44,7 @@ pub struct UdGrant {
     pub max_message: u64,
     /// Q_Key of the server's UD QP.
     pub qkey: u32,
-    /// The session id: [`decide`](super::decide) leaves it 0, the caller sets the
+    /// The session id: `decide` leaves it 0, the caller sets the
     /// one its UD engine assigned before encoding.
     pub session: u32,
     /// Whether the server accepts RC connections too (a UD client sends calls too

@@ -3,7 +3,9 @@
 mod call;
 mod named;
 mod reply;
+mod routable;
 
 pub use call::ServerCall;
 pub use named::NamedService;
 pub use reply::{BoxFuture, BoxMessage, EncodeMessage, ServerReply};
+pub use routable::{BoxError, RoutableService};

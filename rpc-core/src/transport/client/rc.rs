@@ -205,21 +205,18 @@ impl Link for RcLink {
         sig: &Signals,
         call: NewCall<'_>,
     ) -> Result<(u32, Option<Instant>), Status> {
-        let NewCall {
-            now,
-            reply,
-            head,
-            body,
-        } = call;
         self.promised.redeem();
         if let Some(s) = self.engine.dead() {
             return Err(s.clone());
         }
         let slot = self.ring.acquire().expect("reserved by poll_ready");
-        let (id, t) = match self
-            .engine
-            .start_call(now, reply, &head, body, self.ring.buf(&slot))
-        {
+        let (id, t) = match self.engine.start_call(
+            call.now,
+            call.reply,
+            &call.head,
+            call.body,
+            self.ring.buf(&slot),
+        ) {
             Ok(started) => started,
             Err(s) => {
                 self.ring.release(slot);
@@ -244,7 +241,7 @@ impl Link for RcLink {
         if self.engine.wants_transmit() {
             self.pump();
         }
-        Ok((id, head.timeout.map(|t| now + t)))
+        Ok((id, call.head.timeout.map(|t| call.now + t)))
     }
 
     fn cancel(&mut self, sig: &Signals, id: u32) {

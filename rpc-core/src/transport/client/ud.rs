@@ -151,16 +151,14 @@ impl Link for UdLink {
         _sig: &Signals,
         call: NewCall<'_>,
     ) -> Result<(u32, Option<Instant>), Status> {
-        let NewCall {
-            now,
-            reply,
-            head,
-            body,
-        } = call;
         self.promised.redeem();
         let slot = self.ring.acquire().expect("reserved by poll_ready");
         let buf = self.ring.buf(&slot);
-        match self.engine.start_call(now, reply, slot, &head, body, buf) {
+        let now = call.now;
+        match self
+            .engine
+            .start_call(now, call.reply, slot, &call.head, call.body, buf)
+        {
             Ok((id, t)) => {
                 // The engine holds the slot; post it from there. A refused post is a
                 // lost datagram, which the retransmission timer covers.

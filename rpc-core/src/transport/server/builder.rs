@@ -1,12 +1,10 @@
 //! `Server`: the builder.
 
-use tower::Service;
-
 use super::router::Router;
 use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::ud_side::UdStatsHandle;
-use crate::server::{NamedService, ServerCall, ServerReply};
+use crate::server::RoutableService;
 use crate::transport::completion::CompletionMode;
 
 /// Builds and runs a server.
@@ -112,7 +110,7 @@ impl Server {
 
     /// Adds a service: a generated `<Svc>Server`, or any tower service of the same
     /// request and reply types, such as a [`tower::ServiceBuilder`] stack around
-    /// one. Calls are routed by [`NamedService::NAME`]; each call runs on a clone of
+    /// one. Calls are routed by [`NamedService::NAME`](crate::server::NamedService::NAME); each call runs on a clone of
     /// `svc` (no lock), made ready with `poll_ready` first, so middleware that holds
     /// state across clones (a concurrency limit's semaphore) applies to all calls.
     ///
@@ -167,17 +165,7 @@ impl Server {
     ///
     /// It stacks with tower's own layers:
     /// `add_service(ServiceBuilder::new().layer_fn(RequireAuth).timeout(d).service(svc))`.
-    pub fn add_service<S>(self, svc: S) -> Router
-    where
-        S: Service<ServerCall, Response = ServerReply>
-            + NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-        S::Future: Send + 'static,
-    {
+    pub fn add_service<S: RoutableService>(self, svc: S) -> Router {
         Router {
             settings: self.settings,
             routes: Routes::default(),

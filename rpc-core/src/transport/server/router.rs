@@ -9,7 +9,6 @@ use rpc_transport::msg::{self, RecvPool, RecvTarget};
 use rpc_transport::SrqInitAttr;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tower::Service;
 
 use super::rc_peer::RcPeer;
 use super::routes::Routes;
@@ -17,7 +16,7 @@ use super::settings::ServerSettings;
 use super::srq_side::{accept, receive_loop, SrqSide};
 use super::ud_side::UdSide;
 use crate::id_map::IdMap;
-use crate::server::{NamedService, ServerCall, ServerReply};
+use crate::server::RoutableService;
 use crate::transport::{lock, Error};
 
 /// A server with services added.
@@ -27,18 +26,8 @@ pub struct Router {
 }
 
 impl Router {
-    /// Adds another service (see [`Server::add_service`]).
-    pub fn add_service<S>(mut self, svc: S) -> Router
-    where
-        S: Service<ServerCall, Response = ServerReply>
-            + NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-        S::Future: Send + 'static,
-    {
+    /// Adds another service (see [`Server::add_service`](super::Server::add_service)).
+    pub fn add_service<S: RoutableService>(mut self, svc: S) -> Router {
         self.routes.add(svc);
         self
     }

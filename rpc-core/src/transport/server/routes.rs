@@ -4,16 +4,16 @@
 use std::collections::HashMap;
 
 use tower::util::BoxCloneSyncService;
-use tower::{Service, ServiceExt};
+use tower::ServiceExt;
 
-use crate::server::{NamedService, ServerCall, ServerReply};
+use crate::server::{RoutableService, ServerCall, ServerReply};
 use crate::status::Status;
 
 /// One route: any service (or middleware stack) of the generated types, its errors
 /// already mapped to a [`Status`].
 pub(crate) type Route = BoxCloneSyncService<ServerCall, ServerReply, Status>;
 
-/// Services by [`NamedService::NAME`]. A route is `Sync`, so the table is shared by
+/// Services by [`NamedService::NAME`](crate::server::NamedService::NAME). A route is `Sync`, so the table is shared by
 /// the RC and UD paths as is; each call takes a clone of its route (what tower's
 /// `poll_ready` on `&mut self` asks for), never the route itself.
 #[derive(Default)]
@@ -23,17 +23,7 @@ impl Routes {
     /// Adds `svc` under its name (replacing a service added before under the same
     /// name). Its errors become a `Status` here, once, by [`Status::from_error`]; the
     /// mapping lives inside the boxed future, so it costs no allocation of its own.
-    pub(crate) fn add<S>(&mut self, svc: S)
-    where
-        S: Service<ServerCall, Response = ServerReply>
-            + NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-        S::Future: Send + 'static,
-    {
+    pub(crate) fn add<S: RoutableService>(&mut self, svc: S) {
         let svc = svc.map_err(|e: S::Error| Status::from_error(e.into()));
         self.0.insert(S::NAME, BoxCloneSyncService::new(svc));
     }
@@ -54,6 +44,8 @@ mod tests {
     use crate::code::Code;
     use crate::metadata::{AsciiMetadataValue, MetadataMap};
     use crate::payload::Payload;
+    use crate::server::NamedService;
+    use tower::Service;
 
     /// An error that is not a `Status`, with `source` as its cause.
     #[derive(Debug)]
