@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use super::link::{Link, NewCall, Signals};
 use crate::status::Status;
 use crate::transport::completion::{CompletionMode, CqWaiter};
+use crate::transport::endpoint::Settings;
 use crate::transport::lock;
 
 /// A connection's state under its lock: the link and the timer the driver sleeps on.
@@ -32,15 +33,15 @@ pub(crate) struct Conn<L> {
 }
 
 impl<L: Link> Conn<L> {
-    /// Starts serving `link`: spawns its driver and the watcher of the handshake
-    /// connection `tcp` (its closing means the server is gone).
+    /// Starts serving `link`, whose receives `pool` posts and whose completions
+    /// `cq` reports, with the endpoint's `settings`: spawns its driver and the
+    /// watcher of the handshake connection `tcp` (its closing means the server is
+    /// gone).
     pub(crate) fn spawn(
         link: L,
         sig: Arc<Signals>,
-        pool: RecvPool,
-        cq: Arc<CompletionQueue>,
-        mode: CompletionMode,
-        default_timeout: Option<Duration>,
+        (pool, cq): (RecvPool, Arc<CompletionQueue>),
+        settings: &Settings,
         tcp: TcpStream,
     ) -> Arc<Conn<L>> {
         let conn = Arc::new(Conn {
@@ -48,8 +49,8 @@ impl<L: Link> Conn<L> {
             sig,
             pool,
             cq,
-            mode,
-            default_timeout,
+            mode: settings.mode,
+            default_timeout: settings.timeout,
         });
         tokio::spawn(drive(conn.clone()));
         tokio::spawn(watch(conn.clone(), tcp));

@@ -108,7 +108,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<RcLink>, Error>
         credits: returned,
     };
     tracing::debug!(peer = %addr, credits, slot, "connected");
-    let conn = Conn::spawn(link, sig, pool, cq, s.mode, s.timeout, tcp);
+    let conn = Conn::spawn(link, sig, (pool, cq), s, tcp);
     Ok(LinkChannel::new(conn))
 }
 

@@ -95,7 +95,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<UdLink>, Error>
     };
     tracing::debug!(peer = %addr, session = ud.session, window, datagram, "UD session open");
     let sig = Arc::new(Signals::default());
-    let conn = Conn::spawn(link, sig, pool, cq, s.mode, s.timeout, tcp);
+    let conn = Conn::spawn(link, sig, (pool, cq), s, tcp);
     Ok(LinkChannel::new(conn))
 }
 
