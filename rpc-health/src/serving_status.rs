@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::pb::health_check_response::ServingStatus as WireStatus;
 
-/// Whether a service is serving, as a health reporter sets it
+/// Whether a service is serving, as a [`crate::server::HealthReporter`] sets it
 /// (the wire enum, [`crate::pb::health_check_response::ServingStatus`], also has
 /// `ServiceUnknown`, which only `Watch` sends).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
