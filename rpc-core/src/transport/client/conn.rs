@@ -57,6 +57,21 @@ impl<L: Link> Conn<L> {
         conn
     }
 
+    /// Whether new calls may start here: not dead, not closed.
+    pub(crate) fn usable(&self) -> bool {
+        !self.sig.closing.load(Ordering::Acquire) && self.lock().link.dead().is_none()
+    }
+
+    /// Closes the connection (its channel let go of it): the driver stops, the
+    /// handshake connection closes (so the server reclaims its side), and calls
+    /// still open end `CANCELLED`.
+    pub(crate) fn close(&self) {
+        self.sig.closing.store(true, Ordering::Release);
+        self.sig.shutdown.notify_one();
+        let mut st = self.lock();
+        self.fail(&mut st, Status::cancelled("channel closed"));
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, State<L>> {
         lock(&self.state)
     }
