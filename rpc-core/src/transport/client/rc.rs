@@ -79,7 +79,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     let grant = check_rc(&hello, &reply.payload)?;
     let credits = grant.credits;
     let slot = grant.slot_size as usize;
-    qp.connect_rc(&reply.endpoint, psn, AccessFlags::empty())?;
+    qp.connect_rc_with(&reply.endpoint, psn, AccessFlags::empty(), s.rc_retry)?;
 
     let sig = Arc::new(Signals::default());
     let returned = Arc::new(ReturnedCredits::default());

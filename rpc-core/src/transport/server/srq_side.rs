@@ -22,7 +22,7 @@ use crate::engine::{ServerConfig, ServerConn};
 use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::transport::completion::serve_cq;
-use crate::transport::{lock, Error};
+use crate::transport::{lock, Error, DEFAULT_RC_RETRY};
 
 /// What the accept loop, the handshakes and the receive loop share.
 pub(super) struct SrqSide {
@@ -162,7 +162,7 @@ pub(super) async fn accept(sh: Arc<SrqSide>, mut tcp: TcpStream) -> Result<(), E
         };
         let qp = Arc::new(sh.pd.create_qp(&init)?);
         let psn = qp.qp_num() & 0x00ff_ffff;
-        qp.connect_rc(&hello.endpoint, psn, AccessFlags::empty())?;
+        qp.connect_rc_with(&hello.endpoint, psn, AccessFlags::empty(), DEFAULT_RC_RETRY)?;
         let ring = SendRing::new(&sh.pd, qp.clone(), credits, s.slot_size)?;
         let engine = ServerConn::new(ServerConfig {
             frame_size: s.slot_size,
