@@ -4,12 +4,15 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rpc_transport::msg::{self, RecvPool, RecvTarget};
 use rpc_transport::SrqInitAttr;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
+use super::log_limit::RateLimit;
+use super::pending::PendingHandshakes;
 use super::rc_peer::RcPeer;
 use super::routes::Routes;
 use super::settings::ServerSettings;
@@ -24,6 +27,13 @@ pub struct Router {
     pub(super) settings: ServerSettings,
     pub(super) routes: Routes,
 }
+
+/// First wait after a failed `accept`, doubled per further failure up to the max.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// One log line a second at most for failed accepts, and for refused handshakes.
+static ACCEPT_LOG: RateLimit = RateLimit::new(Duration::from_secs(1));
+static HANDSHAKE_LOG: RateLimit = RateLimit::new(Duration::from_secs(1));
 
 impl Router {
     /// Adds another service (see [`Server::add_service`](super::Server::add_service)).
@@ -56,6 +66,7 @@ impl Router {
         signal: F,
     ) -> Result<(), Error> {
         let s = self.settings;
+        let s_pending = s.max_pending_handshakes;
         let dev = match &s.rdma_device {
             Some(d) => d.clone(),
             None => msg::open_device(s.device.as_deref())?,
@@ -117,19 +128,37 @@ impl Router {
         let poller = tokio::spawn(receive_loop(shared.clone()));
         let ud_poller = ud.map(|u| tokio::spawn(u.run()));
         tokio::pin!(signal);
+        let pending = PendingHandshakes::new(s_pending);
+        let mut accept_backoff = ACCEPT_BACKOFF_MIN;
         loop {
             tokio::select! {
                 () = &mut signal => break,
                 r = listener.accept() => match r {
                     Ok((tcp, peer)) => {
+                        accept_backoff = ACCEPT_BACKOFF_MIN;
+                        let waiting = pending.enter();
                         let sh = shared.clone();
                         tokio::spawn(async move {
-                            if let Err(e) = accept(sh, tcp).await {
-                                tracing::debug!(%peer, error = %e, "handshake failed");
+                            if let Err(e) = accept(sh, tcp, waiting).await {
+                                if let Some(more) = HANDSHAKE_LOG.allow() {
+                                    tracing::info!(%peer, error = %e, more, "handshake refused or failed");
+                                }
                             }
                         });
                     }
-                    Err(e) => tracing::debug!(error = %e, "accept failed"),
+                    Err(e) => {
+                        // Out of descriptors or buffers (EMFILE, ENFILE, ENOBUFS):
+                        // retrying at once would spin; back off, and say so once a
+                        // second at most.
+                        if let Some(more) = ACCEPT_LOG.allow() {
+                            tracing::warn!(error = %e, more, backoff = ?accept_backoff, "accept failed; backing off");
+                        }
+                        tokio::select! {
+                            () = &mut signal => break,
+                            () = tokio::time::sleep(accept_backoff) => {}
+                        }
+                        accept_backoff = (accept_backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    }
                 },
             }
         }

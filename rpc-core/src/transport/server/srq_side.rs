@@ -14,6 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+use super::pending::Pending;
 use super::rc_peer::{Dispatch, RcPeer};
 use super::routes::Routes;
 use super::settings::ServerSettings;
@@ -103,9 +104,23 @@ fn handle(
 }
 
 /// The server half of the handshake, then the liveness watch.
-pub(super) async fn accept(sh: Arc<SrqSide>, mut tcp: TcpStream) -> Result<(), Error> {
+pub(super) async fn accept(
+    sh: Arc<SrqSide>,
+    mut tcp: TcpStream,
+    pending: Pending,
+) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
-    let hello = match handshake::recv(&mut tcp).await {
+    let t = sh.settings.handshake_timeout;
+    let hello = tokio::select! {
+        r = tokio::time::timeout(t, handshake::recv(&mut tcp)) => r
+            .map_err(|_| Error::new(format!("no hello within {t:?}; connection closed")))?,
+        () = pending.evicted() => return Err(Error::new(
+            "too many connections without a hello; the longest waiting was closed",
+        )),
+    };
+    // The peer spoke: it no longer counts against the handshakes in progress.
+    drop(pending);
+    let hello = match hello {
         Ok(h) => h,
         Err(e) => {
             if let Some(old) = OldPeer::recognize(&e) {
