@@ -67,6 +67,11 @@ impl<L: Link> LinkChannel<L> {
 
     /// Reserves on `conn`: `None` while it has no room, `Err` if it died.
     fn try_reserve(&mut self, conn: &Arc<Conn<L>>) -> Option<Result<(), Status>> {
+        if conn.draining() {
+            return Some(Err(Status::unavailable(
+                "the server is draining this connection",
+            )));
+        }
         let mut st = conn.lock();
         if let Some(s) = st.link.dead() {
             return Some(Err(s.clone()));
@@ -109,7 +114,7 @@ impl<L: Link, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
                 Poll::Pending => return Poll::Pending,
             };
             match conn.sig.ready.poll_reserve(cx, || self.try_reserve(&conn)) {
-                // Died meanwhile: the handle lets it go and dials again.
+                // Died or draining meanwhile: the handle lets it go and dials again.
                 Poll::Ready(Err(_)) => continue,
                 other => return other,
             }

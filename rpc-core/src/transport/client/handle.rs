@@ -79,10 +79,13 @@ impl<L: Link> Handle<L> {
             match &st.current {
                 Current::Up(c) if c.usable() => return Poll::Ready(Ok(c.clone())),
                 Current::Up(c) => {
-                    // Dead (the server went, or the transport failed): let it go
-                    // and dial a new one.
-                    tracing::debug!(peer = %self.peer(), "connection lost; reconnecting");
-                    c.close();
+                    // Draining (GOAWAY): its calls in flight finish there, and the
+                    // server closes it after them. Dead (the server went, or the
+                    // transport failed): close it. Either way, dial a new one.
+                    if !c.draining() {
+                        tracing::debug!(peer = %self.peer(), "connection lost; reconnecting");
+                        c.close();
+                    }
                     st.current = Current::Idle;
                 }
                 Current::Down { retry_at, error } if Instant::now() < *retry_at => {

@@ -31,6 +31,8 @@ pub(crate) struct Signals {
     pub(crate) shutdown: Notify,
     /// The last handle is gone: the driver stops.
     pub(crate) closing: AtomicBool,
+    /// The server said GOAWAY: no new call starts here; calls in flight finish.
+    pub(crate) draining: AtomicBool,
 }
 
 /// Send slots promised to callers by `poll_ready` and not yet used by a call: a
@@ -85,6 +87,9 @@ pub(crate) trait Link: Send + Sized + 'static {
 
     /// Why the connection is unusable, if it is.
     fn dead(&self) -> Option<&Status>;
+
+    /// Calls open (started, not yet ended).
+    fn open_calls(&self) -> usize;
 
     /// Takes what one call needs (a credit or a window place, and a send slot);
     /// `false` if none is free now.

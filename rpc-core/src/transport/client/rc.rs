@@ -190,6 +190,10 @@ impl Link for RcLink {
         self.engine.dead()
     }
 
+    fn open_calls(&self) -> usize {
+        self.engine.calls()
+    }
+
     fn reserve(&mut self) -> bool {
         self.sync_credits();
         let engine = &mut self.engine;

@@ -139,6 +139,10 @@ impl Link for UdLink {
         self.engine.dead()
     }
 
+    fn open_calls(&self) -> usize {
+        self.engine.open_calls()
+    }
+
     fn reserve(&mut self) -> bool {
         let engine = &mut self.engine;
         self.promised

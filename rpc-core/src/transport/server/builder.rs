@@ -120,6 +120,15 @@ impl Server {
         self
     }
 
+    /// How long `serve_with_shutdown` lets calls in flight finish after its signal
+    /// (default 10 s). Meanwhile the server accepts no connection, every client is
+    /// told GOAWAY (its channel starts new calls elsewhere), and calls already sent
+    /// run to their answers; what still runs after this is cancelled.
+    pub fn shutdown_grace_period(mut self, t: Duration) -> Self {
+        self.settings.shutdown_grace = t;
+        self
+    }
+
     /// Publishes the UD counters into `handle` while the server runs.
     pub fn ud_stats(mut self, handle: UdStatsHandle) -> Self {
         self.settings.ud_stats = Some(handle);

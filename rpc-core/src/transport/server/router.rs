@@ -47,8 +47,11 @@ impl Router {
         self.serve_with_shutdown(addr, std::future::pending()).await
     }
 
-    /// Serves on `addr` until `signal` completes; then closes every connection
-    /// (clients see `UNAVAILABLE`) and returns.
+    /// Serves on `addr` until `signal` completes; then drains as tonic does: accepts
+    /// no more connections, tells every client GOAWAY (its channel starts new calls
+    /// elsewhere), lets calls in flight finish for the grace period
+    /// ([`Server::shutdown_grace_period`](super::Server::shutdown_grace_period),
+    /// default 10 s), cancels what still runs, closes every connection and returns.
     pub async fn serve_with_shutdown<F: Future<Output = ()>>(
         self,
         addr: SocketAddr,
@@ -67,6 +70,7 @@ impl Router {
     ) -> Result<(), Error> {
         let s = self.settings;
         let s_pending = s.max_pending_handshakes;
+        let grace = s.shutdown_grace;
         let dev = match &s.rdma_device {
             Some(d) => d.clone(),
             None => msg::open_device(s.device.as_deref())?,
@@ -162,6 +166,12 @@ impl Router {
                 },
             }
         }
+        // Drain: no new connections (the listener is no longer read, and closed
+        // when this returns); every client hears GOAWAY and starts no new call on
+        // its connection; calls in flight run to their answers, for the grace
+        // period at most.
+        drop(listener);
+        drain(&shared, grace).await;
         shared.closing.store(true, Ordering::Release);
         shared.kick.notify_one();
         if let Some(u) = &shared.ud {
@@ -177,5 +187,31 @@ impl Router {
             let _ = p.await;
         }
         Ok(())
+    }
+}
+
+/// Tells every client GOAWAY, then waits until every client has let go of its
+/// connection (a client closes a draining connection once its calls there are
+/// answered), for `grace` at most: what is still open is then closed by the
+/// teardown, and its calls end `UNAVAILABLE`.
+async fn drain(sh: &SrqSide, grace: Duration) {
+    for p in lock(&sh.conns).values() {
+        p.goaway.notify_one();
+    }
+    if let Some(u) = &sh.ud {
+        u.goaway();
+    }
+    let idle = || lock(&sh.conns).is_empty() && sh.ud.as_ref().is_none_or(|u| u.idle());
+    let deadline = tokio::time::Instant::now() + grace;
+    // Checked every few milliseconds: a drain happens once per server, and the
+    // connections' tasks have no single event for "all gone".
+    while !idle() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if !idle() {
+        tracing::warn!(
+            ?grace,
+            "connections still open after the shutdown grace period; closing them"
+        );
     }
 }

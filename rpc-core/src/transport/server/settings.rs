@@ -22,6 +22,8 @@ pub(super) struct ServerSettings {
     pub(super) handshake_timeout: Duration,
     /// Connections accepted whose hello has not arrived yet, at most.
     pub(super) max_pending_handshakes: usize,
+    /// How long a shutdown waits for calls in flight.
+    pub(super) shutdown_grace: Duration,
 }
 
 impl Default for ServerSettings {
@@ -44,6 +46,7 @@ impl Default for ServerSettings {
             ud_stats: None,
             handshake_timeout: Duration::from_secs(10),
             max_pending_handshakes: 1024,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
