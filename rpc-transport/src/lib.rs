@@ -54,7 +54,7 @@ pub use error::{Error, PostError, Result};
 pub use event::{AsyncEvent, ObjectId};
 pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::ProtectionDomain;
-pub use qp::{QpCap, QpInitAttr, QueuePair};
+pub use qp::{QpCap, QpInitAttr, QueuePair, RcRetry};
 pub use qp_state::{
     ack_timeout_us, rnr_timer_us, transition_allowed, Mtu, QpAttr, QpState, QpType,
 };

@@ -111,6 +111,27 @@ pub(crate) fn create_qp(pd: &PdImp, init: &QpInitAttr<'_>) -> Result<QpImp> {
     }
 }
 
+/// An RC QP's transport retry budget (ibverbs' `timeout` and `retry_cnt`): a send
+/// unacknowledged for about `4.096 µs × 2^ack_timeout × (retry_cnt + 1)` fails
+/// `RETRY_EXC_ERR`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcRetry {
+    /// The ACK timeout code (IBA: 4.096 µs × 2^code; 0 = wait forever).
+    pub ack_timeout: u8,
+    /// Retransmissions before the send fails (at most 7).
+    pub retry_cnt: u8,
+}
+
+impl Default for RcRetry {
+    /// 14 (~67 ms) and 7: about half a second, the common verbs setting.
+    fn default() -> Self {
+        RcRetry {
+            ack_timeout: 14,
+            retry_cnt: 7,
+        }
+    }
+}
+
 /// A queue pair (`ibv_qp`). It keeps its PD, CQs and SRQ alive.
 pub struct QueuePair {
     pub(crate) imp: QpImp,
@@ -182,6 +203,19 @@ impl QueuePair {
         local_psn: u32,
         access: AccessFlags,
     ) -> Result<()> {
+        self.connect_rc_with(remote, local_psn, access, RcRetry::default())
+    }
+
+    /// [`QueuePair::connect_rc`] with a transport retry budget of its own: how long
+    /// the QP waits for an ACK before it retransmits, and how often, before its sends
+    /// fail `RETRY_EXC_ERR` (a peer that stops answering for longer is declared dead).
+    pub fn connect_rc_with(
+        &self,
+        remote: &QpEndpoint,
+        local_psn: u32,
+        access: AccessFlags,
+        retry: RcRetry,
+    ) -> Result<()> {
         let dev = self.pd.device();
         let mtu = dev.port_attr(1)?.active_mtu.min(Mtu::Mtu4096);
         let ah = AhAttr::from_endpoint(remote, dev.preferred_gid_index());
@@ -190,7 +224,12 @@ impl QueuePair {
             QpState::Rtr,
             &QpAttr::rc_rtr(ah, remote.qpn, remote.psn, mtu),
         )?;
-        self.modify(QpState::Rts, &QpAttr::rc_rts(local_psn))
+        let rts = QpAttr {
+            timeout: Some(retry.ack_timeout),
+            retry_cnt: Some(retry.retry_cnt),
+            ..QpAttr::rc_rts(local_psn)
+        };
+        self.modify(QpState::Rts, &rts)
     }
 
     /// RESET → INIT → RTR → RTS for a UD QP with Q_Key `qkey`.

@@ -326,10 +326,11 @@ async fn cancelled_call_stops_its_handler(builder: Server, millis: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_returns_and_ends_in_flight_calls_unavailable() {
+async fn shutdown_returns_after_its_grace_period_and_ends_calls_still_running_unavailable() {
     init_tracing();
     let (tx, rx) = oneshot::channel::<()>();
-    let (addr, server) = serve_echo(Server::builder(), async move {
+    let builder = Server::builder().shutdown_grace_period(Duration::from_millis(300));
+    let (addr, server) = serve_echo(builder, async move {
         let _ = rx.await;
     })
     .await;

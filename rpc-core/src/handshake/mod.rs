@@ -71,8 +71,10 @@
 //!   same-host links over shared memory, and a no-immediate mode for iWARP (where
 //!   Send-with-Immediate is missing). None is defined yet: every bit is unknown and
 //!   dropped from the grant.
-//! * **A timeout.** Today a silent peer holds the exchange open; the driver will
-//!   bound it (the negotiation itself has no clock and stays so).
+//! * **After the exchange** the TCP connection carries the server's one-byte notices
+//!   ([`liveness`]: GOAWAY) and its closing means the peer is gone. The server's
+//!   driver bounds how long a peer may take to send its hello (the negotiation
+//!   itself has no clock and stays so).
 //! * **Reconnection.** A channel that loses its connection will dial again and redo
 //!   this exchange from a fresh [`ClientHello`]; nothing here keeps state between
 //!   two handshakes.
@@ -83,6 +85,7 @@ mod check;
 mod decide;
 mod hello;
 mod legacy;
+pub mod liveness;
 mod reject;
 #[cfg(test)]
 mod tests;

@@ -1,18 +1,16 @@
 //! `Channel`: the client handle, over an RC connection or a UD session.
 
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use prost::Message;
-use tokio::sync::OnceCell;
 use tower::{Service, ServiceExt};
 
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::UdClientStats;
 use crate::server::BoxFuture;
 use crate::status::Status;
-use crate::transport::client::rc::{self, RcLink};
-use crate::transport::client::ud::{self, UdLink};
+use crate::transport::client::rc::RcLink;
+use crate::transport::client::ud::UdLink;
 use crate::transport::client::LinkChannel;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::Error;
@@ -35,10 +33,9 @@ enum Transport {
     Rc(LinkChannel<RcLink>),
     Ud {
         ud: LinkChannel<UdLink>,
-        /// The RC connection for calls too big for a datagram, opened on first need
+        /// The RC connection for calls too big for a datagram, dialed on first need
         /// and shared by the channel's clones.
-        rc: Arc<OnceCell<LinkChannel<RcLink>>>,
-        endpoint: Arc<Endpoint>,
+        rc: LinkChannel<RcLink>,
     },
 }
 
@@ -57,38 +54,37 @@ impl Channel {
         Endpoint::from_shared(uri)?.connect().await
     }
 
-    pub(crate) fn rc(c: LinkChannel<RcLink>) -> Channel {
-        Channel {
-            transport: Transport::Rc(c),
-        }
+    /// A channel over `endpoint` that dials on its first call.
+    fn lazy(endpoint: &Endpoint) -> Channel {
+        let transport = if endpoint.settings.ud {
+            let mut rc = endpoint.clone();
+            rc.settings.ud = false;
+            Transport::Ud {
+                ud: LinkChannel::lazy(endpoint.clone()),
+                rc: LinkChannel::lazy(rc),
+            }
+        } else {
+            Transport::Rc(LinkChannel::lazy(endpoint.clone()))
+        };
+        Channel { transport }
     }
 
-    pub(crate) fn ud(ud: LinkChannel<UdLink>, ep: &Endpoint) -> Channel {
-        let mut endpoint = ep.clone();
-        endpoint.settings.ud = false;
-        Channel {
-            transport: Transport::Ud {
-                ud,
-                rc: Arc::new(OnceCell::new()),
-                endpoint: Arc::new(endpoint),
-            },
-        }
-    }
-
-    /// The UD session's counters (retransmissions, dropped replies, ...); `None` on RC.
+    /// The UD session's counters (retransmissions, dropped replies, ...); `None` on RC
+    /// and while no session is up.
     pub fn ud_stats(&self) -> Option<UdClientStats> {
         match &self.transport {
             Transport::Rc(_) => None,
-            Transport::Ud { ud, .. } => Some(ud.with_link(|l| l.engine().stats())),
+            Transport::Ud { ud, .. } => ud.with_link(|l| l.engine().stats()),
         }
     }
 
     /// The UD payload limit in bytes: the largest datagram (rdma-rpc's 12-byte UD
-    /// header, the request head, path, metadata and message); `None` on RC.
+    /// header, the request head, path, metadata and message); `None` on RC and while
+    /// no session is up.
     pub fn ud_datagram_limit(&self) -> Option<usize> {
         match &self.transport {
             Transport::Rc(_) => None,
-            Transport::Ud { ud, .. } => Some(ud.with_link(|l| l.engine().config().datagram)),
+            Transport::Ud { ud, .. } => ud.with_link(|l| l.engine().config().datagram),
         }
     }
 }
@@ -96,22 +92,22 @@ impl Channel {
 // Here rather than in `endpoint.rs`, so that an endpoint stays plain settings that
 // the transports read without importing the channel built from them.
 impl Endpoint {
-    /// Connects.
+    /// Connects now: fails if the first dial does (address, refusal, timeout).
+    /// Afterwards the channel dials again by itself whenever its connection breaks.
     pub async fn connect(&self) -> Result<Channel, Error> {
-        let t = self.settings.connect_timeout;
-        let connect = async {
-            if self.settings.ud {
-                ud::connect(self).await.map(|c| Channel::ud(c, self))
-            } else {
-                rc::connect(self).await.map(Channel::rc)
-            }
+        let channel = Channel::lazy(self);
+        let dialed = match &channel.transport {
+            Transport::Rc(c) => c.dial_now().await,
+            Transport::Ud { ud, .. } => ud.dial_now().await,
         };
-        tokio::time::timeout(t, connect).await.map_err(|_| {
-            Error::new(format!(
-                "connecting to {}:{} timed out",
-                self.host, self.port
-            ))
-        })?
+        dialed.map_err(|s| Error::new(s.message().to_string()))?;
+        Ok(channel)
+    }
+
+    /// A channel that dials on its first call, as tonic's: a server that is not up
+    /// yet fails that call `UNAVAILABLE`, and a later call dials again.
+    pub fn connect_lazy(&self) -> Channel {
+        Channel::lazy(self)
     }
 }
 
@@ -130,27 +126,24 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
     fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {
         match &mut self.transport {
             Transport::Rc(c) => c.call(call),
-            Transport::Ud { ud, rc, endpoint } => {
-                let (fits, accepts_rc) = ud.with_link(|l| {
-                    let room = l
-                        .engine()
-                        .config()
-                        .body_room(call.path, call.metadata.encoded_len());
-                    (call.message.encoded_len() <= room, l.accepts_rc())
-                });
+            Transport::Ud { ud, rc } => {
+                let (fits, accepts_rc) = ud
+                    .with_link(|l| {
+                        let room = l
+                            .engine()
+                            .config()
+                            .body_room(call.path, call.metadata.encoded_len());
+                        (call.message.encoded_len() <= room, l.accepts_rc())
+                    })
+                    .unwrap_or((true, false));
                 if fits || !accepts_rc {
                     // Too big without RC: the engine fails it naming the UD limit.
                     return ud.call(call);
                 }
-                // Too big for a datagram: over RC, opened on first need.
+                // Too big for a datagram: over RC, dialed on first need.
                 ud.unreserve();
-                let (rc, endpoint) = (rc.clone(), endpoint.clone());
+                let mut rc = rc.clone();
                 Box::pin(async move {
-                    let rc = rc
-                        .get_or_try_init(|| rc::connect(&endpoint))
-                        .await
-                        .map_err(|e| Status::unavailable(format!("RC fallback: {e}")))?;
-                    let mut rc = rc.clone();
                     ServiceExt::<OutgoingCall<M>>::ready(&mut rc).await?;
                     rc.call(call).await
                 })

@@ -119,5 +119,14 @@ pub(crate) const DEFAULT_SLOT_SIZE: usize = 8 * 1024;
 /// Default calls in flight per connection. The handshake asks for one credit more:
 /// the engine keeps the last one for CANCEL frames.
 pub(crate) const DEFAULT_CREDITS: u32 = 256;
+/// Default RC transport retry budget: an ACK timeout of ~537 ms (code 17) and 7
+/// retransmissions, about 4.3 s before a peer that stopped answering is declared
+/// dead. Long enough to ride out a 2.5 s pause of the peer process (a GC, SIGSTOP,
+/// swap), where verbs' usual 14 (~0.5 s in all) kills the connection; a peer that
+/// is really gone is found by its handshake connection closing, long before.
+pub(crate) const DEFAULT_RC_RETRY: rpc_transport::RcRetry = rpc_transport::RcRetry {
+    ack_timeout: 17,
+    retry_cnt: 7,
+};
 /// Default largest message, each way (the issue asks for at least 64 MiB).
 pub(crate) const DEFAULT_MAX_MESSAGE: usize = 64 * 1024 * 1024 + 1024 * 1024;

@@ -1,43 +1,30 @@
 //! [`LinkChannel`]: a `tower::Service` over one client connection of either
 //! transport, and the guard that cancels a call whose caller went away.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use prost::Message;
 use tokio::sync::oneshot;
-use tower::Service;
+use tower::{Service, ServiceExt};
 
 use super::conn::Conn;
+use super::handle::Handle;
 use super::link::Link;
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::CallHead;
 use crate::server::BoxFuture;
 use crate::status::Status;
+use crate::transport::endpoint::Endpoint;
 
-/// Owned by all clones of a channel; closes the connection when the last goes.
-struct Handle<L: Link> {
-    conn: Arc<Conn<L>>,
-}
-
-impl<L: Link> Drop for Handle<L> {
-    fn drop(&mut self) {
-        let sig = &self.conn.sig;
-        sig.closing.store(true, Ordering::Release);
-        sig.shutdown.notify_one();
-        let mut st = self.conn.lock();
-        self.conn.fail(&mut st, Status::cancelled("channel closed"));
-    }
-}
-
-/// A client connection over transport `L`: cheap to clone (clones share the
+/// A client channel over transport `L`: cheap to clone (clones share the
 /// connection), many calls in flight, a `tower::Service` whose `poll_ready` reserves
-/// room to send (a credit or window place, and a send slot).
+/// room to send (a credit or window place, and a send slot) on the connection of the
+/// moment, dialing a new one when it broke ([`Handle`]).
 pub(crate) struct LinkChannel<L: Link> {
     inner: Arc<Handle<L>>,
-    /// This clone holds a reservation from `poll_ready`.
-    reserved: bool,
+    /// The connection this clone holds a reservation on, from `poll_ready`.
+    reserved: Option<Arc<Conn<L>>>,
 }
 
 impl<L: Link> Clone for LinkChannel<L> {
@@ -45,7 +32,7 @@ impl<L: Link> Clone for LinkChannel<L> {
         // A reservation belongs to the clone that made it (as tower's ConcurrencyLimit).
         LinkChannel {
             inner: self.inner.clone(),
-            reserved: false,
+            reserved: None,
         }
     }
 }
@@ -54,31 +41,43 @@ impl<L: Link> std::fmt::Debug for LinkChannel<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Channel")
             .field("transport", &std::any::type_name::<L>())
-            .field("reserved", &self.reserved)
+            .field("reserved", &self.reserved.is_some())
             .finish()
     }
 }
 
 impl<L: Link> LinkChannel<L> {
-    pub(crate) fn new(conn: Arc<Conn<L>>) -> Self {
+    /// A channel that dials on its first call (`Endpoint::connect_lazy`).
+    pub(crate) fn lazy(endpoint: Endpoint) -> Self {
         LinkChannel {
-            inner: Arc::new(Handle { conn }),
-            reserved: false,
+            inner: Handle::lazy(endpoint),
+            reserved: None,
         }
     }
 
-    /// Reads the link's state (counters, limits).
-    pub(crate) fn with_link<R>(&self, f: impl FnOnce(&L) -> R) -> R {
-        f(&self.inner.conn.lock().link)
+    /// Dials now if no connection is up, and waits for the outcome.
+    pub(crate) async fn dial_now(&self) -> Result<(), Status> {
+        std::future::poll_fn(|cx| self.inner.poll_conn(cx).map_ok(|_| ())).await
     }
 
-    fn try_reserve(&mut self, conn: &Conn<L>) -> Option<Result<(), Status>> {
+    /// Reads the current connection's link (counters, limits); `None` while none is up.
+    pub(crate) fn with_link<R>(&self, f: impl FnOnce(&L) -> R) -> Option<R> {
+        self.inner.current().map(|c| f(&c.lock().link))
+    }
+
+    /// Reserves on `conn`: `None` while it has no room, `Err` if it died.
+    fn try_reserve(&mut self, conn: &Arc<Conn<L>>) -> Option<Result<(), Status>> {
+        if conn.draining() {
+            return Some(Err(Status::unavailable(
+                "the server is draining this connection",
+            )));
+        }
         let mut st = conn.lock();
         if let Some(s) = st.link.dead() {
             return Some(Err(s.clone()));
         }
         if st.link.reserve() {
-            self.reserved = true;
+            self.reserved = Some(conn.clone());
             return Some(Ok(()));
         }
         None
@@ -86,8 +85,7 @@ impl<L: Link> LinkChannel<L> {
 
     /// Gives back this clone's reservation, if it holds one.
     pub(crate) fn unreserve(&mut self) {
-        if std::mem::take(&mut self.reserved) {
-            let conn = &self.inner.conn;
+        if let Some(conn) = self.reserved.take() {
             conn.lock().link.unreserve();
             conn.sig.ready.wake_all();
         }
@@ -106,19 +104,27 @@ impl<L: Link, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
     type Future = BoxFuture<IncomingReply>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        if self.reserved {
+        if self.reserved.is_some() {
             return Poll::Ready(Ok(()));
         }
-        let conn = self.inner.conn.clone();
-        conn.sig.ready.poll_reserve(cx, || self.try_reserve(&conn))
+        loop {
+            let conn = match self.inner.poll_conn(cx) {
+                Poll::Ready(Ok(conn)) => conn,
+                Poll::Ready(Err(s)) => return Poll::Ready(Err(s)),
+                Poll::Pending => return Poll::Pending,
+            };
+            match conn.sig.ready.poll_reserve(cx, || self.try_reserve(&conn)) {
+                // Died or draining meanwhile: the handle lets it go and dials again.
+                Poll::Ready(Err(_)) => continue,
+                other => return other,
+            }
+        }
     }
 
     fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {
-        if !std::mem::take(&mut self.reserved) {
+        let Some(conn) = self.reserved.take() else {
             return Box::pin(async { Err(Status::internal("Channel::call without poll_ready")) });
-        }
-        let handle = self.inner.clone();
-        let conn = &handle.conn;
+        };
         let head = CallHead {
             path: call.path,
             metadata: &call.metadata,
@@ -129,12 +135,22 @@ impl<L: Link, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
         match started {
             Ok(id) => Box::pin(
                 CallGuard {
-                    handle,
+                    _handle: self.inner.clone(),
+                    conn,
                     id,
                     armed: true,
                 }
                 .wait(rx),
             ),
+            Err(_) if !conn.usable() => {
+                // The connection died before the request left (nothing was posted,
+                // so the server never saw it): once more on the next connection.
+                let mut again = self.clone();
+                Box::pin(async move {
+                    ServiceExt::<OutgoingCall<M>>::ready(&mut again).await?;
+                    again.call(call).await
+                })
+            }
             Err(s) => Box::pin(async move { Err(s) }),
         }
     }
@@ -144,7 +160,9 @@ impl<L: Link, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
 struct CallGuard<L: Link> {
     /// Keeps the connection open while the call is in flight, even if every
     /// channel clone is gone.
-    handle: Arc<Handle<L>>,
+    _handle: Arc<Handle<L>>,
+    /// The connection the call is on.
+    conn: Arc<Conn<L>>,
     id: u32,
     /// Until the reply came.
     armed: bool,
@@ -165,8 +183,7 @@ impl<L: Link> CallGuard<L> {
 impl<L: Link> Drop for CallGuard<L> {
     fn drop(&mut self) {
         if self.armed {
-            let conn = &self.handle.conn;
-            conn.lock().link.cancel(&conn.sig, self.id);
+            self.conn.lock().link.cancel(&self.conn.sig, self.id);
         }
     }
 }

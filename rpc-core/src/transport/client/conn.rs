@@ -5,11 +5,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rpc_transport::msg::{handshake, RecvPool};
+use rpc_transport::msg::RecvPool;
 use rpc_transport::{CompletionQueue, WorkCompletion};
 use tokio::net::TcpStream;
 
 use super::link::{Link, NewCall, Signals};
+use crate::handshake::liveness::{next_notice, Notice};
 use crate::status::Status;
 use crate::transport::completion::{CompletionMode, CqWaiter};
 use crate::transport::endpoint::Settings;
@@ -55,6 +56,28 @@ impl<L: Link> Conn<L> {
         tokio::spawn(drive(conn.clone()));
         tokio::spawn(watch(conn.clone(), tcp));
         conn
+    }
+
+    /// Whether new calls may start here: not dead, not closed, not draining.
+    pub(crate) fn usable(&self) -> bool {
+        !self.sig.closing.load(Ordering::Acquire)
+            && !self.draining()
+            && self.lock().link.dead().is_none()
+    }
+
+    /// The server said GOAWAY: calls in flight finish here, new ones go elsewhere.
+    pub(crate) fn draining(&self) -> bool {
+        self.sig.draining.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection (its channel let go of it): the driver stops, the
+    /// handshake connection closes (so the server reclaims its side), and calls
+    /// still open end `CANCELLED`.
+    pub(crate) fn close(&self) {
+        self.sig.closing.store(true, Ordering::Release);
+        self.sig.shutdown.notify_one();
+        let mut st = self.lock();
+        self.fail(&mut st, Status::cancelled("channel closed"));
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State<L>> {
@@ -138,13 +161,18 @@ impl<L: Link> Conn<L> {
     /// Ends a driver step under the lock it took: arms the engine's next timer, and
     /// wakes callers waiting for room if some came back or the connection died.
     fn after(&self, mut st: MutexGuard<'_, State<L>>, room: bool) -> Next {
-        let next = if st.link.dead().is_some() {
+        let drained = self.draining() && st.link.open_calls() == 0;
+        let next = if st.link.dead().is_some() || drained {
             Next::Stop
         } else {
             st.armed = st.link.poll_timeout();
             Next::Until(st.armed)
         };
         drop(st);
+        if drained {
+            // GOAWAY, and the last call here has its answer: let the server go.
+            self.close();
+        }
         if room || matches!(next, Next::Stop) {
             self.sig.ready.wake_all();
         }
@@ -216,14 +244,28 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>) {
     }
 }
 
-/// Holds the handshake connection: when the server closes it, the server is gone.
+/// Holds the handshake connection: its closing means the server is gone, and a
+/// GOAWAY on it means the server drains: no new call starts on this connection.
 async fn watch<L: Link>(conn: Arc<Conn<L>>, mut tcp: TcpStream) {
-    tokio::select! {
-        () = handshake::closed(&mut tcp) => {
-            let mut st = conn.lock();
-            conn.fail(&mut st, Status::unavailable("the server closed the connection"));
+    loop {
+        tokio::select! {
+            notice = next_notice(&mut tcp) => match notice {
+                Notice::GoAway => {
+                    tracing::debug!("server sent GOAWAY; new calls go to a new connection");
+                    conn.sig.draining.store(true, Ordering::Release);
+                    // Callers waiting for room here look again, and dial elsewhere;
+                    // the driver closes the connection once its calls are answered.
+                    conn.sig.ready.wake_all();
+                    conn.sig.kick.notify_one();
+                }
+                Notice::Closed => {
+                    let mut st = conn.lock();
+                    conn.fail(&mut st, Status::unavailable("the server closed the connection"));
+                    return;
+                }
+            },
+            // Dropping the stream closes it: the server reclaims the connection.
+            () = conn.sig.shutdown.notified() => return,
         }
-        // Dropping the stream closes it: the server reclaims the connection.
-        () = conn.sig.shutdown.notified() => {}
     }
 }

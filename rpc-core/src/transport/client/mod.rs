@@ -18,9 +18,11 @@
 //! events (message, trailers, reset) to their caller instead of one reply, through
 //! the same `deliver` point.
 
+mod backoff;
 mod channel;
 mod conn;
 mod dial;
+mod handle;
 mod link;
 pub(crate) mod rc;
 pub(crate) mod ud;

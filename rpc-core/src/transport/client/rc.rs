@@ -4,6 +4,7 @@
 //! themselves while few calls are open (no hand-off on the send path); with more
 //! open, the driver posts a burst of callers' requests as one list (one doorbell).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +15,7 @@ use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkComple
 use super::conn::Conn;
 use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
-use super::{deliver, LinkChannel, ReplySender};
+use super::{deliver, ReplySender};
 use crate::engine::{ClientConfig, ClientConn, Reply};
 use crate::handshake::{check_rc, ClientHello, HandshakeError, RcAsk};
 use crate::status::Status;
@@ -47,7 +48,7 @@ pub(crate) struct RcLink {
 }
 
 /// Connects an RC channel: the handshake, then the QP, its slots and driver.
-pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<RcLink>, Error> {
+async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     let s = &ep.settings;
     let (mut tcp, addr) = dial(ep).await?;
     let dev = shared_device(ep)?;
@@ -78,7 +79,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<RcLink>, Error>
     let grant = check_rc(&hello, &reply.payload)?;
     let credits = grant.credits;
     let slot = grant.slot_size as usize;
-    qp.connect_rc(&reply.endpoint, psn, AccessFlags::empty())?;
+    qp.connect_rc_with(&reply.endpoint, psn, AccessFlags::empty(), s.rc_retry)?;
 
     let sig = Arc::new(Signals::default());
     let returned = Arc::new(ReturnedCredits::default());
@@ -108,8 +109,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<RcLink>, Error>
         credits: returned,
     };
     tracing::debug!(peer = %addr, credits, slot, "connected");
-    let conn = Conn::spawn(link, sig, (pool, cq), s, tcp);
-    Ok(LinkChannel::new(conn))
+    Ok(Conn::spawn(link, sig, (pool, cq), s, tcp))
 }
 
 /// An initial PSN that differs between connections (24 bits).
@@ -182,8 +182,16 @@ impl RcLink {
 }
 
 impl Link for RcLink {
+    fn connect(ep: &Endpoint) -> impl Future<Output = Result<Arc<Conn<Self>>, Error>> + Send {
+        connect(ep)
+    }
+
     fn dead(&self) -> Option<&Status> {
         self.engine.dead()
+    }
+
+    fn open_calls(&self) -> usize {
+        self.engine.calls()
     }
 
     fn reserve(&mut self) -> bool {

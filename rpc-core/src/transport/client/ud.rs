@@ -7,6 +7,7 @@
 //! too big for one datagram is the channel's business (`transport::channel`): it
 //! goes over RC when the server accepts RC, else fails naming the limit.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,7 +18,7 @@ use rpc_transport::{AhAttr, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion,
 use super::conn::Conn;
 use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
-use super::{deliver, LinkChannel, ReplySender};
+use super::{deliver, ReplySender};
 use crate::engine::ud::{UdClient, UdClientConfig, UdCompletion};
 use crate::engine::Reply;
 use crate::handshake::{check_ud, ClientHello, HandshakeError, UdAsk};
@@ -37,7 +38,7 @@ pub(crate) struct UdLink {
 }
 
 /// Opens a UD session: the handshake, then the QP, its slots and driver.
-pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<UdLink>, Error> {
+async fn connect(ep: &Endpoint) -> Result<Arc<Conn<UdLink>>, Error> {
     let s = &ep.settings;
     let (mut tcp, addr) = dial(ep).await?;
     let dev = shared_device(ep)?;
@@ -95,8 +96,7 @@ pub(crate) async fn connect(ep: &Endpoint) -> Result<LinkChannel<UdLink>, Error>
     };
     tracing::debug!(peer = %addr, session = ud.session, window, datagram, "UD session open");
     let sig = Arc::new(Signals::default());
-    let conn = Conn::spawn(link, sig, (pool, cq), s, tcp);
-    Ok(LinkChannel::new(conn))
+    Ok(Conn::spawn(link, sig, (pool, cq), s, tcp))
 }
 
 impl UdLink {
@@ -131,8 +131,16 @@ impl UdLink {
 }
 
 impl Link for UdLink {
+    fn connect(ep: &Endpoint) -> impl Future<Output = Result<Arc<Conn<Self>>, Error>> + Send {
+        connect(ep)
+    }
+
     fn dead(&self) -> Option<&Status> {
         self.engine.dead()
+    }
+
+    fn open_calls(&self) -> usize {
+        self.engine.open_calls()
     }
 
     fn reserve(&mut self) -> bool {

@@ -1,5 +1,7 @@
 //! `Server`: the builder.
 
+use std::time::Duration;
+
 use super::router::Router;
 use super::routes::Routes;
 use super::settings::ServerSettings;
@@ -99,6 +101,31 @@ impl Server {
     /// Receives posted on the UD QP's own receive queue (default 1024).
     pub fn ud_receive_slots(mut self, n: u32) -> Self {
         self.settings.ud.recv_slots = n.max(1);
+        self
+    }
+
+    /// How long a client may take, once connected, to send its hello (default
+    /// 10 s); a connection that says nothing by then is closed.
+    pub fn handshake_timeout(mut self, t: Duration) -> Self {
+        self.settings.handshake_timeout = t;
+        self
+    }
+
+    /// Connections in handshake (accepted, hello not read yet) at most (default
+    /// 1024); one more closes the one that has waited longest, so that silent or
+    /// slow peers cannot pile up, while a client that speaks at once is never held
+    /// back by them.
+    pub fn max_pending_handshakes(mut self, n: usize) -> Self {
+        self.settings.max_pending_handshakes = n.max(1);
+        self
+    }
+
+    /// How long `serve_with_shutdown` lets calls in flight finish after its signal
+    /// (default 10 s). Meanwhile the server accepts no connection, every client is
+    /// told GOAWAY (its channel starts new calls elsewhere), and calls already sent
+    /// run to their answers; what still runs after this is cancelled.
+    pub fn shutdown_grace_period(mut self, t: Duration) -> Self {
+        self.settings.shutdown_grace = t;
         self
     }
 

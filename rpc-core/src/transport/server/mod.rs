@@ -12,6 +12,8 @@
 
 mod builder;
 mod handler;
+mod log_limit;
+mod pending;
 mod rc_peer;
 mod router;
 mod routes;

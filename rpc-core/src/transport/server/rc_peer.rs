@@ -33,6 +33,8 @@ pub(crate) struct RcPeer {
     slot_wait: Notify,
     /// Tells the liveness watcher to close the TCP connection (server shutdown).
     pub(crate) shutdown: Notify,
+    /// Tells the liveness watcher to send GOAWAY (the server drains).
+    pub(crate) goaway: Notify,
 }
 
 impl RcPeer {
@@ -46,6 +48,7 @@ impl RcPeer {
             }),
             slot_wait: Notify::new(),
             shutdown: Notify::new(),
+            goaway: Notify::new(),
         }
     }
 

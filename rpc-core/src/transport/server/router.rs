@@ -4,12 +4,15 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rpc_transport::msg::{self, RecvPool, RecvTarget};
 use rpc_transport::SrqInitAttr;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
+use super::log_limit::RateLimit;
+use super::pending::PendingHandshakes;
 use super::rc_peer::RcPeer;
 use super::routes::Routes;
 use super::settings::ServerSettings;
@@ -25,6 +28,13 @@ pub struct Router {
     pub(super) routes: Routes,
 }
 
+/// First wait after a failed `accept`, doubled per further failure up to the max.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// One log line a second at most for failed accepts, and for refused handshakes.
+static ACCEPT_LOG: RateLimit = RateLimit::new(Duration::from_secs(1));
+static HANDSHAKE_LOG: RateLimit = RateLimit::new(Duration::from_secs(1));
+
 impl Router {
     /// Adds another service (see [`Server::add_service`](super::Server::add_service)).
     pub fn add_service<S: RoutableService>(mut self, svc: S) -> Router {
@@ -37,8 +47,11 @@ impl Router {
         self.serve_with_shutdown(addr, std::future::pending()).await
     }
 
-    /// Serves on `addr` until `signal` completes; then closes every connection
-    /// (clients see `UNAVAILABLE`) and returns.
+    /// Serves on `addr` until `signal` completes; then drains as tonic does: accepts
+    /// no more connections, tells every client GOAWAY (its channel starts new calls
+    /// elsewhere), lets calls in flight finish for the grace period
+    /// ([`Server::shutdown_grace_period`](super::Server::shutdown_grace_period),
+    /// default 10 s), cancels what still runs, closes every connection and returns.
     pub async fn serve_with_shutdown<F: Future<Output = ()>>(
         self,
         addr: SocketAddr,
@@ -56,6 +69,8 @@ impl Router {
         signal: F,
     ) -> Result<(), Error> {
         let s = self.settings;
+        let s_pending = s.max_pending_handshakes;
+        let grace = s.shutdown_grace;
         let dev = match &s.rdma_device {
             Some(d) => d.clone(),
             None => msg::open_device(s.device.as_deref())?,
@@ -117,22 +132,46 @@ impl Router {
         let poller = tokio::spawn(receive_loop(shared.clone()));
         let ud_poller = ud.map(|u| tokio::spawn(u.run()));
         tokio::pin!(signal);
+        let pending = PendingHandshakes::new(s_pending);
+        let mut accept_backoff = ACCEPT_BACKOFF_MIN;
         loop {
             tokio::select! {
                 () = &mut signal => break,
                 r = listener.accept() => match r {
                     Ok((tcp, peer)) => {
+                        accept_backoff = ACCEPT_BACKOFF_MIN;
+                        let waiting = pending.enter();
                         let sh = shared.clone();
                         tokio::spawn(async move {
-                            if let Err(e) = accept(sh, tcp).await {
-                                tracing::debug!(%peer, error = %e, "handshake failed");
+                            if let Err(e) = accept(sh, tcp, waiting).await {
+                                if let Some(more) = HANDSHAKE_LOG.allow() {
+                                    tracing::info!(%peer, error = %e, more, "handshake refused or failed");
+                                }
                             }
                         });
                     }
-                    Err(e) => tracing::debug!(error = %e, "accept failed"),
+                    Err(e) => {
+                        // Out of descriptors or buffers (EMFILE, ENFILE, ENOBUFS):
+                        // retrying at once would spin; back off, and say so once a
+                        // second at most.
+                        if let Some(more) = ACCEPT_LOG.allow() {
+                            tracing::warn!(error = %e, more, backoff = ?accept_backoff, "accept failed; backing off");
+                        }
+                        tokio::select! {
+                            () = &mut signal => break,
+                            () = tokio::time::sleep(accept_backoff) => {}
+                        }
+                        accept_backoff = (accept_backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    }
                 },
             }
         }
+        // Drain: no new connections (the listener is no longer read, and closed
+        // when this returns); every client hears GOAWAY and starts no new call on
+        // its connection; calls in flight run to their answers, for the grace
+        // period at most.
+        drop(listener);
+        drain(&shared, grace).await;
         shared.closing.store(true, Ordering::Release);
         shared.kick.notify_one();
         if let Some(u) = &shared.ud {
@@ -148,5 +187,31 @@ impl Router {
             let _ = p.await;
         }
         Ok(())
+    }
+}
+
+/// Tells every client GOAWAY, then waits until every client has let go of its
+/// connection (a client closes a draining connection once its calls there are
+/// answered), for `grace` at most: what is still open is then closed by the
+/// teardown, and its calls end `UNAVAILABLE`.
+async fn drain(sh: &SrqSide, grace: Duration) {
+    for p in lock(&sh.conns).values() {
+        p.goaway.notify_one();
+    }
+    if let Some(u) = &sh.ud {
+        u.goaway();
+    }
+    let idle = || lock(&sh.conns).is_empty() && sh.ud.as_ref().is_none_or(|u| u.idle());
+    let deadline = tokio::time::Instant::now() + grace;
+    // Checked every few milliseconds: a drain happens once per server, and the
+    // connections' tasks have no single event for "all gone".
+    while !idle() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if !idle() {
+        tracing::warn!(
+            ?grace,
+            "connections still open after the shutdown grace period; closing them"
+        );
     }
 }

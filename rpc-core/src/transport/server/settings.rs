@@ -1,5 +1,7 @@
 //! A server's settings and their defaults (set through [`super::Server`]'s builder).
 
+use std::time::Duration;
+
 use super::ud_side::{UdSettings, UdStatsHandle};
 use crate::transport::completion::CompletionMode;
 use crate::transport::{DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
@@ -16,6 +18,12 @@ pub(super) struct ServerSettings {
     pub(super) rdma_device: Option<rpc_transport::Device>,
     pub(super) ud: UdSettings,
     pub(super) ud_stats: Option<UdStatsHandle>,
+    /// How long a connected peer may take to send its hello.
+    pub(super) handshake_timeout: Duration,
+    /// Connections accepted whose hello has not arrived yet, at most.
+    pub(super) max_pending_handshakes: usize,
+    /// How long a shutdown waits for calls in flight.
+    pub(super) shutdown_grace: Duration,
 }
 
 impl Default for ServerSettings {
@@ -36,6 +44,9 @@ impl Default for ServerSettings {
                 accept_rc: true,
             },
             ud_stats: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_pending_handshakes: 1024,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }

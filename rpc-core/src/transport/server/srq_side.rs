@@ -14,15 +14,17 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+use super::pending::Pending;
 use super::rc_peer::{Dispatch, RcPeer};
 use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::ud_side::UdSide;
 use crate::engine::{ServerConfig, ServerConn};
+use crate::handshake::liveness::send_goaway;
 use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::transport::completion::serve_cq;
-use crate::transport::{lock, Error};
+use crate::transport::{lock, Error, DEFAULT_RC_RETRY};
 
 /// What the accept loop, the handshakes and the receive loop share.
 pub(super) struct SrqSide {
@@ -103,9 +105,23 @@ fn handle(
 }
 
 /// The server half of the handshake, then the liveness watch.
-pub(super) async fn accept(sh: Arc<SrqSide>, mut tcp: TcpStream) -> Result<(), Error> {
+pub(super) async fn accept(
+    sh: Arc<SrqSide>,
+    mut tcp: TcpStream,
+    pending: Pending,
+) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
-    let hello = match handshake::recv(&mut tcp).await {
+    let t = sh.settings.handshake_timeout;
+    let hello = tokio::select! {
+        r = tokio::time::timeout(t, handshake::recv(&mut tcp)) => r
+            .map_err(|_| Error::new(format!("no hello within {t:?}; connection closed")))?,
+        () = pending.evicted() => return Err(Error::new(
+            "too many connections without a hello; the longest waiting was closed",
+        )),
+    };
+    // The peer spoke: it no longer counts against the handshakes in progress.
+    drop(pending);
+    let hello = match hello {
         Ok(h) => h,
         Err(e) => {
             if let Some(old) = OldPeer::recognize(&e) {
@@ -162,7 +178,7 @@ pub(super) async fn accept(sh: Arc<SrqSide>, mut tcp: TcpStream) -> Result<(), E
         };
         let qp = Arc::new(sh.pd.create_qp(&init)?);
         let psn = qp.qp_num() & 0x00ff_ffff;
-        qp.connect_rc(&hello.endpoint, psn, AccessFlags::empty())?;
+        qp.connect_rc_with(&hello.endpoint, psn, AccessFlags::empty(), DEFAULT_RC_RETRY)?;
         let ring = SendRing::new(&sh.pd, qp.clone(), credits, s.slot_size)?;
         let engine = ServerConn::new(ServerConfig {
             frame_size: s.slot_size,
@@ -189,9 +205,17 @@ pub(super) async fn accept(sh: Arc<SrqSide>, mut tcp: TcpStream) -> Result<(), E
         return Err(e.into());
     }
     tracing::debug!(qpn, credits, "client connected");
-    tokio::select! {
-        () = handshake::closed(&mut tcp) => {}
-        () = conn.shutdown.notified() => {}
+    let (mut rd, mut wr) = tcp.split();
+    loop {
+        tokio::select! {
+            () = handshake::closed(&mut rd) => break,
+            () = conn.shutdown.notified() => break,
+            () = conn.goaway.notified() => {
+                // Best effort: a client that cannot hear it finds the connection
+                // closed when the drain ends.
+                let _ = send_goaway(&mut wr).await;
+            }
+        }
     }
     // The client is gone (or the server stops): reclaim its QP, slots and credits.
     lock(&sh.conns).remove(&qpn);

@@ -27,6 +27,7 @@ use tokio::sync::{watch, Notify};
 use super::handler::{run_handler, start_inline};
 use super::routes::Routes;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
+use crate::handshake::liveness::send_goaway;
 use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
@@ -99,6 +100,8 @@ pub(crate) struct UdSide {
     kick: Notify,
     closing: AtomicBool,
     stop: watch::Sender<bool>,
+    /// Set when the server drains: every session's client is told GOAWAY.
+    goaway: watch::Sender<bool>,
 }
 
 impl UdSide {
@@ -161,6 +164,7 @@ impl UdSide {
             kick: Notify::new(),
             closing: AtomicBool::new(false),
             stop: watch::channel(false).0,
+            goaway: watch::channel(false).0,
         });
         if let Some(h) = stats {
             *lock(&h.0) = Arc::downgrade(&side);
@@ -177,6 +181,16 @@ impl UdSide {
 
     /// Stops the poller and closes every session's connection (clients see
     /// `UNAVAILABLE`).
+    /// Tells every session's client GOAWAY (the server drains).
+    pub(crate) fn goaway(&self) {
+        let _ = self.goaway.send(true);
+    }
+
+    /// Whether every session has closed (its client let go after GOAWAY).
+    pub(crate) fn idle(&self) -> bool {
+        lock(&self.state).dests.is_empty()
+    }
+
     pub(crate) fn stop(&self) {
         self.closing.store(true, Ordering::Release);
         self.kick.notify_one();
@@ -387,9 +401,22 @@ impl UdSide {
         }
         tracing::debug!(session, qpn = hello.endpoint.qpn, "UD session opened");
         let mut stop = self.stop.subscribe();
-        tokio::select! {
-            () = handshake::closed(&mut tcp) => {}
-            _ = stop.wait_for(|s| *s) => {}
+        let mut goaway = self.goaway.subscribe();
+        let (mut rd, mut wr) = tcp.split();
+        let mut told = false;
+        loop {
+            tokio::select! {
+                () = handshake::closed(&mut rd) => break,
+                // (The guards `wait_for` returns are dropped inside, not held across
+                // the arm's await.)
+                () = async { drop(stop.wait_for(|s| *s).await) } => break,
+                () = async { drop(goaway.wait_for(|g| *g).await) }, if !told => {
+                    // Best effort: a client that cannot hear it finds the session
+                    // gone when the server stops.
+                    let _ = send_goaway(&mut wr).await;
+                    told = true;
+                }
+            }
         }
         close(&self);
         tracing::debug!(session, "UD session closed");

@@ -1,0 +1,101 @@
+//! A server process paused for 2.5 s (SIGSTOP: a GC pause, swap, a debugger) with
+//! calls in flight costs those calls time, not the connection: the RC retry budget
+//! (about 4.3 s by default) outlasts the pause, and a call's deadline, not the
+//! transport, decides when it gives up.
+
+use std::time::{Duration, Instant};
+
+use rpc_core::client::Grpc;
+use rpc_core::transport::{Channel, Server};
+use rpc_core::{Code, Request};
+use tests::{path, serve_echo, ChildTest, Echo};
+use tokio::io::AsyncReadExt;
+
+const CHILD: &str = "RDMA_RPC_TEST_STALL_SERVER";
+const PAUSE: Duration = Duration::from_millis(2500);
+
+/// In the child: serve until stdin closes, printing the port and the pid first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child-process entry: its parent test runs it in a child process"]
+async fn child_server() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let stop = async {
+        let mut sink = Vec::new();
+        let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+    };
+    let (addr, task) = serve_echo(Server::builder(), stop).await;
+    println!("PORT {} PID {}", addr.port(), std::process::id());
+    task.await.unwrap();
+}
+
+fn signal(pid: &str, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .expect("running kill")
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+fn call(
+    ch: &Channel,
+    id: u64,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<Result<u64, rpc_core::Status>> {
+    let mut g = Grpc::new(ch.clone());
+    tokio::spawn(async move {
+        let mut req = Request::new(Echo {
+            id,
+            data: vec![1; 32],
+        });
+        req.set_timeout(timeout);
+        Ok(g.unary::<Echo, Echo>(req, path("Echo"))
+            .await?
+            .into_inner()
+            .id)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_across_a_paused_server_completes_late() {
+    tests::init_tracing();
+    let mut child = ChildTest::spawn("child_server", (CHILD, "1"));
+    let line = child.read_tagged("PORT ").await;
+    let (port, pid) = line.split_once(" PID ").expect("PORT p PID n");
+    let ch = Channel::connect(format!("rdma://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&ch, 1, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap(),
+        1
+    );
+
+    signal(pid, "-STOP");
+    let t0 = Instant::now();
+    let long = call(&ch, 2, Duration::from_secs(10));
+    let short = call(&ch, 3, Duration::from_secs(1));
+    // The pause itself is the scenario: the server process cannot run meanwhile.
+    tokio::time::sleep(PAUSE).await;
+    signal(pid, "-CONT");
+
+    // The 1 s call ends at its deadline, DEADLINE_EXCEEDED, not UNAVAILABLE.
+    let e = short.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
+    // The 10 s call completes once the server runs again, on the same connection.
+    assert_eq!(long.await.unwrap().unwrap(), 2);
+    assert!(t0.elapsed() >= PAUSE);
+    let t1 = Instant::now();
+    assert_eq!(
+        call(&ch, 4, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap(),
+        4
+    );
+    assert!(t1.elapsed() < Duration::from_secs(3), "{:?}", t1.elapsed());
+}
