@@ -85,7 +85,8 @@ impl Endpoint {
         })
     }
 
-    /// Default timeout of every call on the channel (a request's own timeout wins).
+    /// A timeout for every call on the channel, as tonic's: a request's own
+    /// timeout (`Request::set_timeout`) applies when it is smaller.
     pub fn timeout(mut self, t: Duration) -> Self {
         self.settings.timeout = Some(t);
         self

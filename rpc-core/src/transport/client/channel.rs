@@ -128,7 +128,11 @@ impl<L: Link, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
         let head = CallHead {
             path: call.path,
             metadata: &call.metadata,
-            timeout: call.timeout.or(conn.default_timeout),
+            // As tonic: the channel's timeout caps every call; the smaller wins.
+            timeout: match (call.timeout, conn.default_timeout) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
         };
         let (tx, rx) = oneshot::channel();
         let started = conn.start(&mut conn.lock(), tx, head, &call.message);
