@@ -99,3 +99,51 @@ async fn a_call_in_flight_across_a_paused_server_completes_late() {
     );
     assert!(t1.elapsed() < Duration::from_secs(3), "{:?}", t1.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_keepalive_finds_a_hung_server_and_the_channel_recovers_after() {
+    tests::init_tracing();
+    let mut child = ChildTest::spawn("child_server", (CHILD, "1"));
+    let line = child.read_tagged("PORT ").await;
+    let (port, pid) = line.split_once(" PID ").expect("PORT p PID n");
+    let ch = rpc_core::transport::Endpoint::from_shared(format!("rdma://127.0.0.1:{port}"))
+        .unwrap()
+        .http2_keep_alive_interval(Duration::from_millis(200))
+        .keep_alive_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&ch, 1, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap(),
+        1
+    );
+
+    signal(pid, "-STOP");
+    let t0 = Instant::now();
+    // A call with a long deadline, on a server that no longer runs: the keepalive,
+    // not the deadline, ends it.
+    let e = call(&ch, 2, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap_err();
+    let took = t0.elapsed();
+    signal(pid, "-CONT");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("keepalive"), "{e:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    // The server runs again: the channel dials anew and answers.
+    let t1 = Instant::now();
+    loop {
+        match call(&ch, 3, Duration::from_secs(5)).await.unwrap() {
+            Ok(id) => break assert_eq!(id, 3),
+            Err(e) if t1.elapsed() < Duration::from_secs(5) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("no answer 5 s after the server resumed: {e:?}"),
+        }
+    }
+}

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::handshake::liveness::Keepalive;
 use crate::transport::completion::CompletionMode;
 use crate::transport::{
     Error, DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_RC_RETRY, DEFAULT_SLOT_SIZE,
@@ -31,6 +32,18 @@ pub(crate) struct Settings {
     pub(crate) ud: bool,
     pub(crate) ud_window: u32,
     pub(crate) rc_retry: rpc_transport::RcRetry,
+    pub(crate) keepalive_interval: Option<Duration>,
+    pub(crate) keepalive_timeout: Duration,
+}
+
+impl Settings {
+    /// The client's keepalive, if its interval is set.
+    pub(crate) fn keepalive(&self) -> Option<Keepalive> {
+        self.keepalive_interval.map(|interval| Keepalive {
+            interval,
+            timeout: self.keepalive_timeout,
+        })
+    }
 }
 
 impl Default for Settings {
@@ -47,6 +60,8 @@ impl Default for Settings {
             ud: false,
             ud_window: 32,
             rc_retry: DEFAULT_RC_RETRY,
+            keepalive_interval: None,
+            keepalive_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -133,6 +148,23 @@ impl Endpoint {
     /// Calls over UD (as `rdma+ud://`) or RC (as `rdma://`).
     pub fn ud(mut self, yes: bool) -> Self {
         self.settings.ud = yes;
+        self
+    }
+
+    /// PING the server every `interval` on the connection's liveness channel
+    /// (tonic's name; no HTTP/2 here: the ping travels on the handshake connection),
+    /// and declare it gone when a PING goes unanswered for the keepalive timeout
+    /// (default 20 s): its calls end `UNAVAILABLE` and the channel dials again. Off
+    /// by default, as gRPC's client keepalive.
+    pub fn http2_keep_alive_interval(mut self, interval: Duration) -> Self {
+        self.settings.keepalive_interval = Some(interval);
+        self
+    }
+
+    /// How long a keepalive PING may go unanswered (default 20 s); takes effect with
+    /// [`Endpoint::http2_keep_alive_interval`].
+    pub fn keep_alive_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.keepalive_timeout = timeout;
         self
     }
 

@@ -10,7 +10,7 @@ use rpc_transport::{CompletionQueue, WorkCompletion};
 use tokio::net::TcpStream;
 
 use super::link::{Link, NewCall, Signals};
-use crate::handshake::liveness::{next_notice, Notice};
+use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
 use crate::transport::completion::{CompletionMode, CqWaiter};
 use crate::transport::endpoint::Settings;
@@ -54,7 +54,7 @@ impl<L: Link> Conn<L> {
             default_timeout: settings.timeout,
         });
         tokio::spawn(drive(conn.clone()));
-        tokio::spawn(watch(conn.clone(), tcp));
+        tokio::spawn(watch(conn.clone(), tcp, settings.keepalive()));
         conn
     }
 
@@ -244,28 +244,33 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>) {
     }
 }
 
-/// Holds the handshake connection: its closing means the server is gone, and a
-/// GOAWAY on it means the server drains: no new call starts on this connection.
-async fn watch<L: Link>(conn: Arc<Conn<L>>, mut tcp: TcpStream) {
+/// Holds the handshake connection: its closing (or, with a keepalive, a PING
+/// unanswered) means the server is gone, and a GOAWAY on it means the server
+/// drains: no new call starts on this connection.
+async fn watch<L: Link>(conn: Arc<Conn<L>>, tcp: TcpStream, keepalive: Option<Keepalive>) {
+    let (rd, wr) = tcp.into_split();
+    let mut live = Liveness::new(rd, wr, keepalive);
     loop {
-        tokio::select! {
-            notice = next_notice(&mut tcp) => match notice {
-                Notice::GoAway => {
-                    tracing::debug!("server sent GOAWAY; new calls go to a new connection");
-                    conn.sig.draining.store(true, Ordering::Release);
-                    // Callers waiting for room here look again, and dial elsewhere;
-                    // the driver closes the connection once its calls are answered.
-                    conn.sig.ready.wake_all();
-                    conn.sig.kick.notify_one();
-                }
-                Notice::Closed => {
-                    let mut st = conn.lock();
-                    conn.fail(&mut st, Status::unavailable("the server closed the connection"));
-                    return;
-                }
-            },
+        let event = tokio::select! {
+            event = live.next() => event,
             // Dropping the stream closes it: the server reclaims the connection.
             () = conn.sig.shutdown.notified() => return,
-        }
+        };
+        let lost = match event {
+            Event::GoAway => {
+                tracing::debug!("server sent GOAWAY; new calls go to a new connection");
+                conn.sig.draining.store(true, Ordering::Release);
+                // Callers waiting for room here look again, and dial elsewhere;
+                // the driver closes the connection once its calls are answered.
+                conn.sig.ready.wake_all();
+                conn.sig.kick.notify_one();
+                continue;
+            }
+            Event::Closed => "the server closed the connection",
+            Event::TimedOut => "the server did not answer a keepalive ping in time",
+        };
+        let mut st = conn.lock();
+        conn.fail(&mut st, Status::unavailable(lost));
+        return;
     }
 }

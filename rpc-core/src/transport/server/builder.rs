@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use super::router::Router;
 use super::routes::Routes;
-use super::settings::ServerSettings;
+use super::settings::{ServerSettings, DEFAULT_SERVER_KEEPALIVE};
 use super::ud_side::UdStatsHandle;
+use crate::handshake::liveness::Keepalive;
 use crate::server::RoutableService;
 use crate::transport::completion::CompletionMode;
 
@@ -126,6 +127,32 @@ impl Server {
     /// run to their answers; what still runs after this is cancelled.
     pub fn shutdown_grace_period(mut self, t: Duration) -> Self {
         self.settings.shutdown_grace = t;
+        self
+    }
+
+    /// How often the server PINGs each client on its liveness channel (tonic's
+    /// name; no HTTP/2 here: the ping travels on the handshake connection). A
+    /// client that does not answer within the keepalive timeout is dropped and its
+    /// resources reclaimed. Default: every 2 hours (gRPC's); `None` turns it off.
+    pub fn http2_keepalive_interval(mut self, interval: Option<Duration>) -> Self {
+        self.settings.keepalive = interval.map(|interval| Keepalive {
+            interval,
+            timeout: self
+                .settings
+                .keepalive
+                .map_or(DEFAULT_SERVER_KEEPALIVE.timeout, |k| k.timeout),
+        });
+        self.settings.ud.keepalive = self.settings.keepalive;
+        self
+    }
+
+    /// How long a client may take to answer a keepalive PING (default 20 s).
+    pub fn http2_keepalive_timeout(mut self, timeout: Option<Duration>) -> Self {
+        let timeout = timeout.unwrap_or(DEFAULT_SERVER_KEEPALIVE.timeout);
+        if let Some(k) = &mut self.settings.keepalive {
+            k.timeout = timeout;
+        }
+        self.settings.ud.keepalive = self.settings.keepalive;
         self
     }
 

@@ -12,6 +12,7 @@
 
 mod builder;
 mod handler;
+mod liveness;
 mod log_limit;
 mod pending;
 mod rc_peer;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::ud_side::{UdSettings, UdStatsHandle};
+use crate::handshake::liveness::Keepalive;
 use crate::transport::completion::CompletionMode;
 use crate::transport::{DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
 
@@ -24,7 +25,15 @@ pub(super) struct ServerSettings {
     pub(super) max_pending_handshakes: usize,
     /// How long a shutdown waits for calls in flight.
     pub(super) shutdown_grace: Duration,
+    /// PINGs to each client on its liveness channel (`None`: none).
+    pub(super) keepalive: Option<Keepalive>,
 }
+
+/// gRPC's server defaults: a PING every 2 hours, answered within 20 s.
+pub(super) const DEFAULT_SERVER_KEEPALIVE: Keepalive = Keepalive {
+    interval: Duration::from_secs(2 * 60 * 60),
+    timeout: Duration::from_secs(20),
+};
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -42,11 +51,13 @@ impl Default for ServerSettings {
                 max_sessions: 4096,
                 recv_slots: 1024,
                 accept_rc: true,
+                keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
             },
             ud_stats: None,
             handshake_timeout: Duration::from_secs(10),
             max_pending_handshakes: 1024,
             shutdown_grace: Duration::from_secs(10),
+            keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
         }
     }
 }

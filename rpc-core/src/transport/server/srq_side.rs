@@ -14,13 +14,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+use super::liveness::serve_liveness;
 use super::pending::Pending;
 use super::rc_peer::{Dispatch, RcPeer};
 use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::ud_side::UdSide;
 use crate::engine::{ServerConfig, ServerConn};
-use crate::handshake::liveness::send_goaway;
 use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::transport::completion::serve_cq;
@@ -205,18 +205,13 @@ pub(super) async fn accept(
         return Err(e.into());
     }
     tracing::debug!(qpn, credits, "client connected");
-    let (mut rd, mut wr) = tcp.split();
-    loop {
-        tokio::select! {
-            () = handshake::closed(&mut rd) => break,
-            () = conn.shutdown.notified() => break,
-            () = conn.goaway.notified() => {
-                // Best effort: a client that cannot hear it finds the connection
-                // closed when the drain ends.
-                let _ = send_goaway(&mut wr).await;
-            }
-        }
-    }
+    serve_liveness(
+        tcp,
+        sh.settings.keepalive,
+        conn.goaway.notified(),
+        conn.shutdown.notified(),
+    )
+    .await;
     // The client is gone (or the server stops): reclaim its QP, slots and credits.
     lock(&sh.conns).remove(&qpn);
     conn.kill();

@@ -25,9 +25,10 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
 use super::handler::{run_handler, start_inline};
+use super::liveness::serve_liveness;
 use super::routes::Routes;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
-use crate::handshake::liveness::send_goaway;
+use crate::handshake::liveness::Keepalive;
 use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
@@ -45,6 +46,8 @@ pub(crate) struct UdSettings {
     pub(crate) max_sessions: u32,
     pub(crate) recv_slots: u32,
     pub(crate) accept_rc: bool,
+    /// The server's keepalive, for each session's liveness channel.
+    pub(crate) keepalive: Option<Keepalive>,
 }
 
 /// Reads a running server's UD counters (pass a clone to
@@ -400,24 +403,11 @@ impl UdSide {
             return Err(e);
         }
         tracing::debug!(session, qpn = hello.endpoint.qpn, "UD session opened");
-        let mut stop = self.stop.subscribe();
-        let mut goaway = self.goaway.subscribe();
-        let (mut rd, mut wr) = tcp.split();
-        let mut told = false;
-        loop {
-            tokio::select! {
-                () = handshake::closed(&mut rd) => break,
-                // (The guards `wait_for` returns are dropped inside, not held across
-                // the arm's await.)
-                () = async { drop(stop.wait_for(|s| *s).await) } => break,
-                () = async { drop(goaway.wait_for(|g| *g).await) }, if !told => {
-                    // Best effort: a client that cannot hear it finds the session
-                    // gone when the server stops.
-                    let _ = send_goaway(&mut wr).await;
-                    told = true;
-                }
-            }
-        }
+        let (mut goaway, mut stop) = (self.goaway.subscribe(), self.stop.subscribe());
+        // (The guards `wait_for` returns are dropped inside: not held across awaits.)
+        let goaway = async move { drop(goaway.wait_for(|g| *g).await) };
+        let stop = async move { drop(stop.wait_for(|s| *s).await) };
+        serve_liveness(tcp, self.settings.keepalive, goaway, stop).await;
         close(&self);
         tracing::debug!(session, "UD session closed");
         Ok(())
