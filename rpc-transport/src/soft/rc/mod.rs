@@ -16,7 +16,8 @@ mod responder;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::AsRawFd;
-use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::addr::Gid;
 use crate::qp_state::{ack_timeout_us, QpState};
@@ -46,8 +47,10 @@ const ACK_EVERY: u32 = 8;
 const MIN_BUDGET_NS: u64 = 1_000_000_000;
 /// Bytes read per progress pass at most (then ACKs and output get their turn).
 const MAX_READ_PER_PASS: usize = 1 << 20;
-/// How long one connection attempt may block.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long one connection attempt may take before it is abandoned (and retried).
+const CONNECT_TIMEOUT_NS: u64 = 1_000_000_000;
+/// How often a connect under way is looked at.
+const CONNECT_CHECK_NS: u64 = 1_000_000;
 
 /// Why progress stopped with the QP going to ERR.
 #[derive(Debug)]
@@ -105,6 +108,8 @@ impl RcProtocol {
 /// The RC state of a QP from RTR on.
 pub(crate) struct RcConn {
     pub(crate) sock: Option<TcpStream>,
+    /// The connector's TCP connect under way, and when it started.
+    connecting: Option<(Socket, u64)>,
     rx: RxBuf,
     tx: TxBuf,
     pub(crate) st: RcProtocol,
@@ -116,6 +121,7 @@ impl RcConn {
         let connector = (qp.dev.gid.0, qp.qpn) > (peer_gid.0, a.dest_qpn);
         RcConn {
             sock: None,
+            connecting: None,
             rx: RxBuf::new(),
             tx: TxBuf::new(),
             st: RcProtocol {
@@ -173,23 +179,58 @@ pub(crate) fn start(qp: &Qp, g: &mut Inner) -> bool {
     rc.sock.is_none() && rc.st.connector
 }
 
+/// Advances the connector's TCP connect without ever blocking the caller (who may
+/// be a tokio thread serving other connections): the first pass starts a
+/// non-blocking connect, later passes look whether it finished, and one that takes
+/// longer than `CONNECT_TIMEOUT_NS` is abandoned and retried after
+/// `CONNECT_RETRY_NS`.
 fn try_connect(qp: &Qp, rc: &mut RcConn, now: u64) {
-    match TcpStream::connect_timeout(&SocketAddr::V4(rc.st.peer), CONNECT_TIMEOUT) {
-        Ok(sock) => {
-            rc.tx.buf.clear();
-            let hello = Body::Hello {
-                gid: qp.dev.gid.0,
-                src_qpn: qp.qpn,
-                dst_qpn: rc.st.peer_qpn,
-            };
-            wire::encode(&mut rc.tx.buf, 0, 0, 0, &hello, 0);
-            // Send the HELLO now: the peer learns of the connection even if this QP is
-            // never polled (a socket closed before its HELLO is dropped unrouted).
-            let _ = rc.tx.flush(&sock);
-            attach(qp, rc, sock);
+    let (sock, started) = match rc.connecting.take() {
+        Some(c) => c,
+        None => match start_connect(rc.st.peer) {
+            Ok(sock) => (sock, now),
+            Err(_) => {
+                rc.st.connect_at = now + CONNECT_RETRY_NS;
+                return;
+            }
+        },
+    };
+    match sock.take_error() {
+        Ok(None) if sock.peer_addr().is_ok() => finish_connect(qp, rc, sock.into()),
+        Ok(None) if now.saturating_sub(started) < CONNECT_TIMEOUT_NS => {
+            rc.connecting = Some((sock, started));
+            rc.st.connect_at = now + CONNECT_CHECK_NS;
         }
-        Err(_) => rc.st.connect_at = now + CONNECT_RETRY_NS,
+        // Refused, unreachable, or not through in time: try again later.
+        _ => rc.st.connect_at = now + CONNECT_RETRY_NS,
     }
+}
+
+/// Starts a non-blocking connect to `peer` (it may complete at once, as loopback
+/// often does, or later).
+fn start_connect(peer: SocketAddrV4) -> std::io::Result<Socket> {
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_nonblocking(true)?;
+    match sock.connect(&SocketAddr::V4(peer).into()) {
+        Ok(()) => Ok(sock),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(sock),
+        Err(e) => Err(e),
+    }
+}
+
+/// The connector's TCP connection is up: say HELLO and attach it.
+fn finish_connect(qp: &Qp, rc: &mut RcConn, sock: TcpStream) {
+    rc.tx.buf.clear();
+    let hello = Body::Hello {
+        gid: qp.dev.gid.0,
+        src_qpn: qp.qpn,
+        dst_qpn: rc.st.peer_qpn,
+    };
+    wire::encode(&mut rc.tx.buf, 0, 0, 0, &hello, 0);
+    // Send the HELLO now: the peer learns of the connection even if this QP is
+    // never polled (a socket closed before its HELLO is dropped unrouted).
+    let _ = rc.tx.flush(&sock);
+    attach(qp, rc, sock);
 }
 
 /// Handler context: the QP and the parts of its state a frame may touch.
@@ -311,7 +352,9 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
             return (Ok(()), connector || cx.sq.len() > 0);
         }
     }
-    let RcConn { sock, rx, tx, st } = rc;
+    let RcConn {
+        sock, rx, tx, st, ..
+    } = rc;
     let Some(sock) = sock.as_mut() else {
         return (Ok(()), false);
     };
