@@ -12,7 +12,7 @@ fn main() -> std::io::Result<()> {
     }
     // `bytes` fields: one payload buffer is shared by every call instead of copied.
     rpc_codegen::configure()
-        .bytes(&["."])
+        .bytes(".")
         .out_dir(out.join("rdma"))
         .compile_protos(&[proto], &[include])?;
     let fds = protox::compile([proto], [include]).map_err(std::io::Error::other)?;

@@ -1,6 +1,6 @@
 //! Generates the example services from the workspace's protos.
 fn main() -> std::io::Result<()> {
-    rpc_codegen::compile_protos(
+    rpc_codegen::configure().compile_protos(
         &[
             "../proto/helloworld.proto",
             "../proto/echo.proto",

@@ -65,3 +65,19 @@ pub mod multi {
 pub mod nopackage {
     rpc_core::include_proto!("_");
 }
+
+/// The same protos generated with `use_arc_self(true)` and
+/// `generate_default_stubs(true)`.
+pub mod variants {
+    /// `proto/helloworld.proto`.
+    #[allow(missing_docs)]
+    pub mod helloworld {
+        include!(concat!(env!("OUT_DIR"), "/variants/helloworld.rs"));
+    }
+
+    /// `proto/echo.proto`.
+    #[allow(missing_docs)]
+    pub mod echo {
+        include!(concat!(env!("OUT_DIR"), "/variants/echo.rs"));
+    }
+}

@@ -59,12 +59,27 @@ fn generated_servers_are_what_the_server_builder_accepts() {
         .add_service(match_server::MatchServer::new(Recorder));
 }
 
-/// The shape a tonic user expects: `connect` on a `Channel` client, `new` on any
-/// transport. (Connecting needs the transport, so this only has to compile.)
+/// The shape a tonic user expects: `connect` on a `Channel` client taking what
+/// tonic's takes (`&'static str`, `String`, `Endpoint`), `new` on any transport.
+/// (Connecting needs a server, so this only has to compile.)
 #[test]
 fn clients_have_connect_and_new() {
-    let _connect = helloworld::greeter_client::GreeterClient::<Channel>::connect::<&str>;
+    use helloworld::greeter_client::GreeterClient;
+    let _str = GreeterClient::<Channel>::connect::<&'static str>;
+    let _string = GreeterClient::<Channel>::connect::<String>;
+    let _endpoint = GreeterClient::<Channel>::connect::<rpc_core::transport::Endpoint>;
     let _new = kv::key_value_client::KeyValueClient::<Channel>::new;
+}
+
+#[tokio::test]
+async fn connect_refuses_a_bad_address_with_the_endpoint_s_error() {
+    let err = helloworld::greeter_client::GreeterClient::connect("http://127.0.0.1:1")
+        .await
+        .unwrap_err()
+        .to_string();
+    // Once: the error is the endpoint's, not wrapped again.
+    assert_eq!(err.matches("transport error").count(), 1, "{err}");
+    assert!(err.contains("is not an rdma://host:port"), "{err}");
 }
 
 fn assert_send<T: Send>(_: &T) {}
@@ -129,6 +144,12 @@ impl Session for Recorder {
     async fn into_parts(&self, request: Request<Self_>) -> Result<Response<Ack>, Status> {
         ack("IntoParts", request)
     }
+    async fn max_decoding_message_size(
+        &self,
+        request: Request<Self_>,
+    ) -> Result<Response<Ack>, Status> {
+        ack("MaxDecodingMessageSize", request)
+    }
 }
 
 #[rpc_core::async_trait]
@@ -146,7 +167,8 @@ async fn methods_named_like_helpers_and_keywords_reach_the_right_trait_method() 
         value: value.into(),
     };
 
-    // `connect`, `new` and `clone` are the client's own: those RPCs get a `_`.
+    // `connect`, `new`, `clone` and `max_decoding_message_size` are the client's
+    // own: those RPCs get a `_`.
     let mut got = vec![
         client.connect_(m("a")).await.unwrap().into_inner().method,
         client.new_(m("b")).await.unwrap().into_inner().method,
@@ -157,6 +179,12 @@ async fn methods_named_like_helpers_and_keywords_reach_the_right_trait_method() 
         client.self_(m("g")).await.unwrap().into_inner().method,
         client.is_idle(m("i")).await.unwrap().into_inner().method,
         client.into_parts(m("j")).await.unwrap().into_inner().method,
+        client
+            .max_decoding_message_size_(m("l"))
+            .await
+            .unwrap()
+            .into_inner()
+            .method,
     ];
     // ... so `Clone::clone` still means cloning the client.
     let mut cloned = client.clone();
@@ -174,6 +202,7 @@ async fn methods_named_like_helpers_and_keywords_reach_the_right_trait_method() 
             "Self:g",
             "IsIdle:i",
             "IntoParts:j",
+            "MaxDecodingMessageSize:l",
             "Connect:h"
         ]
     );
@@ -189,6 +218,7 @@ async fn methods_named_like_helpers_and_keywords_reach_the_right_trait_method() 
             "/naming.Session/Self",
             "/naming.Session/IsIdle",
             "/naming.Session/IntoParts",
+            "/naming.Session/MaxDecodingMessageSize",
             "/naming.Session/Connect",
         ]
     );

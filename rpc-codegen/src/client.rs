@@ -5,6 +5,15 @@ use quote::quote;
 
 use crate::docs::doc;
 use crate::model::{MethodModel, ServiceModel};
+use crate::service_generator::Settings;
+
+/// Attributes the builder puts on a service's client.
+pub(crate) struct Attributes {
+    /// On `pub mod <svc>_client`.
+    pub(crate) module: TokenStream,
+    /// On `pub struct <Svc>Client`.
+    pub(crate) client: TokenStream,
+}
 
 /// `pub mod greeter_client { pub struct GreeterClient<T> { .. } .. }`.
 ///
@@ -14,7 +23,8 @@ use crate::model::{MethodModel, ServiceModel};
 pub(crate) fn generate(
     service: &ServiceModel,
     codegen: &TokenStream,
-    mod_attrs: &TokenStream,
+    attrs: &Attributes,
+    settings: &Settings,
 ) -> TokenStream {
     let ServiceModel {
         client_ident,
@@ -23,38 +33,32 @@ pub(crate) fn generate(
         docs,
         ..
     } = service;
+    let Attributes {
+        module: mod_attrs,
+        client: struct_attrs,
+    } = attrs;
     let mod_doc = doc(&format!("Client for the `{full_name}` service."));
-    let connect_doc =
-        doc("Connects to `dst` (`rdma://host:port`) and returns a client over the new channel.");
     let new_doc = doc("Wraps a transport service: a `Channel`, or any `tower::Service<OutgoingCall<M>>` (a mock, a middleware stack).");
-    let methods = service.methods.iter().map(|m| method(m, codegen));
-    // A service without methods (yet) has a client that never uses its transport.
-    let unused = if service.methods.is_empty() {
-        quote!(#[allow(dead_code)])
+    let connect = if settings.build_transport {
+        connect(client_ident, codegen)
     } else {
         TokenStream::new()
     };
+    let limits = limits();
+    let methods = service.methods.iter().map(|m| method(m, codegen));
 
     quote! {
         #mod_doc
         #mod_attrs
         pub mod #client_mod {
             #docs
+            #struct_attrs
             #[derive(Debug, Clone)]
             pub struct #client_ident<T> {
-                #unused
                 inner: #codegen::Grpc<T>,
             }
 
-            impl #client_ident<#codegen::Channel> {
-                #connect_doc
-                pub async fn connect<D: Into<String>>(
-                    dst: D,
-                ) -> Result<Self, #codegen::TransportError> {
-                    let channel = #codegen::Channel::connect(dst).await?;
-                    Ok(Self::new(channel))
-                }
-            }
+            #connect
 
             // Method names come from the proto: clippy's naming conventions
             // (`is_*`/`to_*`/`into_*` take `self` in certain ways) do not apply.
@@ -65,8 +69,64 @@ pub(crate) fn generate(
                     Self { inner: #codegen::Grpc::new(inner) }
                 }
 
+                #limits
+
                 #(#methods)*
             }
+        }
+    }
+}
+
+/// `connect`, with tonic's bound: a `&'static str`, a `String` or an `Endpoint`.
+fn connect(client_ident: &proc_macro2::Ident, codegen: &TokenStream) -> TokenStream {
+    let connect_doc = doc(
+        "Connects to `dst`: an address (`\"rdma://host:port\"`, `\"rdma+ud://host:port\"`) \
+         or an `Endpoint` with settings, and returns a client over the new channel.",
+    );
+    quote! {
+        impl #client_ident<#codegen::Channel> {
+            #connect_doc
+            pub async fn connect<D>(dst: D) -> Result<Self, #codegen::TransportError>
+            where
+                D: ::core::convert::TryInto<#codegen::Endpoint>,
+                D::Error: Into<#codegen::StdError>,
+            {
+                let endpoint = dst
+                    .try_into()
+                    .map_err(|e| #codegen::endpoint_error(e.into()))?;
+                let channel = endpoint.connect().await?;
+                Ok(Self::new(channel))
+            }
+        }
+    }
+}
+
+/// tonic's message size limits, documented where users read them.
+fn limits() -> TokenStream {
+    let decoding = doc(
+        "Fails a reply whose encoded message is over `limit` bytes with \
+         `RESOURCE_EXHAUSTED`. Default: no limit of its own, only the channel's \
+         `Endpoint::max_message_size`, which is far larger than tonic's default \
+         of 4 MiB here.",
+    );
+    let encoding = doc(
+        "Fails a request whose encoded message is over `limit` bytes with \
+         `RESOURCE_EXHAUSTED` before anything is sent. Default: no limit of its own, \
+         only the channel's `Endpoint::max_message_size`.",
+    );
+    quote! {
+        #decoding
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+
+        #encoding
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
         }
     }
 }

@@ -5,11 +5,12 @@
 //! # Usage
 //!
 //! In `build.rs` (with `rpc-codegen` under `[build-dependencies]`, and `rpc-core`,
-//! `prost` and `prost-types` under `[dependencies]`):
+//! `prost` and `prost-types` under `[dependencies]`), tonic-build's one-argument
+//! form, whose imports are looked up in the proto's own directory:
 //!
 //! ```no_run
 //! fn main() -> std::io::Result<()> {
-//!     rpc_codegen::compile_protos(&["proto/helloworld.proto"], &["proto"])
+//!     rpc_codegen::compile_protos("proto/helloworld.proto")
 //! }
 //! ```
 //!
@@ -23,8 +24,9 @@
 //! use helloworld::greeter_server::{Greeter, GreeterServer};
 //! ```
 //!
-//! For the rest (output directory, client or server only, extern paths, attributes),
-//! use the [`Builder`]:
+//! For several files, other include directories, and every other option (output
+//! directory, client or server only, extern paths, attributes), use the
+//! [`Builder`], whose methods are tonic-build's:
 //!
 //! ```no_run
 //! fn main() -> std::io::Result<()> {
@@ -35,21 +37,31 @@
 //! }
 //! ```
 //!
+//! # Depending on rpc-core under another name
+//!
+//! Generated code names rpc-core by the name the crate being built gives it, read
+//! from the crate's `Cargo.toml`: with `tonic = { package = "rpc-core", .. }` it is
+//! `::tonic`, so a tonic program ports by its manifest alone. See
+//! [`Builder::codegen_path`] for how it is found, and to set it.
+//!
 //! # What is generated
 //!
 //! For `package helloworld; service Greeter { rpc SayHello(..) returns (..); }`, the
 //! file `$OUT_DIR/helloworld.rs` holds the messages and:
 //!
-//! * `greeter_client::GreeterClient<T>`: `connect(addr)`, `new(transport)`, and one
+//! * `greeter_client::GreeterClient<T>`: `connect(dst)` (an address or an
+//!   `Endpoint`, anything `TryInto<Endpoint>` as with tonic), `new(transport)`,
+//!   `max_decoding_message_size`/`max_encoding_message_size`, and one
 //!   `async fn say_hello(&mut self, impl IntoRequest<HelloRequest>)` per RPC;
 //! * `greeter_server::Greeter`: the trait to implement (`#[rpc_core::async_trait]`),
 //!   one `async fn` per RPC; `greeter_server::GreeterServer<T>`, the
-//!   `tower::Service` to add to a server; `greeter_server::SERVICE_NAME`.
+//!   `tower::Service` to add to a server, with its own message size limits;
+//!   `greeter_server::SERVICE_NAME`.
 //!
 //! The server matches the full path (`/helloworld.Greeter/SayHello`): any other call
 //! is `UNIMPLEMENTED`, a body that does not decode `INVALID_ARGUMENT`.
 //!
-//! Generated code names only `::rpc_core::codegen` (see [`Builder::codegen_path`]),
+//! Generated code names only rpc-core's `codegen` module (see [`Builder::codegen_path`]),
 //! `::prost` and, for well-known types, `::prost_types`. Proto comments become
 //! rustdoc. Each package is one file, formatted with prettyplease (`_.rs` for files
 //! without a package); nest the modules that include them as the packages nest
@@ -61,7 +73,8 @@
 //! * Method names are snake_case; Rust keywords become raw identifiers (`Type` →
 //!   `r#type`) and `self`/`super`/`crate` get a trailing underscore, as prost does.
 //! * On the **client** only, an RPC named like one of the client's own methods —
-//!   `connect`, `new`, or `clone` (the client is `Clone`) — gets a trailing
+//!   `connect`, `new`, `max_decoding_message_size`, `max_encoding_message_size`, or
+//!   `clone` (the client is `Clone`) — gets a trailing
 //!   underscore: `rpc Connect` is `client.connect_(..)`, while the server trait
 //!   keeps `async fn connect`. Every other name (`ready`, `call`, ...) is unchanged.
 //! * Two RPCs of one service that map to the same Rust name are an error.
@@ -74,6 +87,7 @@
 mod builder;
 mod client;
 mod docs;
+mod manifest;
 mod model;
 mod naming;
 mod output;
@@ -92,14 +106,29 @@ pub fn configure() -> Builder {
     Builder::default()
 }
 
-/// Compiles `protos` (imports looked up in `includes`) into one `<package>.rs` per
-/// proto package in `$OUT_DIR`, with clients and servers; for use in `build.rs`.
+/// Compiles one `.proto` file, looking up its imports in its own directory, into one
+/// `<package>.rs` per proto package in `$OUT_DIR`, with clients and servers: tonic's
+/// `compile_protos("proto/helloworld.proto")`. For several files or include
+/// directories, use [`configure`]`().compile_protos(&[..], &[..])`.
 ///
 /// # Errors
 /// See [`Builder::compile_protos`].
-pub fn compile_protos(
-    protos: &[impl AsRef<Path>],
-    includes: &[impl AsRef<Path>],
-) -> io::Result<()> {
-    configure().compile_protos(protos, includes)
+///
+/// # Panics
+/// If `proto` has no parent directory (`""` or `/`), as tonic's.
+pub fn compile_protos(proto: impl AsRef<Path>) -> io::Result<()> {
+    let proto = proto.as_ref();
+    let dir = proto
+        .parent()
+        .expect("proto file should reside in a directory");
+    configure().compile_protos(&[proto], &[dir])
+}
+
+/// Generates code from an already parsed descriptor set, with the defaults (see
+/// [`Builder::compile_fds`]).
+///
+/// # Errors
+/// See [`Builder::compile_protos`].
+pub fn compile_fds(fds: prost_types::FileDescriptorSet) -> io::Result<()> {
+    configure().compile_fds(fds)
 }

@@ -6,6 +6,7 @@ use quote::format_ident;
 
 use crate::docs::doc_attrs;
 use crate::naming;
+use crate::service_generator::Settings;
 
 /// One service, ready for the client and server generators.
 pub(crate) struct ServiceModel {
@@ -19,8 +20,11 @@ pub(crate) struct ServiceModel {
     pub(crate) client_mod: Ident,
     /// `greeter_server`.
     pub(crate) server_mod: Ident,
-    /// `helloworld.Greeter`.
+    /// `helloworld.Greeter`: what builder paths match and docs name.
     pub(crate) full_name: String,
+    /// The name calls are routed on: the full name, or `Greeter` without
+    /// [`Settings::emit_package`].
+    pub(crate) route_name: String,
     /// Docs from the service's proto comments.
     pub(crate) docs: TokenStream,
     /// The RPCs, in proto order.
@@ -48,14 +52,22 @@ pub(crate) struct MethodModel {
 impl ServiceModel {
     /// Builds the model, or says why this service cannot be generated: every
     /// method's problem at once, so a build is not fixed one error at a time.
-    pub(crate) fn new(service: &prost_build::Service) -> Result<ServiceModel, Vec<String>> {
+    pub(crate) fn new(
+        service: &prost_build::Service,
+        settings: &Settings,
+    ) -> Result<ServiceModel, Vec<String>> {
         let full_name = naming::full_service_name(&service.package, &service.proto_name);
+        let route_name = if settings.emit_package {
+            full_name.clone()
+        } else {
+            service.proto_name.clone()
+        };
         let trait_ident = naming::ident(&service.name).map_err(|e| vec![e])?;
         let stem = naming::module_stem(&service.name);
         let mut methods = Vec::new();
         let mut errors = Vec::new();
         for method in &service.methods {
-            match MethodModel::new(&full_name, method) {
+            match MethodModel::new(&route_name, method, &settings.proto_path) {
                 Ok(m) => methods.push(m),
                 Err(e) => errors.push(e),
             }
@@ -76,13 +88,18 @@ impl ServiceModel {
             docs: doc_attrs(&service.comments, &format!("The `{full_name}` service.")),
             trait_ident,
             full_name,
+            route_name,
             methods,
         })
     }
 }
 
 impl MethodModel {
-    fn new(full_service: &str, method: &prost_build::Method) -> Result<MethodModel, String> {
+    fn new(
+        full_service: &str,
+        method: &prost_build::Method,
+        proto_path: &str,
+    ) -> Result<MethodModel, String> {
         let kind = match (method.client_streaming, method.server_streaming) {
             (false, false) => None,
             (true, false) => Some("client-streaming"),
@@ -100,8 +117,8 @@ impl MethodModel {
         Ok(MethodModel {
             server_ident: naming::ident(&method.name)?,
             client_ident: naming::ident(&naming::client_method_name(&method.name))?,
-            input: naming::message_type(&method.input_type)?,
-            output: naming::message_type(&method.output_type)?,
+            input: naming::message_type(&method.input_type, proto_path)?,
+            output: naming::message_type(&method.output_type, proto_path)?,
             docs: doc_attrs(&method.comments, &format!("Calls `{path}`.")),
             proto_name: method.proto_name.clone(),
             path,

@@ -8,13 +8,20 @@
 use heck::ToSnakeCase;
 use proc_macro2::Ident;
 
-/// Names of the generated client's own methods, plus `clone` (the client is `Clone`,
+/// Names of the generated client's own methods (`max_*_message_size` as tonic's),
+/// plus `clone` (the client is `Clone`,
 /// and an inherent `clone(&mut self, request)` would shadow `Clone::clone` at every
 /// call site). An RPC whose Rust name is one of these gets a trailing underscore on
 /// the client only (`Connect` → `connect_`), prost's rule for names that cannot be raw
 /// identifiers (`self` → `self_`). The server trait keeps the plain name: it has no
 /// helpers of its own to clash with.
-pub(crate) const CLIENT_RESERVED: &[&str] = &["connect", "new", "clone"];
+pub(crate) const CLIENT_RESERVED: &[&str] = &[
+    "connect",
+    "new",
+    "clone",
+    "max_decoding_message_size",
+    "max_encoding_message_size",
+];
 
 /// Rust types prost-build maps some well-known types to (`google.protobuf.Empty` →
 /// `()`, `Int32Value` → `i32`, ...): they are used as they are, not as `super::` paths.
@@ -66,17 +73,18 @@ pub(crate) fn ident(name: &str) -> Result<Ident, String> {
 }
 
 /// The path of a request or response type as seen from inside a generated
-/// `*_client`/`*_server` module, one level below the package's module. prost-build
-/// gives paths relative to the package module (`HelloRequest`, `super::other::Msg`),
-/// absolute ones for extern types (`::prost_types::Timestamp`), or builtin types.
-pub(crate) fn message_type(rust_type: &str) -> Result<syn::Type, String> {
+/// `*_client`/`*_server` module, whose messages are at `proto_path` (`super`, the
+/// package's module, unless the builder says otherwise). prost-build gives paths
+/// relative to the package module (`HelloRequest`, `super::other::Msg`), absolute
+/// ones for extern types (`::prost_types::Timestamp`), or builtin types.
+pub(crate) fn message_type(rust_type: &str, proto_path: &str) -> Result<syn::Type, String> {
     let path = if rust_type.starts_with("::")
         || rust_type.starts_with("crate::")
         || BUILTIN_TYPES.contains(&rust_type)
     {
         rust_type.to_owned()
     } else {
-        format!("super::{rust_type}")
+        format!("{proto_path}::{rust_type}")
     };
     syn::parse_str(&path).map_err(|e| format!("`{path}` is not a Rust type: {e}"))
 }
@@ -87,7 +95,7 @@ mod tests {
     use quote::ToTokens;
 
     fn ty(s: &str) -> String {
-        message_type(s)
+        message_type(s, "super")
             .unwrap()
             .to_token_stream()
             .to_string()
@@ -126,6 +134,10 @@ mod tests {
         assert_eq!(client_method_name("connect"), "connect_");
         assert_eq!(client_method_name("new"), "new_");
         assert_eq!(client_method_name("clone"), "clone_");
+        assert_eq!(
+            client_method_name("max_decoding_message_size"),
+            "max_decoding_message_size_"
+        );
         assert_eq!(client_method_name("ready"), "ready");
         assert_eq!(client_method_name("r#type"), "r#type");
     }
@@ -138,6 +150,11 @@ mod tests {
         assert_eq!(ty("::prost_types::Timestamp"), "::prost_types::Timestamp");
         assert_eq!(ty("()"), "()");
         assert_eq!(ty("r#Self_"), "super::r#Self_");
+        let elsewhere = message_type("HelloRequest", "crate::pb").unwrap();
+        assert_eq!(
+            elsewhere.to_token_stream().to_string().replace(' ', ""),
+            "crate::pb::HelloRequest"
+        );
     }
 
     #[test]

@@ -5,21 +5,39 @@ use quote::quote;
 
 use crate::docs::doc;
 use crate::model::{MethodModel, ServiceModel};
+use crate::service_generator::Settings;
+
+/// Attributes the builder puts on a service's server.
+pub(crate) struct Attributes {
+    /// On `pub mod <svc>_server`.
+    pub(crate) module: TokenStream,
+    /// On `pub struct <Svc>Server`.
+    pub(crate) server: TokenStream,
+    /// On `pub trait <Svc>`.
+    pub(crate) service_trait: TokenStream,
+}
 
 /// `pub mod greeter_server { pub trait Greeter { .. } pub struct GreeterServer<T> .. }`.
 pub(crate) fn generate(
     service: &ServiceModel,
     codegen: &TokenStream,
-    mod_attrs: &TokenStream,
+    attrs: &Attributes,
+    settings: &Settings,
 ) -> TokenStream {
     let ServiceModel {
         trait_ident,
         server_ident,
         server_mod,
         full_name,
+        route_name,
         docs,
         ..
     } = service;
+    let Attributes {
+        module: mod_attrs,
+        server: struct_attrs,
+        service_trait: trait_attrs,
+    } = attrs;
     let mod_doc = doc(&format!("Server for the `{full_name}` service."));
     let server_name = server_ident.to_string();
     // Clippy judges method names (`new` must return `Self`, `is_*`/`to_*`/`into_*`
@@ -29,10 +47,24 @@ pub(crate) fn generate(
         "Serves a [`{trait_ident}`] implementation: add it to a `Server` with `add_service`."
     ));
     let name_doc = doc(&format!(
-        "The service's full name, `{full_name}`, which calls are routed on."
+        "The service's full name, `{route_name}`, which calls are routed on."
     ));
-    let trait_methods = service.methods.iter().map(|m| trait_method(m, codegen));
-    let dispatch = dispatch(service, codegen);
+    let decoding_doc = doc(
+        "Answers a call whose request message is over `limit` bytes (encoded) with \
+         `RESOURCE_EXHAUSTED`, without running the handler. Default: no limit of its \
+         own, only the server's `Server::max_message_size`, which is far larger than \
+         tonic's default of 4 MiB here.",
+    );
+    let encoding_doc = doc(
+        "Answers `RESOURCE_EXHAUSTED` instead of a reply whose message is over `limit` \
+         bytes (encoded). Default: no limit of its own, only the server's \
+         `Server::max_message_size`.",
+    );
+    let trait_methods = service
+        .methods
+        .iter()
+        .map(|m| trait_method(m, codegen, settings));
+    let dispatch = dispatch(service, codegen, settings.use_arc_self);
 
     quote! {
         #mod_doc
@@ -40,14 +72,17 @@ pub(crate) fn generate(
         pub mod #server_mod {
             #docs
             #lint_allows
+            #trait_attrs
             #[#codegen::async_trait]
             pub trait #trait_ident: Send + Sync + 'static {
                 #(#trait_methods)*
             }
 
             #server_doc
+            #struct_attrs
             pub struct #server_ident<T> {
                 inner: #codegen::Arc<T>,
+                limits: #codegen::MessageLimits,
             }
 
             impl<T> #server_ident<T> {
@@ -58,14 +93,28 @@ pub(crate) fn generate(
 
                 /// Serves an implementation that is shared with other code.
                 pub fn from_arc(inner: #codegen::Arc<T>) -> Self {
-                    Self { inner }
+                    Self { inner, limits: #codegen::MessageLimits::default() }
+                }
+
+                #decoding_doc
+                #[must_use]
+                pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+                    self.limits.decoding = Some(limit);
+                    self
+                }
+
+                #encoding_doc
+                #[must_use]
+                pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+                    self.limits.encoding = Some(limit);
+                    self
                 }
             }
 
             // By hand, not derived: a derive would require `T: Clone`/`T: Debug`.
             impl<T> Clone for #server_ident<T> {
                 fn clone(&self) -> Self {
-                    Self { inner: #codegen::Arc::clone(&self.inner) }
+                    Self { inner: #codegen::Arc::clone(&self.inner), limits: self.limits }
                 }
             }
 
@@ -97,12 +146,12 @@ pub(crate) fn generate(
             }
 
             #name_doc
-            pub const SERVICE_NAME: &str = #full_name;
+            pub const SERVICE_NAME: &str = #route_name;
         }
     }
 }
 
-fn trait_method(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
+fn trait_method(m: &MethodModel, codegen: &TokenStream, settings: &Settings) -> TokenStream {
     let MethodModel {
         server_ident,
         input,
@@ -110,18 +159,36 @@ fn trait_method(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
         docs,
         ..
     } = m;
-    quote! {
-        #docs
+    let receiver = if settings.use_arc_self {
+        quote!(self: #codegen::Arc<Self>)
+    } else {
+        quote!(&self)
+    };
+    let signature = quote! {
         async fn #server_ident(
-            &self,
+            #receiver,
             request: #codegen::Request<#input>,
-        ) -> Result<#codegen::Response<#output>, #codegen::Status>;
+        ) -> Result<#codegen::Response<#output>, #codegen::Status>
+    };
+    if settings.generate_default_stubs {
+        quote! {
+            #docs
+            #signature {
+                drop(request);
+                Err(#codegen::Status::unimplemented("Not yet implemented"))
+            }
+        }
+    } else {
+        quote! {
+            #docs
+            #signature;
+        }
     }
 }
 
 /// The body of `Service::call`: one arm per method, anything else UNIMPLEMENTED
 /// (with no methods, no `match` at all, which clippy would flag).
-fn dispatch(service: &ServiceModel, codegen: &TokenStream) -> TokenStream {
+fn dispatch(service: &ServiceModel, codegen: &TokenStream, arc_self: bool) -> TokenStream {
     let unimplemented = quote! {
         let message = if call.service() == SERVICE_NAME {
             format!("method {} not found in service {SERVICE_NAME}", call.method())
@@ -137,7 +204,7 @@ fn dispatch(service: &ServiceModel, codegen: &TokenStream) -> TokenStream {
     let arms = service
         .methods
         .iter()
-        .map(|m| dispatch_arm(m, &service.trait_ident, codegen));
+        .map(|m| dispatch_arm(m, &service.trait_ident, codegen, arc_self));
     quote! {
         match call.path() {
             #(#arms)*
@@ -148,13 +215,15 @@ fn dispatch(service: &ServiceModel, codegen: &TokenStream) -> TokenStream {
 
 /// Matches the full path, as tonic does, so a server reached under another
 /// service's name answers UNIMPLEMENTED rather than running a same-named method.
-/// Decodes before boxing the future, so a body that does not decode costs no
-/// allocation; calls the trait by its full path, so an RPC named like a `Service`
-/// or `Arc` method (`call`, `clone`) cannot be resolved to the wrong function.
+/// Checks the size limit and decodes before boxing the future, so a refused or
+/// undecodable body costs no allocation; calls the trait by its full path, so an
+/// RPC named like a `Service` or `Arc` method (`call`, `clone`) cannot be resolved
+/// to the wrong function.
 fn dispatch_arm(
     m: &MethodModel,
     trait_ident: &proc_macro2::Ident,
     codegen: &TokenStream,
+    arc_self: bool,
 ) -> TokenStream {
     let MethodModel {
         path,
@@ -162,15 +231,25 @@ fn dispatch_arm(
         input,
         ..
     } = m;
+    let receiver = if arc_self {
+        quote!(inner)
+    } else {
+        quote!(&inner)
+    };
     quote! {
         #path => {
-            let request = match call.into_request::<#input>() {
+            let limits = self.limits;
+            let request = match limits
+                .check_decoding(call.message_len())
+                .and_then(|()| call.into_request::<#input>())
+            {
                 Ok(request) => request,
                 Err(status) => return Box::pin(async move { Err(status) }),
             };
             let inner = #codegen::Arc::clone(&self.inner);
             Box::pin(async move {
-                let response = <T as #trait_ident>::#server_ident(&inner, request).await?;
+                let response = <T as #trait_ident>::#server_ident(#receiver, request).await?;
+                limits.check_encoding(response.get_ref())?;
                 Ok(response.map(|message| Box::new(message) as #codegen::BoxMessage))
             })
         }

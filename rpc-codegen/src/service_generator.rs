@@ -38,10 +38,26 @@ impl ModAttributes {
 pub(crate) struct Settings {
     pub(crate) build_client: bool,
     pub(crate) build_server: bool,
-    /// `::rpc_core::codegen` unless the builder says otherwise.
+    /// Whether clients get `connect`.
+    pub(crate) build_transport: bool,
+    /// `::rpc_core::codegen`, or wherever the crate's manifest or the builder says.
     pub(crate) codegen_path: String,
+    /// Where messages are, from inside a service module (`super`).
+    pub(crate) proto_path: String,
+    /// Whether the package is part of the service's name and call paths.
+    pub(crate) emit_package: bool,
+    /// Server trait methods take `self: Arc<Self>`.
+    pub(crate) use_arc_self: bool,
+    /// Server trait methods answer `UNIMPLEMENTED` unless implemented.
+    pub(crate) generate_default_stubs: bool,
     pub(crate) client_mod_attributes: ModAttributes,
     pub(crate) server_mod_attributes: ModAttributes,
+    /// On the `<Svc>Client` structs.
+    pub(crate) client_attributes: ModAttributes,
+    /// On the `<Svc>Server` structs.
+    pub(crate) server_attributes: ModAttributes,
+    /// On the server traits.
+    pub(crate) trait_attributes: ModAttributes,
     /// Paths of services and methods whose proto comments are left out.
     pub(crate) disable_comments: Vec<String>,
 }
@@ -59,30 +75,32 @@ pub(crate) struct RpcServiceGenerator {
 
 impl RpcServiceGenerator {
     fn try_generate(&self, service: &prost_build::Service) -> Result<TokenStream, Vec<String>> {
-        let model = ServiceModel::new(service)?;
+        let model = ServiceModel::new(service, &self.settings)?;
         self.tokens(&model).map_err(|e| vec![e])
     }
 
     fn tokens(&self, model: &ServiceModel) -> Result<TokenStream, String> {
-        let codegen: TokenStream = self
-            .settings
+        let s = &self.settings;
+        let codegen: TokenStream = s
             .codegen_path
             .parse()
             .map_err(|e| format!("codegen path does not parse: {e}"))?;
+        let name = &model.full_name;
         let mut out = TokenStream::new();
-        if self.settings.build_client {
-            let attrs = self
-                .settings
-                .client_mod_attributes
-                .for_service(&model.full_name)?;
-            out.extend(client::generate(model, &codegen, &attrs));
+        if s.build_client {
+            let attrs = client::Attributes {
+                module: s.client_mod_attributes.for_service(name)?,
+                client: s.client_attributes.for_service(name)?,
+            };
+            out.extend(client::generate(model, &codegen, &attrs, s));
         }
-        if self.settings.build_server {
-            let attrs = self
-                .settings
-                .server_mod_attributes
-                .for_service(&model.full_name)?;
-            out.extend(server::generate(model, &codegen, &attrs));
+        if s.build_server {
+            let attrs = server::Attributes {
+                module: s.server_mod_attributes.for_service(name)?,
+                server: s.server_attributes.for_service(name)?,
+                service_trait: s.trait_attributes.for_service(name)?,
+            };
+            out.extend(server::generate(model, &codegen, &attrs, s));
         }
         Ok(out)
     }

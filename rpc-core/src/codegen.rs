@@ -16,4 +16,56 @@ pub use crate::server::{
     BoxFuture, BoxMessage, EncodeMessage, NamedService, ServerCall, ServerReply,
 };
 pub use crate::status::Status;
-pub use crate::transport::{Channel, Error as TransportError};
+pub use crate::transport::{Channel, Endpoint, Error as TransportError};
+
+/// Any error, as tonic's `codegen::StdError`: what `connect`'s `D::Error` converts to.
+pub type StdError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The error of turning a generated client's `connect` argument into an
+/// [`Endpoint`]: a transport error unchanged (a bad address), anything else by its
+/// text.
+pub fn endpoint_error(e: StdError) -> TransportError {
+    match e.downcast::<TransportError>() {
+        Ok(e) => *e,
+        Err(e) => TransportError::new(e.to_string()),
+    }
+}
+
+/// The message size limits of a generated client ([`Grpc`]) or server, on top of the
+/// transport's own `max_message_size`: `None` is no limit of their own (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MessageLimits {
+    /// Largest message received (a reply on a client, a request on a server).
+    pub decoding: Option<usize>,
+    /// Largest message sent (a request on a client, a reply on a server).
+    pub encoding: Option<usize>,
+}
+
+impl MessageLimits {
+    /// `RESOURCE_EXHAUSTED` for a received message of `len` bytes over the limit, in
+    /// tonic's words.
+    pub fn check_decoding(&self, len: usize) -> Result<(), Status> {
+        match self.decoding {
+            Some(limit) if len > limit => Err(Status::resource_exhausted(format!(
+                "Error, decoded message length too large: found {len} bytes, the limit is: \
+                 {limit} bytes"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// `RESOURCE_EXHAUSTED` for a message to send whose encoding is over the limit,
+    /// in tonic's words. Its length is computed only when there is a limit.
+    pub fn check_encoding<M: prost::Message>(&self, message: &M) -> Result<(), Status> {
+        match self.encoding {
+            Some(limit) if message.encoded_len() > limit => {
+                Err(Status::resource_exhausted(format!(
+                    "Error, encoded message length too large: found {} bytes, the limit \
+                     is: {limit} bytes",
+                    message.encoded_len()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}

@@ -93,4 +93,10 @@ impl ServerCall {
         }
         Ok(req)
     }
+
+    /// Length in bytes of the encoded request message (for size limits, before
+    /// decoding).
+    pub fn message_len(&self) -> usize {
+        self.body.len()
+    }
 }

@@ -100,6 +100,18 @@ impl Endpoint {
         })
     }
 
+    /// Parses a constant address, as [`Endpoint::from_shared`].
+    ///
+    /// # Panics
+    /// If `uri` is not an `rdma://host:port` or `rdma+ud://host:port` address, as
+    /// tonic's `from_static` panics on an invalid URI.
+    pub fn from_static(uri: &'static str) -> Endpoint {
+        match Endpoint::from_shared(uri) {
+            Ok(endpoint) => endpoint,
+            Err(e) => panic!("Endpoint::from_static: {e}"),
+        }
+    }
+
     /// A timeout for every call on the channel, as tonic's: a request's own
     /// timeout (`Request::set_timeout`) applies when it is smaller.
     pub fn timeout(mut self, t: Duration) -> Self {
@@ -183,6 +195,25 @@ impl Endpoint {
     }
 }
 
+/// `"rdma://host:port".try_into()`, as tonic's; what a generated client's `connect`
+/// takes.
+impl TryFrom<&'static str> for Endpoint {
+    type Error = Error;
+
+    fn try_from(uri: &'static str) -> Result<Endpoint, Error> {
+        Endpoint::from_shared(uri)
+    }
+}
+
+/// An address built at run time, as tonic's.
+impl TryFrom<String> for Endpoint {
+    type Error = Error;
+
+    fn try_from(uri: String) -> Result<Endpoint, Error> {
+        Endpoint::from_shared(uri)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +234,26 @@ mod tests {
         );
         assert!(!Endpoint::from_shared("rdma://h:1").unwrap().settings.ud);
         assert!(Endpoint::from_shared("rdma+udp://h:1").is_err());
+    }
+
+    #[test]
+    fn constant_and_owned_addresses_convert_as_tonic_s() {
+        let e = Endpoint::from_static("rdma+ud://10.0.0.1:7471");
+        assert_eq!(
+            (e.host.as_str(), e.port, e.settings.ud),
+            ("10.0.0.1", 7471, true)
+        );
+        let e: Endpoint = "rdma://h:9".try_into().unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("h", 9));
+        let e = Endpoint::try_from(format!("rdma://h:{}", 10)).unwrap();
+        assert_eq!(e.port, 10);
+        let err = Endpoint::try_from("http://h:1").unwrap_err();
+        assert!(err.to_string().contains("not an rdma://"), "{err}");
+    }
+
+    #[test]
+    #[should_panic(expected = "Endpoint::from_static")]
+    fn from_static_panics_on_a_bad_address() {
+        let _ = Endpoint::from_static("h:1");
     }
 }
