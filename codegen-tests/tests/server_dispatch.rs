@@ -52,7 +52,7 @@ async fn dispatch(
 ) -> Result<(MetadataMap, Vec<u8>), Status> {
     let call = server_call(path, body, metadata).expect("well-formed frame");
     let reply = server.ready().await?.call(call).await?;
-    let (metadata, message) = reply.into_parts();
+    let (metadata, message, _) = reply.into_parts();
     Ok((metadata, encode_reply(&*message)))
 }
 
