@@ -96,7 +96,7 @@ impl MetadataMap {
     }
 
     /// Index of the first value of kind `VE` whose key is `name` (in any ASCII case).
-    fn position<VE: ValueEncoding>(&self, name: &str) -> Option<usize> {
+    pub(super) fn position<VE: ValueEncoding>(&self, name: &str) -> Option<usize> {
         self.slots
             .iter()
             .position(|s| VE::slot(s).is_some_and(|(k, _)| k.as_str().eq_ignore_ascii_case(name)))
@@ -192,19 +192,17 @@ impl MetadataMap {
             self.slots.push(VE::into_slot(key, value));
             return None;
         };
-        let old = std::mem::replace(&mut self.slots[at], VE::into_slot(key, value));
-        let name = self.slots[at].name().to_owned();
-        let mut i = 0;
-        self.slots.retain(|s| {
-            let keep = i <= at || s.name() != name;
-            i += 1;
-            keep
-        });
-        VE::from_slot(old)
+        let old = self.take_all::<VE>(key.as_str());
+        self.slots.insert(at, VE::into_slot(key, value));
+        old.into_iter().next()
     }
 
     /// Adds `value` after the last value of `key`; returns whether `key` had one.
-    fn add<VE: ValueEncoding>(&mut self, key: MetadataKey<VE>, value: MetadataValue<VE>) -> bool {
+    pub(super) fn add<VE: ValueEncoding>(
+        &mut self,
+        key: MetadataKey<VE>,
+        value: MetadataValue<VE>,
+    ) -> bool {
         let last = self.slots.iter().rposition(|s| s.name() == key.as_str());
         match last {
             Some(i) => self.slots.insert(i + 1, VE::into_slot(key, value)),
@@ -213,13 +211,25 @@ impl MetadataMap {
         last.is_some()
     }
 
-    /// Removes every value of `key`; returns the first.
+    /// Removes every value of `name` (in any ASCII case); returns the first.
     fn take<VE: ValueEncoding>(&mut self, name: &str) -> Option<MetadataValue<VE>> {
         let at = self.position::<VE>(name)?;
-        let first = self.slots.remove(at);
-        let name = first.name().to_owned();
-        self.slots.retain(|s| s.name() != name);
-        VE::from_slot(first)
+        let name = self.slots[at].name().to_owned();
+        self.take_all(&name).into_iter().next()
+    }
+
+    /// Removes every value of `name`; returns them in order.
+    pub(super) fn take_all<VE: ValueEncoding>(&mut self, name: &str) -> Vec<MetadataValue<VE>> {
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < self.slots.len() {
+            if self.slots[i].name() == name {
+                taken.extend(VE::from_slot(self.slots.remove(i)));
+            } else {
+                i += 1;
+            }
+        }
+        taken
     }
 
     /// Makes `val` the only ASCII value of `key`; returns the first value it replaces.

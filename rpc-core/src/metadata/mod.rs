@@ -24,6 +24,7 @@
 
 mod base64;
 mod encoding;
+mod entry;
 mod iter;
 mod key;
 mod key_arg;
@@ -32,6 +33,7 @@ mod value;
 mod wire;
 
 pub use encoding::{Ascii, Binary};
+pub use entry::{Entry, OccupiedEntry, VacantEntry, ValueDrain, ValueIterMut};
 pub use iter::{
     GetAll, Iter, IterMut, KeyAndMutValueRef, KeyAndValueRef, KeyRef, Keys, ValueIter, ValueRef,
     ValueRefMut, Values, ValuesMut,

@@ -361,3 +361,59 @@ fn bad_keys_values_and_frames_are_rejected() {
         crate::Code::ResourceExhausted
     );
 }
+
+#[test]
+fn entries_insert_append_and_remove_as_tonics() {
+    let mut m = MetadataMap::new();
+    assert!(m.entry("Bad Key").is_err());
+    assert!(m.entry("x-bin").is_err() && m.entry_bin("x").is_err());
+
+    let v = m
+        .entry("x-a")
+        .unwrap()
+        .or_insert(MetadataValue::from_static("1"));
+    assert_eq!(*v, "1");
+    let v = m
+        .entry("X-A")
+        .unwrap()
+        .or_insert_with(|| unreachable!("occupied"));
+    *v = MetadataValue::from_static("2");
+    assert_eq!(m.get("x-a").unwrap(), "2");
+
+    match m.entry("x-a").unwrap() {
+        Entry::Occupied(mut e) => {
+            assert_eq!(e.key(), "x-a");
+            e.append(MetadataValue::from_static("3"));
+            assert_eq!(e.iter().collect::<Vec<_>>(), ["2", "3"]);
+            for v in &mut e {
+                v.set_sensitive(true);
+            }
+            let old: Vec<_> = e.insert_mult(MetadataValue::from_static("4")).collect();
+            assert_eq!(old, ["2", "3"]);
+            assert_eq!(*e.get(), "4");
+            assert!(!e.get().is_sensitive());
+            assert_eq!(e.insert(MetadataValue::from_static("5")), "4");
+            e.get_mut().set_sensitive(true);
+        }
+        Entry::Vacant(_) => unreachable!("x-a has values"),
+    }
+    assert!(m.get("x-a").unwrap().is_sensitive());
+
+    match m.entry_bin("x-b-bin").unwrap() {
+        Entry::Vacant(e) => {
+            assert_eq!(e.key(), "x-b-bin");
+            let mut e = e.insert_entry(MetadataValue::from_bytes(b"b"));
+            e.append(MetadataValue::from_bytes(b"c"));
+            let (key, values) = e.remove_entry_mult();
+            assert_eq!(key, "x-b-bin");
+            assert_eq!(values.collect::<Vec<_>>(), ["b", "c"]);
+        }
+        Entry::Occupied(_) => unreachable!("x-b-bin is new"),
+    }
+    assert!(!m.contains_key("x-b-bin"));
+
+    if let Entry::Occupied(e) = m.entry("x-a").unwrap() {
+        assert_eq!(e.remove(), "5");
+    }
+    assert!(m.is_empty());
+}
