@@ -86,7 +86,7 @@ where
             Err(status) => return Box::pin(async move { Err(status) }),
         };
         Box::pin(async move {
-            let (metadata, message) = reply.await?.into_parts();
+            let (metadata, message, _) = reply.await?.into_parts();
             Ok(IncomingReply {
                 metadata,
                 payload: Payload::from_vec(encode_reply(&*message)),

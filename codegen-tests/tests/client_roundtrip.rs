@@ -32,7 +32,7 @@ impl Greeter for MyGreeter {
         let trace = request
             .metadata()
             .get("x-trace")
-            .map(|v| v.to_str().to_owned())
+            .and_then(|v| v.to_str().ok().map(str::to_owned))
             .unwrap_or_default();
         let message = format!(
             "Hello {}! ({trace}, {timeout} ms)",

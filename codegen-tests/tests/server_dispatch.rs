@@ -28,7 +28,7 @@ impl Greeter for CountingGreeter {
         let lang = request
             .metadata()
             .get("x-lang")
-            .map(|v| v.to_str().to_owned())
+            .and_then(|v| v.to_str().ok().map(str::to_owned))
             .unwrap_or_default();
         let name = request.into_inner().name;
         if name == "nobody" {
@@ -52,7 +52,7 @@ async fn dispatch(
 ) -> Result<(MetadataMap, Vec<u8>), Status> {
     let call = server_call(path, body, metadata).expect("well-formed frame");
     let reply = server.ready().await?.call(call).await?;
-    let (metadata, message) = reply.into_parts();
+    let (metadata, message, _) = reply.into_parts();
     Ok((metadata, encode_reply(&*message)))
 }
 
@@ -70,7 +70,7 @@ async fn a_known_method_runs_the_trait_method_and_returns_the_encoded_reply() {
 
     let reply = HelloReply::decode(bytes.as_slice()).expect("reply decodes");
     assert_eq!(reply.message, "Hello Ada!");
-    assert_eq!(metadata.get("x-lang-seen").unwrap().to_str(), "en");
+    assert_eq!(metadata.get("x-lang-seen").unwrap().to_str().unwrap(), "en");
     assert_eq!(greeter.calls.load(Ordering::SeqCst), 1);
 }
 

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-/// The 17 gRPC status codes, with gRPC's numeric values.
+/// The 17 gRPC status codes, with gRPC's numeric values (`code as i32`, or
+/// `i32::from(code)`, is the value on the wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Code {
@@ -43,32 +44,42 @@ pub enum Code {
 }
 
 impl Code {
-    /// Maps a wire value; unknown values become [`Code::Unknown`], as gRPC does.
-    pub fn from_i32(v: i32) -> Code {
+    /// The code of a wire value; values gRPC does not define are [`Code::Unknown`], as
+    /// gRPC and tonic say.
+    pub const fn from_i32(v: i32) -> Code {
         use Code::*;
-        const ALL: [Code; 17] = [
-            Ok,
-            Cancelled,
-            Unknown,
-            InvalidArgument,
-            DeadlineExceeded,
-            NotFound,
-            AlreadyExists,
-            PermissionDenied,
-            ResourceExhausted,
-            FailedPrecondition,
-            Aborted,
-            OutOfRange,
-            Unimplemented,
-            Internal,
-            Unavailable,
-            DataLoss,
-            Unauthenticated,
-        ];
-        usize::try_from(v)
-            .ok()
-            .and_then(|i| ALL.get(i).copied())
-            .unwrap_or(Unknown)
+        match v {
+            0 => Ok,
+            1 => Cancelled,
+            2 => Unknown,
+            3 => InvalidArgument,
+            4 => DeadlineExceeded,
+            5 => NotFound,
+            6 => AlreadyExists,
+            7 => PermissionDenied,
+            8 => ResourceExhausted,
+            9 => FailedPrecondition,
+            10 => Aborted,
+            11 => OutOfRange,
+            12 => Unimplemented,
+            13 => Internal,
+            14 => Unavailable,
+            15 => DataLoss,
+            16 => Unauthenticated,
+            _ => Unknown,
+        }
+    }
+
+    /// The code written in decimal ASCII, as in a `grpc-status` header (`b"14"` is
+    /// [`Code::Unavailable`]); anything else (a sign, a leading zero, spaces, a value
+    /// gRPC does not define) is [`Code::Unknown`], as tonic's `Code::from_bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Code {
+        let v = match bytes {
+            [d @ b'0'..=b'9'] => i32::from(d - b'0'),
+            [b'1', d @ b'0'..=b'6'] => 10 + i32::from(d - b'0'),
+            _ => return Code::Unknown,
+        };
+        Code::from_i32(v)
     }
 
     /// A short description, as tonic's `Code::description`.
@@ -106,6 +117,12 @@ impl From<i32> for Code {
     }
 }
 
+impl From<Code> for i32 {
+    fn from(code: Code) -> i32 {
+        code as i32
+    }
+}
+
 impl fmt::Display for Code {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self.description(), f)
@@ -120,8 +137,45 @@ mod tests {
     fn wire_values_round_trip_and_unknown_maps_to_unknown() {
         for v in 0..17 {
             assert_eq!(Code::from_i32(v) as i32, v);
+            assert_eq!(i32::from(Code::from(v)), v);
         }
-        assert_eq!(Code::from_i32(17), Code::Unknown);
+        assert_eq!(Code::from(17), Code::Unknown);
         assert_eq!(Code::from_i32(-1), Code::Unknown);
+        assert_eq!(Code::from_i32(i32::MAX), Code::Unknown);
+    }
+
+    #[test]
+    fn grpc_status_text_parses_as_tonic_does() {
+        for v in 0..17 {
+            assert_eq!(
+                Code::from_bytes(v.to_string().as_bytes()),
+                Code::from_i32(v)
+            );
+        }
+        for bad in [
+            &b""[..],
+            b"17",
+            b"20",
+            b"01",
+            b"-1",
+            b" 1",
+            b"1 ",
+            b"100",
+            b"a",
+        ] {
+            assert_eq!(Code::from_bytes(bad), Code::Unknown, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn display_is_the_description() {
+        assert_eq!(
+            Code::NotFound.to_string(),
+            "Some requested entity was not found"
+        );
+        assert_eq!(
+            Code::Ok.description(),
+            "The operation completed successfully"
+        );
     }
 }

@@ -11,6 +11,7 @@ mod code;
 #[doc(hidden)]
 pub mod codegen;
 mod engine;
+mod extensions;
 mod handshake;
 mod id_map;
 pub mod metadata;
@@ -23,6 +24,7 @@ pub mod transport;
 
 pub use async_trait::async_trait;
 pub use code::Code;
+pub use extensions::Extensions;
 pub use metadata::MetadataMap;
 pub use payload::Payload;
 pub use request::{IntoRequest, Request};

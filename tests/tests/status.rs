@@ -88,9 +88,16 @@ fn assert_whole(got: &Status, details: usize) {
     assert_eq!(got.code(), Code::FailedPrecondition, "{got:?}");
     assert_eq!(got.message(), sent.message());
     assert_eq!(got.details(), sent.details(), "details of {details} bytes");
-    assert_eq!(got.metadata().get("retry-after").unwrap().to_str(), "5");
     assert_eq!(
-        &got.metadata().get_bin("trace-bin").unwrap().to_bytes()[..],
+        got.metadata().get("retry-after").unwrap().to_str().unwrap(),
+        "5"
+    );
+    assert_eq!(
+        &got.metadata()
+            .get_bin("trace-bin")
+            .unwrap()
+            .to_bytes()
+            .unwrap()[..],
         &[0, 1, 255]
     );
 }

@@ -276,7 +276,7 @@ where
     fn call(&mut self, call: ServerCall) -> Self::Future {
         let refused: Option<Self::Error> = match call.metadata().get("x-api-key") {
             None => Some(Status::unauthenticated("x-api-key is missing").into()),
-            Some(k) if k.to_str() != "good" => Some(WrongKey(k.to_str().to_string()).into()),
+            Some(k) if k != "good" => Some(WrongKey(k.to_str().unwrap_or("?").to_owned()).into()),
             Some(_) => None,
         };
         match refused {

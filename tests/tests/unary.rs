@@ -262,9 +262,16 @@ async fn metadata_travels_both_ways_and_with_statuses() {
         rpc_core::metadata::MetadataValue::from_bytes(&[0, 255]),
     );
     let r = g.unary::<Echo, Echo>(req, path("Meta")).await.unwrap();
-    assert_eq!(r.metadata().get("x-trace").unwrap().to_str(), "abc-123");
     assert_eq!(
-        &r.metadata().get_bin("x-raw-bin").unwrap().to_bytes()[..],
+        r.metadata().get("x-trace").unwrap().to_str().unwrap(),
+        "abc-123"
+    );
+    assert_eq!(
+        &r.metadata()
+            .get_bin("x-raw-bin")
+            .unwrap()
+            .to_bytes()
+            .unwrap()[..],
         &[0, 255]
     );
 
@@ -273,7 +280,7 @@ async fn metadata_travels_both_ways_and_with_statuses() {
     let e = g.unary::<Echo, Echo>(req, path("Meta")).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert_eq!(e.message(), "asked to fail");
-    assert_eq!(e.metadata().get("fail").unwrap().to_str(), "yes");
+    assert_eq!(e.metadata().get("fail").unwrap().to_str().unwrap(), "yes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

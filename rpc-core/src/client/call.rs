@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use prost::Message;
 
+use crate::extensions::Extensions;
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
 use crate::request::Request;
@@ -56,6 +57,10 @@ impl IncomingReply {
             .payload
             .decode(0..len)
             .map_err(|e| Status::internal(format!("failed to decode response message: {e}")))?;
-        Ok(Response::from_parts(self.metadata, message))
+        Ok(Response::from_parts(
+            self.metadata,
+            message,
+            Extensions::new(),
+        ))
     }
 }

@@ -173,7 +173,7 @@ impl RcPeer {
                     let RcPeerState { engine, ring, .. } = &mut *st;
                     let r = parts
                         .as_ref()
-                        .map(|(m, msg)| (m, &**msg))
+                        .map(|(m, msg, _)| (m, &**msg))
                         .map_err(Clone::clone);
                     match engine.respond(id, r, ring.buf(&slot)) {
                         Some(t) => {

@@ -301,7 +301,7 @@ impl UdSide {
         let parts = result.map(|r| r.into_parts());
         let r = parts
             .as_ref()
-            .map(|(m, msg)| (m, &**msg))
+            .map(|(m, msg, _)| (m, &**msg))
             .map_err(Clone::clone);
         let mut st = lock(&self.state);
         let SessionsState {
