@@ -18,11 +18,14 @@ mod payload;
 mod request;
 mod response;
 pub mod server;
+pub mod service;
 mod status;
 pub mod transport;
 
 pub use async_trait::async_trait;
 pub use code::Code;
+// Placeholder until `rpc_core::Extensions` (extensions.rs) lands: replace this line.
+pub use http::Extensions;
 pub use metadata::MetadataMap;
 pub use payload::Payload;
 pub use request::{IntoRequest, Request};

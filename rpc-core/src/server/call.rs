@@ -1,5 +1,6 @@
 //! `ServerCall`: one received call, still undecoded in its receive slot.
 
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -7,11 +8,13 @@ use prost::Message;
 
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
-use crate::request::Request;
+use crate::request::{ConnAddrs, Request};
 use crate::status::Status;
+use crate::Extensions;
 
 /// A call as the server received it. The path and the message are read straight
-/// from the received bytes; decoding releases them.
+/// from the received bytes; decoding releases them. Interceptors and layers may
+/// change its metadata and add extensions, which the handler's [`Request`] carries.
 #[derive(Debug)]
 pub struct ServerCall {
     payload: Payload,
@@ -19,6 +22,8 @@ pub struct ServerCall {
     body: Range<usize>,
     metadata: MetadataMap,
     timeout: Option<Duration>,
+    extensions: Extensions,
+    addrs: ConnAddrs,
 }
 
 impl ServerCall {
@@ -30,6 +35,19 @@ impl ServerCall {
         body: Range<usize>,
         metadata: MetadataMap,
         timeout: Option<Duration>,
+    ) -> Result<ServerCall, Status> {
+        Self::received(payload, path, body, metadata, timeout, ConnAddrs::default())
+    }
+
+    /// [`ServerCall::from_parts`] of a call that came over the connection whose ends
+    /// are `addrs`.
+    pub(crate) fn received(
+        payload: Payload,
+        path: Range<usize>,
+        body: Range<usize>,
+        metadata: MetadataMap,
+        timeout: Option<Duration>,
+        addrs: ConnAddrs,
     ) -> Result<ServerCall, Status> {
         let bytes = payload.as_slice();
         let p = bytes
@@ -50,6 +68,8 @@ impl ServerCall {
             body,
             metadata,
             timeout,
+            extensions: Extensions::new(),
+            addrs,
         })
     }
 
@@ -76,9 +96,56 @@ impl ServerCall {
         &self.metadata
     }
 
+    /// Request metadata, mutably (what the handler's request will carry).
+    pub fn metadata_mut(&mut self) -> &mut MetadataMap {
+        &mut self.metadata
+    }
+
     /// Time left for the call when it arrived.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+
+    /// Values attached to the call on the server (by an interceptor or a layer);
+    /// the handler's request carries them.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// The extensions, mutably.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+
+    /// The client's address as the server sees it: the remote end of the handshake's
+    /// TCP connection (see [`Request::remote_addr`]).
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.addrs.remote
+    }
+
+    /// The server's end of the handshake's TCP connection.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.addrs.local
+    }
+
+    /// Everything but the message, as a request for an interceptor; the call keeps
+    /// empty metadata and extensions until [`ServerCall::restore_head`].
+    pub(crate) fn take_head(&mut self) -> Request<()> {
+        Request::received(
+            std::mem::take(&mut self.metadata),
+            std::mem::take(&mut self.extensions),
+            (),
+            self.timeout,
+            self.addrs,
+        )
+    }
+
+    /// Takes back what an interceptor returned: its metadata and extensions (the
+    /// timeout was armed when the call arrived; the addresses are the connection's).
+    pub(crate) fn restore_head(&mut self, head: Request<()>) {
+        let (metadata, extensions, (), _, _) = head.into_all();
+        self.metadata = metadata;
+        self.extensions = extensions;
     }
 
     /// Decodes the request message; a body that does not decode is
@@ -87,10 +154,12 @@ impl ServerCall {
         let message = self.payload.decode(self.body.clone()).map_err(|e| {
             Status::invalid_argument(format!("failed to decode request message: {e}"))
         })?;
-        let mut req = Request::from_parts(self.metadata, message);
-        if let Some(t) = self.timeout {
-            req.set_timeout(t);
-        }
-        Ok(req)
+        Ok(Request::received(
+            self.metadata,
+            self.extensions,
+            message,
+            self.timeout,
+            self.addrs,
+        ))
     }
 }

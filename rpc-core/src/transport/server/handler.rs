@@ -1,5 +1,6 @@
 //! Running a handler, shared by the RC and UD server paths.
 
+use std::any::TypeId;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -7,27 +8,74 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use tokio::sync::Semaphore;
+use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 
-use super::routes::Routes;
-use crate::server::{ServerCall, ServerReply};
+use crate::server::{CallService, ServerCall, ServerReply};
+use crate::service::{Route, Routes};
 use crate::status::Status;
 
-/// Runs one call's handler: routed by service name, bounded by the call's deadline,
-/// a panic turned into `INTERNAL`.
+/// What every call of a server runs on: the routes, the stack of layers around them
+/// (if any), and the server's cap on handlers' time.
+pub(crate) struct Served {
+    routes: Routes,
+    /// The layers of `Server::layer` around `routes`, boxed once; `None` without
+    /// layers, so that calls then go to their route as directly as before layers
+    /// existed (no boxed stack to clone, no boxed future per call).
+    stack: Option<Route>,
+    timeout: Option<Duration>,
+}
+
+impl Served {
+    /// `stack` is the server's layers applied to `routes`.
+    pub(crate) fn new<T: CallService>(
+        routes: Routes,
+        stack: T,
+        timeout: Option<Duration>,
+    ) -> Served {
+        // No layer (tower's `Identity`) gives back the routes themselves.
+        let stack = (TypeId::of::<T>() != TypeId::of::<Routes>()).then(|| {
+            BoxCloneSyncService::new(stack.map_err(|e: T::Error| Status::from_error(e.into())))
+        });
+        Served {
+            routes,
+            stack,
+            timeout,
+        }
+    }
+}
+
+/// Runs one call's handler: after a permit of its connection's concurrency `limit`
+/// (if any), through the server's layers (if any) to its route, bounded by the
+/// smaller of the call's deadline and the server's timeout (counted from its
+/// arrival, so time waiting for a permit counts), a panic turned into `INTERNAL`.
 pub(crate) async fn run_handler(
-    routes: &Routes,
+    served: &Served,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
+    limit: Option<&Semaphore>,
 ) -> Result<ServerReply, Status> {
     let work = async move {
         let call = call?;
-        let svc = routes
-            .get(call.service())
-            .ok_or_else(|| Status::unimplemented(format!("unknown service {}", call.service())))?;
-        svc.oneshot(call).await
+        let _permit = match limit {
+            Some(l) => Some(
+                l.acquire()
+                    .await
+                    .map_err(|_| Status::internal("the connection's call limit was closed"))?,
+            ),
+            None => None,
+        };
+        match &served.stack {
+            None => served.routes.route(call).await,
+            Some(stack) => stack.clone().oneshot(call).await,
+        }
     };
     let work = AssertUnwindSafe(work).catch_unwind();
+    let timeout = match (timeout, served.timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let result = match timeout {
         Some(t) => match tokio::time::timeout(t, work).await {
             Ok(r) => r,

@@ -5,14 +5,14 @@ use std::time::{Duration, Instant};
 
 use rpc_transport::msg::{RecvSlot, SendRing};
 use rpc_transport::WorkCompletion;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
 
-use super::handler::{run_handler, start_inline};
-use super::routes::Routes;
+use super::handler::{run_handler, start_inline, Served};
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
+use crate::request::ConnAddrs;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::lock;
@@ -33,10 +33,19 @@ pub(crate) struct RcPeer {
     slot_wait: Notify,
     /// Tells the liveness watcher to close the TCP connection (server shutdown).
     pub(crate) shutdown: Notify,
+    /// The handshake connection's ends, copied into each call.
+    addrs: ConnAddrs,
+    /// `Server::concurrency_limit_per_connection`: permits for running handlers.
+    limit: Option<Semaphore>,
 }
 
 impl RcPeer {
-    pub(crate) fn new(engine: ServerConn, ring: SendRing) -> RcPeer {
+    pub(crate) fn new(
+        engine: ServerConn,
+        ring: SendRing,
+        addrs: ConnAddrs,
+        limit: Option<usize>,
+    ) -> RcPeer {
         RcPeer {
             state: Mutex::new(RcPeerState {
                 engine,
@@ -46,6 +55,8 @@ impl RcPeer {
             }),
             slot_wait: Notify::new(),
             shutdown: Notify::new(),
+            addrs,
+            limit: limit.map(Semaphore::new),
         }
     }
 
@@ -142,7 +153,7 @@ impl RcPeer {
                 }
                 RequestBody::Owned(v) => Payload::from_vec(v),
             };
-            let call = ServerCall::from_parts(payload, path, body, metadata, timeout);
+            let call = ServerCall::received(payload, path, body, metadata, timeout, self.addrs);
             return Some(Dispatch {
                 conn: self.clone(),
                 id,
@@ -203,14 +214,14 @@ impl Dispatch {
     /// that computes for long before its first `.await` holds up the completion task
     /// meanwhile, as eRPC's dispatch-thread handlers do; such work belongs in
     /// `spawn_blocking`, or `Server::inline_handlers(false)` spawns every call at once.
-    pub(crate) fn run(self, routes: &Arc<Routes>, inline: bool) {
+    pub(crate) fn run(self, served: &Arc<Served>, inline: bool) {
         let Dispatch {
             conn,
             id,
             call,
             timeout,
         } = self;
-        let fut = run_call(conn.clone(), routes.clone(), id, call, timeout);
+        let fut = run_call(conn.clone(), served.clone(), id, call, timeout);
         let Some(fut) = start_inline(fut, inline) else {
             return;
         };
@@ -228,11 +239,11 @@ impl Dispatch {
 /// Runs one call and answers it.
 async fn run_call(
     conn: Arc<RcPeer>,
-    routes: Arc<Routes>,
+    served: Arc<Served>,
     id: u32,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
 ) {
-    let result = run_handler(&routes, call, timeout).await;
+    let result = run_handler(&served, call, timeout, conn.limit.as_ref()).await;
     conn.respond(id, result).await;
 }

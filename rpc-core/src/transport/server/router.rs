@@ -9,29 +9,57 @@ use rpc_transport::msg::{self, RecvPool, RecvTarget};
 use rpc_transport::SrqInitAttr;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use tower::layer::util::Identity;
+use tower::Layer;
 
+use super::handler::Served;
 use super::rc_peer::RcPeer;
-use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::srq_side::{accept, receive_loop, SrqSide};
 use super::ud_side::UdSide;
 use crate::id_map::IdMap;
-use crate::server::RoutableService;
+use crate::server::{CallService, RoutableService};
+use crate::service::Routes;
 use crate::transport::{lock, Error};
 
-/// A server with services added.
-pub struct Router {
+/// A server with services added; `L` is its stack of
+/// [`Server::layer`](super::Server::layer)s.
+pub struct Router<L = Identity> {
     pub(super) settings: ServerSettings,
     pub(super) routes: Routes,
+    pub(super) layer: L,
 }
 
-impl Router {
+impl<L> std::fmt::Debug for Router<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("routes", &self.routes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L> Router<L> {
     /// Adds another service (see [`Server::add_service`](super::Server::add_service)).
-    pub fn add_service<S: RoutableService>(mut self, svc: S) -> Router {
+    pub fn add_service<S: RoutableService>(mut self, svc: S) -> Self {
         self.routes.add(svc);
         self
     }
 
+    /// Adds `svc` if it is `Some`; with `None` the service is absent, and its calls
+    /// end `UNIMPLEMENTED`.
+    pub fn add_optional_service<S: RoutableService>(self, svc: Option<S>) -> Self {
+        match svc {
+            Some(svc) => self.add_service(svc),
+            None => self,
+        }
+    }
+}
+
+impl<L> Router<L>
+where
+    L: Layer<Routes>,
+    L::Service: CallService,
+{
     /// Serves on `addr` until an error.
     pub async fn serve(self, addr: SocketAddr) -> Result<(), Error> {
         self.serve_with_shutdown(addr, std::future::pending()).await
@@ -84,16 +112,9 @@ impl Router {
             slot_size = s.slot_size,
             "rdma-rpc server listening"
         );
-        let routes = Arc::new(self.routes);
-        let ud = match UdSide::new(
-            &pd,
-            routes.clone(),
-            s.mode,
-            s.ud,
-            s.max_message,
-            s.ud_stats.as_ref(),
-            s.inline,
-        ) {
+        let stack = self.layer.layer(self.routes.clone());
+        let served = Arc::new(Served::new(self.routes, stack, s.timeout));
+        let ud = match UdSide::new(&pd, served.clone(), &s) {
             Ok(u) => Some(u),
             Err(e) => {
                 tracing::warn!(error = %e, "UD sessions not served");
@@ -102,7 +123,7 @@ impl Router {
         };
         let shared = Arc::new(SrqSide {
             ud: ud.clone(),
-            routes,
+            served,
             conns: Mutex::new(IdMap::default()),
             granted: Mutex::new(0),
             pool_slots,

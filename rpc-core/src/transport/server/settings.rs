@@ -1,5 +1,7 @@
 //! A server's settings and their defaults (set through [`super::Server`]'s builder).
 
+use std::time::Duration;
+
 use super::ud_side::{UdSettings, UdStatsHandle};
 use crate::transport::completion::CompletionMode;
 use crate::transport::{DEFAULT_CREDITS, DEFAULT_MAX_MESSAGE, DEFAULT_SLOT_SIZE};
@@ -16,6 +18,10 @@ pub(super) struct ServerSettings {
     pub(super) rdma_device: Option<rpc_transport::Device>,
     pub(super) ud: UdSettings,
     pub(super) ud_stats: Option<UdStatsHandle>,
+    /// `Server::timeout`: a cap on every handler's time.
+    pub(super) timeout: Option<Duration>,
+    /// `Server::concurrency_limit_per_connection`.
+    pub(super) concurrency_limit: Option<usize>,
 }
 
 impl Default for ServerSettings {
@@ -36,6 +42,8 @@ impl Default for ServerSettings {
                 accept_rc: true,
             },
             ud_stats: None,
+            timeout: None,
+            concurrency_limit: None,
         }
     }
 }
