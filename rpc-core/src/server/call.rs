@@ -18,8 +18,8 @@ use crate::Extensions;
 #[derive(Debug)]
 pub struct ServerCall {
     payload: Payload,
-    path: Range<usize>,
-    body: Range<usize>,
+    path: Span,
+    body: Span,
     metadata: MetadataMap,
     timeout: Option<Duration>,
     extensions: Extensions,
@@ -56,6 +56,9 @@ impl ServerCall {
         if bytes.get(body.clone()).is_none() {
             return Err(Status::internal("call body outside the frame"));
         }
+        let (Some(path_span), Some(body)) = (Span::of(&path), Span::of(&body)) else {
+            return Err(Status::internal("call path or body beyond 4 GiB"));
+        };
         let p = std::str::from_utf8(p).map_err(|_| Status::internal("call path is not UTF-8"))?;
         if !p.starts_with('/') || p[1..].split('/').count() != 2 {
             return Err(Status::internal(format!(
@@ -64,7 +67,7 @@ impl ServerCall {
         }
         Ok(ServerCall {
             payload,
-            path,
+            path: path_span,
             body,
             metadata,
             timeout,
@@ -75,7 +78,7 @@ impl ServerCall {
 
     /// `/package.Service/Method`.
     pub fn path(&self) -> &str {
-        std::str::from_utf8(&self.payload.as_slice()[self.path.clone()])
+        std::str::from_utf8(&self.payload.as_slice()[self.path.range()])
             .expect("validated in from_parts")
     }
 
@@ -120,12 +123,12 @@ impl ServerCall {
     /// The client's address as the server sees it: the remote end of the handshake's
     /// TCP connection (see [`Request::remote_addr`]).
     pub fn remote_addr(&self) -> Option<SocketAddr> {
-        self.addrs.remote
+        self.addrs.remote()
     }
 
     /// The server's end of the handshake's TCP connection.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.addrs.local
+        self.addrs.local()
     }
 
     /// Everything but the message, as a request for an interceptor; the call keeps
@@ -136,7 +139,7 @@ impl ServerCall {
             std::mem::take(&mut self.extensions),
             (),
             self.timeout,
-            self.addrs,
+            self.addrs.clone(),
         )
     }
 
@@ -151,7 +154,7 @@ impl ServerCall {
     /// Decodes the request message; a body that does not decode is
     /// `INVALID_ARGUMENT` (the caller sent something that is not this method's input).
     pub fn into_request<M: Message + Default>(self) -> Result<Request<M>, Status> {
-        let message = self.payload.decode(self.body.clone()).map_err(|e| {
+        let message = self.payload.decode(self.body.range()).map_err(|e| {
             Status::invalid_argument(format!("failed to decode request message: {e}"))
         })?;
         Ok(Request::received(
@@ -161,5 +164,29 @@ impl ServerCall {
             self.timeout,
             self.addrs,
         ))
+    }
+}
+
+/// A range of a call's bytes in half the room of a `Range<usize>`: a call is moved
+/// through several futures on its way to the handler, and every byte of it is
+/// copied each time. The wire bounds a body to `u32::MAX` bytes, and what comes
+/// before it (head, path, metadata) to less than 128 KiB.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    fn of(r: &Range<usize>) -> Option<Span> {
+        Some(Span {
+            start: u32::try_from(r.start).ok()?,
+            len: u32::try_from(r.len()).ok()?,
+        })
+    }
+
+    fn range(self) -> Range<usize> {
+        let start = self.start as usize;
+        start..start + self.len as usize
     }
 }

@@ -153,7 +153,8 @@ impl RcPeer {
                 }
                 RequestBody::Owned(v) => Payload::from_vec(v),
             };
-            let call = ServerCall::received(payload, path, body, metadata, timeout, self.addrs);
+            let call =
+                ServerCall::received(payload, path, body, metadata, timeout, self.addrs.clone());
             return Some(Dispatch {
                 conn: self.clone(),
                 id,

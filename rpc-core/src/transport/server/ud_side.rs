@@ -237,7 +237,7 @@ impl UdSide {
                             .handle_datagram(now, wc.src_qp, imm, &slot.bytes()[GRH_LEN..]);
                     if let Some(inc) = inc {
                         let (addrs, limit) = match st.sessions.get(&inc.session) {
-                            Some(s) => (s.addrs, s.limit.clone()),
+                            Some(s) => (s.addrs.clone(), s.limit.clone()),
                             None => (ConnAddrs::default(), None),
                         };
                         calls.push(UdCall {
