@@ -72,7 +72,8 @@ impl<L> Server<L> {
     }
 
     /// Caps every handler's time: a call ends `DEADLINE_EXCEEDED` (and its handler is
-    /// stopped) at the smaller of its own deadline and this, counted from its arrival.
+    /// stopped) once its handler has run this long, or at the call's own deadline if
+    /// that comes first.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.settings.timeout = Some(timeout);
         self

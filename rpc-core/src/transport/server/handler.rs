@@ -5,10 +5,10 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 
@@ -48,24 +48,31 @@ impl Served {
 
 /// Runs one call's handler: after a permit of its connection's concurrency `limit`
 /// (if any), through the server's layers (if any) to its route, bounded by the
-/// smaller of the call's deadline and the server's timeout (counted from its
-/// arrival, so time waiting for a permit counts), a panic turned into `INTERNAL`.
+/// call's deadline (`timeout`, counted from its arrival: waiting for a permit
+/// counts) and by the server's timeout (counted from the handler's start), a panic
+/// turned into `INTERNAL`.
 pub(crate) async fn run_handler(
     served: &Served,
     call: Result<ServerCall, Status>,
-    timeout: Option<Duration>,
+    mut timeout: Option<Duration>,
     limit: Option<&Semaphore>,
 ) -> Result<ServerReply, Status> {
+    let call = call?;
+    let _permit = match limit {
+        None => None,
+        Some(l) => match l.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                // Boxed: the future of every call does not grow by a waiter's room.
+                let (permit, left) = Box::pin(wait_for_permit(l, timeout)).await?;
+                timeout = left;
+                Some(permit)
+            }
+        },
+    };
+    // Captures no more than the route needs: a larger future is copied by a call
+    // to `memcpy` (instead of a few moves) each time it moves.
     let work = async move {
-        let call = call?;
-        let _permit = match limit {
-            Some(l) => Some(
-                l.acquire()
-                    .await
-                    .map_err(|_| Status::internal("the connection's call limit was closed"))?,
-            ),
-            None => None,
-        };
         match &served.stack {
             None => served.routes.route(call).await,
             Some(stack) => stack.clone().oneshot(call).await,
@@ -86,6 +93,24 @@ pub(crate) async fn run_handler(
         None => work.await,
     };
     result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")))
+}
+
+/// Waits for a permit of `limit` within the call's deadline; the time left after.
+async fn wait_for_permit(
+    limit: &Semaphore,
+    timeout: Option<Duration>,
+) -> Result<(SemaphorePermit<'_>, Option<Duration>), Status> {
+    let closed = |_| Status::internal("the connection's call limit was closed");
+    let Some(t) = timeout else {
+        return Ok((limit.acquire().await.map_err(closed)?, None));
+    };
+    let start = Instant::now();
+    match tokio::time::timeout(t, limit.acquire()).await {
+        Ok(permit) => Ok((permit.map_err(closed)?, Some(t.saturating_sub(start.elapsed())))),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "deadline of {t:?} exceeded on the server, waiting for one of the connection's calls to finish"
+        ))),
+    }
 }
 
 /// With `inline`, runs `fut` on the caller's task until it first waits; `None` if it
