@@ -62,15 +62,18 @@ impl<S, I: Clone> Layer<S> for InterceptorLayer<I> {
 ///
 /// * **Client**: a `Service<OutgoingCall<M>>` around a [`Channel`](crate::transport::Channel)
 ///   (or any such service). The interceptor gets the call's metadata, extensions
-///   and timeout; the call is sent with what it returns. A refusal ends the call
-///   with its status, and nothing is sent.
+///   and timeout (the request's own: the channel applies its own timeout after
+///   the interceptor); the call is sent with what it returns. A refusal ends the
+///   call with its status, and nothing is sent.
 /// * **Server**: a `Service<ServerCall>` around a generated server (or any such
 ///   service, or a server's [`Routes`](super::Routes) through [`InterceptorLayer`]).
 ///   The interceptor gets the call's metadata, extensions, timeout and the
 ///   connection's addresses ([`Request::remote_addr`]); what it puts in
-///   [`Request::extensions_mut`] reaches the handler's request. A refusal answers
-///   the call with its status, and the handler does not run. It is routed by the
-///   wrapped service's name ([`NamedService`]).
+///   [`Request::extensions_mut`] reaches the handler's request, and so does its
+///   metadata. Its timeout is the time the call had left when it arrived; changing
+///   it changes nothing (the server armed the deadline on arrival). A refusal
+///   answers the call with its status, and the handler does not run. It is routed
+///   by the wrapped service's name ([`NamedService`]).
 ///
 /// ```
 /// use rpc_core::metadata::AsciiMetadataValue;
