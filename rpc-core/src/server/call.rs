@@ -60,7 +60,7 @@ impl ServerCall {
             return Err(Status::internal("call path or body beyond 4 GiB"));
         };
         let p = std::str::from_utf8(p).map_err(|_| Status::internal("call path is not UTF-8"))?;
-        if !p.starts_with('/') || p[1..].split('/').count() != 2 {
+        if !is_service_method(p) {
             return Err(Status::internal(format!(
                 "call path {p:?} is not /service/method"
             )));
@@ -167,6 +167,14 @@ impl ServerCall {
     }
 }
 
+/// Whether `p` is `/service/method`: a `/`, then exactly one more.
+fn is_service_method(p: &str) -> bool {
+    match p.as_bytes().split_first() {
+        Some((b'/', rest)) => rest.iter().filter(|&&b| b == b'/').count() == 1,
+        _ => false,
+    }
+}
+
 /// A range of a call's bytes in half the room of a `Range<usize>`: a call is moved
 /// through several futures on its way to the handler, and every byte of it is
 /// copied each time. The wire bounds a body to `u32::MAX` bytes, and what comes
@@ -188,5 +196,35 @@ impl Span {
     fn range(self) -> Range<usize> {
         let start = self.start as usize;
         start..start + self.len as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_is_slash_service_slash_method() {
+        assert!(is_service_method("/pkg.S/M"));
+        for bad in ["", "/", "pkg.S/M", "/pkg.S", "/pkg.S/M/x"] {
+            assert!(!is_service_method(bad), "{bad:?}");
+        }
+        let call = |p: &str| {
+            let n = p.len();
+            ServerCall::from_parts(
+                Payload::from_vec(p.as_bytes().to_vec()),
+                0..n,
+                n..n,
+                MetadataMap::new(),
+                None,
+            )
+        };
+        let c = call("/pkg.S/M").unwrap();
+        assert_eq!(
+            (c.path(), c.service(), c.method()),
+            ("/pkg.S/M", "pkg.S", "M")
+        );
+        assert!(call("/pkg.S").is_err());
+        assert!(call("/pkg.S/M/x").is_err());
     }
 }

@@ -38,14 +38,20 @@ impl Routes {
         Arc::make_mut(&mut self.table).insert(S::NAME, BoxCloneSyncService::new(svc));
     }
 
+    /// A clone of the route of service `name` (`UNIMPLEMENTED` without one), ready
+    /// to be driven through one call.
+    pub(crate) fn get(&self, name: &str) -> Result<Route, Status> {
+        match self.table.get(name) {
+            Some(route) => Ok(route.clone()),
+            None => Err(Status::unimplemented(format!("unknown service {name}"))),
+        }
+    }
+
     /// Runs `call` on a clone of the route its service names.
     pub(crate) fn route(&self, call: ServerCall) -> ResponseFuture<Oneshot<Route, ServerCall>> {
-        match self.table.get(call.service()) {
-            Some(route) => ResponseFuture::inner(route.clone().oneshot(call)),
-            None => ResponseFuture::ended(Status::unimplemented(format!(
-                "unknown service {}",
-                call.service()
-            ))),
+        match self.get(call.service()) {
+            Ok(route) => ResponseFuture::inner(route.oneshot(call)),
+            Err(status) => ResponseFuture::ended(status),
         }
     }
 }

@@ -46,43 +46,31 @@ impl Served {
     }
 }
 
-/// Runs one call's handler: after a permit of its connection's concurrency `limit`
-/// (if any), through the server's layers (if any) to its route, bounded by the
-/// call's deadline (`timeout`, counted from its arrival: waiting for a permit
-/// counts) and by the server's timeout (counted from the handler's start), a panic
-/// turned into `INTERNAL`.
+/// Runs one call's handler: through the server's layers (if any) to its route,
+/// bounded by the call's deadline and by the server's timeout (counted from the
+/// handler's start), a panic turned into `INTERNAL`.
 pub(crate) async fn run_handler(
     served: &Served,
     call: Result<ServerCall, Status>,
-    mut timeout: Option<Duration>,
-    limit: Option<&Semaphore>,
+    timeout: Option<Duration>,
 ) -> Result<ServerReply, Status> {
-    let call = call?;
-    let _permit = match limit {
-        None => None,
-        Some(l) => match l.try_acquire() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                // Boxed: the future of every call does not grow by a waiter's room.
-                let (permit, left) = Box::pin(wait_for_permit(l, timeout)).await?;
-                timeout = left;
-                Some(permit)
-            }
-        },
-    };
-    // Captures no more than the route needs: a larger future is copied by a call
-    // to `memcpy` (instead of a few moves) each time it moves.
-    let work = async move {
-        match &served.stack {
-            None => served.routes.route(call).await,
-            Some(stack) => stack.clone().oneshot(call).await,
-        }
-    };
-    let work = AssertUnwindSafe(work).catch_unwind();
+    // Decided before `work` is made: it is then moved straight into its place.
     let timeout = match (timeout, served.timeout) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    let work = async move {
+        let call = call?;
+        // Without layers, the route is found right here, as before layers existed
+        // (no `Routes` future around it); with layers, the stack (which ends in the
+        // routes) takes the call. Either is driven by one `Oneshot` of one type.
+        let svc = match &served.stack {
+            None => served.routes.get(call.service())?,
+            Some(stack) => stack.clone(),
+        };
+        svc.oneshot(call).await
+    };
+    let work = AssertUnwindSafe(work).catch_unwind();
     let result = match timeout {
         Some(t) => match tokio::time::timeout(t, work).await {
             Ok(r) => r,
@@ -93,6 +81,25 @@ pub(crate) async fn run_handler(
         None => work.await,
     };
     result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")))
+}
+
+/// [`run_handler`] after a permit of the connection's concurrency `limit`, waited
+/// for within the call's deadline (`timeout` counts from the call's arrival).
+/// Callers box this future, so that calls of servers without a limit do not carry
+/// its room.
+pub(crate) async fn run_limited(
+    served: &Served,
+    call: Result<ServerCall, Status>,
+    timeout: Option<Duration>,
+    limit: &Semaphore,
+) -> Result<ServerReply, Status> {
+    // A call that is not one (malformed) has no handler to wait for.
+    let call = call?;
+    let (_permit, timeout) = match limit.try_acquire() {
+        Ok(permit) => (permit, timeout),
+        Err(_) => wait_for_permit(limit, timeout).await?,
+    };
+    run_handler(served, Ok(call), timeout).await
 }
 
 /// Waits for a permit of `limit` within the call's deadline; the time left after.

@@ -8,7 +8,7 @@ use rpc_transport::WorkCompletion;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
 
-use super::handler::{run_handler, start_inline, Served};
+use super::handler::{run_handler, run_limited, start_inline, Served};
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
@@ -245,6 +245,10 @@ async fn run_call(
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
 ) {
-    let result = run_handler(&served, call, timeout, conn.limit.as_ref()).await;
+    let result = match &conn.limit {
+        None => run_handler(&served, call, timeout).await,
+        // Boxed: see `run_limited`.
+        Some(limit) => Box::pin(run_limited(&served, call, timeout, limit)).await,
+    };
     conn.respond(id, result).await;
 }

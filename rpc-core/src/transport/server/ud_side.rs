@@ -24,7 +24,7 @@ use rpc_transport::{
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify, Semaphore};
 
-use super::handler::{run_handler, start_inline, Served};
+use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::settings::ServerSettings;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
 use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy};
@@ -443,6 +443,10 @@ async fn run_call(
     timeout: Option<Duration>,
     limit: Option<Arc<Semaphore>>,
 ) {
-    let result = run_handler(&side.served, call, timeout, limit.as_deref()).await;
+    let result = match limit {
+        None => run_handler(&side.served, call, timeout).await,
+        // Boxed: see `run_limited`.
+        Some(limit) => Box::pin(run_limited(&side.served, call, timeout, &limit)).await,
+    };
     side.respond(session, id, result);
 }
