@@ -19,6 +19,7 @@ mod payload;
 mod request;
 mod response;
 pub mod server;
+pub mod service;
 mod status;
 pub mod transport;
 

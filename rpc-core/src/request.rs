@@ -1,15 +1,54 @@
-//! `Request`: a message with its metadata, as tonic's.
+//! `Request`: a message with its metadata and extensions, as tonic's.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metadata::MetadataMap;
+use crate::Extensions;
 
-/// A request: the message plus metadata and an optional timeout.
+/// A request: the message plus metadata, extensions and an optional timeout; on the
+/// server, also the addresses of the connection it came over.
 #[derive(Debug, Clone, Default)]
 pub struct Request<T> {
     metadata: MetadataMap,
     message: T,
+    extensions: Extensions,
     timeout: Option<Duration>,
+    addrs: ConnAddrs,
+}
+
+/// The two ends of the connection a call came over, as the server sees them: the
+/// handshake's TCP connection (for an RC connection and a UD session alike). Taken
+/// once per connection and shared by its calls: a pointer, so that a call and its
+/// request grow by one word, not by two socket addresses (which made every move of
+/// them, and the future of every call, measurably dearer).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ConnAddrs(Option<Arc<Ends>>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct Ends {
+    local: Option<SocketAddr>,
+    remote: Option<SocketAddr>,
+}
+
+impl ConnAddrs {
+    /// The ends of the TCP connection `tcp` (an end it cannot tell is `None`).
+    pub(crate) fn of(tcp: &tokio::net::TcpStream) -> ConnAddrs {
+        Self::new(tcp.local_addr().ok(), tcp.peer_addr().ok())
+    }
+
+    pub(crate) fn new(local: Option<SocketAddr>, remote: Option<SocketAddr>) -> ConnAddrs {
+        ConnAddrs(Some(Arc::new(Ends { local, remote })))
+    }
+
+    pub(crate) fn local(&self) -> Option<SocketAddr> {
+        self.0.as_ref().and_then(|e| e.local)
+    }
+
+    pub(crate) fn remote(&self) -> Option<SocketAddr> {
+        self.0.as_ref().and_then(|e| e.remote)
+    }
 }
 
 impl<T> Request<T> {
@@ -18,7 +57,9 @@ impl<T> Request<T> {
         Request {
             metadata: MetadataMap::new(),
             message,
+            extensions: Extensions::new(),
             timeout: None,
+            addrs: ConnAddrs::default(),
         }
     }
 
@@ -42,22 +83,52 @@ impl<T> Request<T> {
         &mut self.metadata
     }
 
+    /// Values of any type attached to the request, which never travel: on the server,
+    /// what an interceptor or a layer put there for the handler; on the client, what
+    /// an interceptor or a layer of the channel's stack reads.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// The extensions, mutably.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+
+    /// On the server, the client's address as the server sees it: the remote end of
+    /// the TCP connection of the handshake (for an RC connection and a UD session
+    /// alike). `None` on a request the client built, or one rebuilt by
+    /// [`Request::from_parts`].
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.addrs.remote()
+    }
+
+    /// On the server, the server's own end of that TCP connection; `None` where
+    /// [`Request::remote_addr`] is.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.addrs.local()
+    }
+
     /// Consumes the request, returning the message.
     pub fn into_inner(self) -> T {
         self.message
     }
 
-    /// Splits into metadata and message.
-    pub fn into_parts(self) -> (MetadataMap, T) {
-        (self.metadata, self.message)
+    /// Splits into metadata, extensions and message (tonic's order). The timeout and
+    /// the connection's addresses are not among the parts.
+    pub fn into_parts(self) -> (MetadataMap, Extensions, T) {
+        (self.metadata, self.extensions, self.message)
     }
 
-    /// Builds a request from metadata and a message.
-    pub fn from_parts(metadata: MetadataMap, message: T) -> Self {
+    /// Builds a request from metadata, extensions and a message (tonic's order), with
+    /// no timeout and no connection addresses.
+    pub fn from_parts(metadata: MetadataMap, extensions: Extensions, message: T) -> Self {
         Request {
             metadata,
             message,
+            extensions,
             timeout: None,
+            addrs: ConnAddrs::default(),
         }
     }
 
@@ -73,13 +144,44 @@ impl<T> Request<T> {
         self.timeout
     }
 
-    /// Maps the message, keeping metadata and timeout.
+    /// Maps the message, keeping everything else.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Request<U> {
         Request {
             metadata: self.metadata,
             message: f(self.message),
+            extensions: self.extensions,
             timeout: self.timeout,
+            addrs: self.addrs,
         }
+    }
+
+    /// A request as the server hands it over: with the call's timeout and the
+    /// connection's addresses.
+    pub(crate) fn received(
+        metadata: MetadataMap,
+        extensions: Extensions,
+        message: T,
+        timeout: Option<Duration>,
+        addrs: ConnAddrs,
+    ) -> Self {
+        Request {
+            metadata,
+            message,
+            extensions,
+            timeout,
+            addrs,
+        }
+    }
+
+    /// Every part: metadata, extensions, message, timeout, addresses.
+    pub(crate) fn into_all(self) -> (MetadataMap, Extensions, T, Option<Duration>, ConnAddrs) {
+        (
+            self.metadata,
+            self.extensions,
+            self.message,
+            self.timeout,
+            self.addrs,
+        )
     }
 }
 
@@ -104,4 +206,42 @@ impl<T> IntoRequest<T> for Request<T> {
 mod sealed {
     pub trait Sealed {}
     impl<T> Sealed for T {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::AsciiMetadataValue;
+
+    #[test]
+    fn parts_come_back_in_tonics_order() {
+        let mut r = Request::new(7u32);
+        r.metadata_mut()
+            .insert("k", AsciiMetadataValue::from_static("v"));
+        r.extensions_mut().insert(String::from("ext"));
+        r.set_timeout(Duration::from_secs(1));
+        let r = r.map(|m| m + 1);
+        assert_eq!(r.timeout(), Some(Duration::from_secs(1)), "map keeps it");
+        assert_eq!(r.extensions().get::<String>().unwrap(), "ext");
+        let (md, ext, m) = r.into_parts();
+        assert_eq!(m, 8);
+        let r = Request::from_parts(md, ext, m);
+        assert_eq!(r.metadata().get("k").unwrap().to_str().unwrap(), "v");
+        assert_eq!(r.extensions().get::<String>().unwrap(), "ext");
+        assert_eq!(r.timeout(), None);
+    }
+
+    #[test]
+    fn a_request_the_client_builds_has_no_addresses() {
+        let r = Request::new(());
+        assert_eq!((r.remote_addr(), r.local_addr()), (None, None));
+        let remote = "127.0.0.1:5000".parse().unwrap();
+        let local = "127.0.0.1:7471".parse().unwrap();
+        let addrs = ConnAddrs::new(Some(local), Some(remote));
+        let r = Request::received(MetadataMap::new(), Extensions::new(), (), None, addrs);
+        assert_eq!(
+            (r.remote_addr(), r.local_addr()),
+            (Some(remote), Some(local))
+        );
+    }
 }

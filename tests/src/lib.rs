@@ -133,7 +133,7 @@ impl tower::Service<ServerCall> for EchoService {
                     // Replies with the request's metadata; a `fail` key turns it into
                     // an error status carrying the same metadata.
                     let req: Request<Echo> = call.into_request()?;
-                    let (md, m) = req.into_parts();
+                    let (md, _, m) = req.into_parts();
                     if md.get("fail").is_some() {
                         let mut s = Status::permission_denied("asked to fail");
                         *s.metadata_mut() = md;

@@ -34,7 +34,7 @@ async fn echo(ch: &Channel, id: u64) -> Result<u64, Status> {
     )
 }
 
-async fn calls_in_flight_finish_across_shutdown(scheme: &str) {
+async fn calls_in_flight_finish_across_shutdown(scheme: &str, first: u64) {
     tests::init_tracing();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (addr, server) = serve_echo(Server::builder(), async {
@@ -45,9 +45,16 @@ async fn calls_in_flight_finish_across_shutdown(scheme: &str) {
         .await
         .unwrap();
     let n = if scheme == "rdma" { 50 } else { 24 }; // UD: within its window of 32
-    let calls: Vec<_> = (0..n).map(|_| sleep_call(&ch, 1500)).collect();
-    // The sleeping calls are at the server once a later call on the channel returns.
-    assert_eq!(echo(&ch, 1).await.unwrap(), 1);
+    let calls: Vec<_> = (0..n).map(|i| sleep_call(&ch, first + i)).collect();
+    // Every sleeping call's handler is running before the signal.
+    let t_start = Instant::now();
+    while !(0..n).all(|i| tests::sleep_started(first + i)) {
+        assert!(
+            t_start.elapsed() < Duration::from_secs(10),
+            "handlers did not start"
+        );
+        tokio::task::yield_now().await;
+    }
 
     let t0 = Instant::now();
     stop.send(()).unwrap();
@@ -62,8 +69,8 @@ async fn calls_in_flight_finish_across_shutdown(scheme: &str) {
     };
     assert!(refused.to_string().contains("cannot connect"), "{refused}");
     // Every call in flight completes.
-    for c in calls {
-        assert_eq!(c.await.unwrap().unwrap(), 1500);
+    for (i, c) in calls.into_iter().enumerate() {
+        assert_eq!(c.await.unwrap().unwrap(), first + i as u64);
     }
     tokio::time::timeout(Duration::from_secs(10), server)
         .await
@@ -76,10 +83,10 @@ async fn calls_in_flight_finish_across_shutdown(scheme: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_rc_calls_in_flight_finish_across_serve_with_shutdown() {
-    calls_in_flight_finish_across_shutdown("rdma").await;
+    calls_in_flight_finish_across_shutdown("rdma", 1500).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ud_calls_in_flight_finish_across_serve_with_shutdown() {
-    calls_in_flight_finish_across_shutdown("rdma+ud").await;
+    calls_in_flight_finish_across_shutdown("rdma+ud", 1600).await;
 }

@@ -21,6 +21,9 @@ pub struct OutgoingCall<M> {
     pub metadata: MetadataMap,
     /// Time the call may take.
     pub timeout: Option<Duration>,
+    /// The request's extensions: read by interceptors and layers of the client's
+    /// stack; they never travel.
+    pub extensions: Extensions,
     /// The request message.
     pub message: M,
 }
@@ -29,11 +32,12 @@ impl<M> OutgoingCall<M> {
     /// A call of `path` carrying `request`.
     pub fn new(path: &'static str, request: Request<M>) -> Self {
         let timeout = request.timeout();
-        let (metadata, message) = request.into_parts();
+        let (metadata, extensions, message) = request.into_parts();
         OutgoingCall {
             path,
             metadata,
             timeout,
+            extensions,
             message,
         }
     }

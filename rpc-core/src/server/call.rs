@@ -1,5 +1,6 @@
 //! `ServerCall`: one received call, still undecoded in its receive slot.
 
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -7,21 +8,31 @@ use prost::Message;
 
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
-use crate::request::Request;
+use crate::request::{ConnAddrs, Request};
 use crate::status::Status;
+use crate::Extensions;
 
 /// A call as the server received it. The path and the message are read straight
-/// from the received bytes; decoding releases them.
+/// from the received bytes; decoding releases them. Interceptors and layers may
+/// change its metadata and add extensions, which the handler's [`Request`] carries.
 #[derive(Debug)]
 pub struct ServerCall {
     payload: Payload,
-    path: Range<usize>,
-    body: Range<usize>,
+    path: Span,
+    body: Span,
     metadata: MetadataMap,
     timeout: Option<Duration>,
+    extensions: Extensions,
+    addrs: ConnAddrs,
 }
 
 impl ServerCall {
+    /// Length in bytes of the encoded request message (for size limits, before
+    /// decoding).
+    pub fn message_len(&self) -> usize {
+        self.body.len as usize
+    }
+
     /// A call whose path and message body are the given ranges of `payload`.
     /// A path that is not `/service/method` in UTF-8 is `INTERNAL` (malformed frame).
     pub fn from_parts(
@@ -31,6 +42,19 @@ impl ServerCall {
         metadata: MetadataMap,
         timeout: Option<Duration>,
     ) -> Result<ServerCall, Status> {
+        Self::received(payload, path, body, metadata, timeout, ConnAddrs::default())
+    }
+
+    /// [`ServerCall::from_parts`] of a call that came over the connection whose ends
+    /// are `addrs`.
+    pub(crate) fn received(
+        payload: Payload,
+        path: Range<usize>,
+        body: Range<usize>,
+        metadata: MetadataMap,
+        timeout: Option<Duration>,
+        addrs: ConnAddrs,
+    ) -> Result<ServerCall, Status> {
         let bytes = payload.as_slice();
         let p = bytes
             .get(path.clone())
@@ -38,24 +62,29 @@ impl ServerCall {
         if bytes.get(body.clone()).is_none() {
             return Err(Status::internal("call body outside the frame"));
         }
+        let (Some(path_span), Some(body)) = (Span::of(&path), Span::of(&body)) else {
+            return Err(Status::internal("call path or body beyond 4 GiB"));
+        };
         let p = std::str::from_utf8(p).map_err(|_| Status::internal("call path is not UTF-8"))?;
-        if !p.starts_with('/') || p[1..].split('/').count() != 2 {
+        if !is_service_method(p) {
             return Err(Status::internal(format!(
                 "call path {p:?} is not /service/method"
             )));
         }
         Ok(ServerCall {
             payload,
-            path,
+            path: path_span,
             body,
             metadata,
             timeout,
+            extensions: Extensions::new(),
+            addrs,
         })
     }
 
     /// `/package.Service/Method`.
     pub fn path(&self) -> &str {
-        std::str::from_utf8(&self.payload.as_slice()[self.path.clone()])
+        std::str::from_utf8(&self.payload.as_slice()[self.path.range()])
             .expect("validated in from_parts")
     }
 
@@ -76,27 +105,132 @@ impl ServerCall {
         &self.metadata
     }
 
+    /// Request metadata, mutably (what the handler's request will carry).
+    pub fn metadata_mut(&mut self) -> &mut MetadataMap {
+        &mut self.metadata
+    }
+
     /// Time left for the call when it arrived.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
 
+    /// Values attached to the call on the server (by an interceptor or a layer);
+    /// the handler's request carries them.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// The extensions, mutably.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+
+    /// The client's address as the server sees it: the remote end of the handshake's
+    /// TCP connection (see [`Request::remote_addr`]).
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.addrs.remote()
+    }
+
+    /// The server's end of the handshake's TCP connection.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.addrs.local()
+    }
+
+    /// Everything but the message, as a request for an interceptor; the call keeps
+    /// empty metadata and extensions until [`ServerCall::restore_head`].
+    pub(crate) fn take_head(&mut self) -> Request<()> {
+        Request::received(
+            std::mem::take(&mut self.metadata),
+            std::mem::take(&mut self.extensions),
+            (),
+            self.timeout,
+            self.addrs.clone(),
+        )
+    }
+
+    /// Takes back what an interceptor returned: its metadata and extensions (the
+    /// timeout was armed when the call arrived; the addresses are the connection's).
+    pub(crate) fn restore_head(&mut self, head: Request<()>) {
+        let (metadata, extensions, (), _, _) = head.into_all();
+        self.metadata = metadata;
+        self.extensions = extensions;
+    }
+
     /// Decodes the request message; a body that does not decode is
     /// `INVALID_ARGUMENT` (the caller sent something that is not this method's input).
     pub fn into_request<M: Message + Default>(self) -> Result<Request<M>, Status> {
-        let message = self.payload.decode(self.body.clone()).map_err(|e| {
+        let message = self.payload.decode(self.body.range()).map_err(|e| {
             Status::invalid_argument(format!("failed to decode request message: {e}"))
         })?;
-        let mut req = Request::from_parts(self.metadata, message);
-        if let Some(t) = self.timeout {
-            req.set_timeout(t);
-        }
-        Ok(req)
+        Ok(Request::received(
+            self.metadata,
+            self.extensions,
+            message,
+            self.timeout,
+            self.addrs,
+        ))
+    }
+}
+
+/// Whether `p` is `/service/method`: a `/`, then exactly one more.
+fn is_service_method(p: &str) -> bool {
+    match p.as_bytes().split_first() {
+        Some((b'/', rest)) => rest.iter().filter(|&&b| b == b'/').count() == 1,
+        _ => false,
+    }
+}
+
+/// A range of a call's bytes in half the room of a `Range<usize>`: a call is moved
+/// through several futures on its way to the handler, and every byte of it is
+/// copied each time. The wire bounds a body to `u32::MAX` bytes, and what comes
+/// before it (head, path, metadata) to less than 128 KiB.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    fn of(r: &Range<usize>) -> Option<Span> {
+        Some(Span {
+            start: u32::try_from(r.start).ok()?,
+            len: u32::try_from(r.len()).ok()?,
+        })
     }
 
-    /// Length in bytes of the encoded request message (for size limits, before
-    /// decoding).
-    pub fn message_len(&self) -> usize {
-        self.body.len()
+    fn range(self) -> Range<usize> {
+        let start = self.start as usize;
+        start..start + self.len as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_is_slash_service_slash_method() {
+        assert!(is_service_method("/pkg.S/M"));
+        for bad in ["", "/", "pkg.S/M", "/pkg.S", "/pkg.S/M/x"] {
+            assert!(!is_service_method(bad), "{bad:?}");
+        }
+        let call = |p: &str| {
+            let n = p.len();
+            ServerCall::from_parts(
+                Payload::from_vec(p.as_bytes().to_vec()),
+                0..n,
+                n..n,
+                MetadataMap::new(),
+                None,
+            )
+        };
+        let c = call("/pkg.S/M").unwrap();
+        assert_eq!(
+            (c.path(), c.service(), c.method()),
+            ("/pkg.S/M", "pkg.S", "M")
+        );
+        assert!(call("/pkg.S").is_err());
+        assert!(call("/pkg.S/M/x").is_err());
     }
 }

@@ -8,4 +8,4 @@ mod routable;
 pub use call::ServerCall;
 pub use named::NamedService;
 pub use reply::{BoxFuture, BoxMessage, EncodeMessage, ServerReply};
-pub use routable::{BoxError, RoutableService};
+pub use routable::{BoxError, CallService, RoutableService};

@@ -2,24 +2,91 @@
 
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
+use tower::layer::util::{Identity, Stack};
+
 use super::router::Router;
-use super::routes::Routes;
 use super::settings::{ServerSettings, DEFAULT_SERVER_KEEPALIVE};
 use super::ud_side::UdStatsHandle;
 use crate::handshake::liveness::Keepalive;
 use crate::server::RoutableService;
+use crate::service::Routes;
 use crate::transport::completion::CompletionMode;
 
-/// Builds and runs a server.
+/// Builds and runs a server. `L` is the stack of [`Server::layer`]s every call goes
+/// through ([`Identity`], none, by default).
 #[derive(Debug, Default)]
-pub struct Server {
+pub struct Server<L = Identity> {
     settings: ServerSettings,
+    layer: L,
 }
 
 impl Server {
     /// A server with default settings.
     pub fn builder() -> Server {
         Server::default()
+    }
+}
+
+impl<L> Server<L> {
+    /// Wraps the server's routing service ([`Routes`]) in `layer`: every call goes
+    /// through it, whatever its service (one it does not know included: the routes
+    /// answer it `UNIMPLEMENTED`), as through tonic's `Server::layer`. Layers stack
+    /// as in a [`tower::ServiceBuilder`]: the first one added is the outermost, and
+    /// a whole `ServiceBuilder`'s layer (`.into_inner()`) is one layer. The stack is
+    /// built once when the server starts and each call runs on a clone of it, so
+    /// state its layers share across clones (a concurrency limit's semaphore)
+    /// applies to all calls of the server.
+    ///
+    /// The stack must be a [`CallService`](crate::server::CallService): its errors end
+    /// a call with the status [`Status::from_error`](crate::Status::from_error) makes of
+    /// them. Without layers, calls go straight to their route and pay nothing for
+    /// this feature; with layers, each call also clones the boxed stack and boxes its
+    /// future.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use rpc_core::service::InterceptorLayer;
+    /// use rpc_core::transport::Server;
+    /// use rpc_core::{Request, Status};
+    ///
+    /// fn check_auth(req: Request<()>) -> Result<Request<()>, Status> {
+    ///     match req.metadata().get("authorization") {
+    ///         Some(_) => Ok(req),
+    ///         None => Err(Status::unauthenticated("no token")),
+    ///     }
+    /// }
+    ///
+    /// let layer = tower::ServiceBuilder::new()
+    ///     .load_shed()
+    ///     .layer(InterceptorLayer::new(check_auth))
+    ///     .into_inner();
+    /// let server = Server::builder().timeout(Duration::from_secs(30)).layer(layer);
+    /// # let _ = server;
+    /// ```
+    pub fn layer<NewLayer>(self, new_layer: NewLayer) -> Server<Stack<NewLayer, L>> {
+        Server {
+            settings: self.settings,
+            layer: Stack::new(new_layer, self.layer),
+        }
+    }
+
+    /// Caps every handler's time: a call ends `DEADLINE_EXCEEDED` (and its handler is
+    /// stopped) once its handler has run this long, or at the call's own deadline if
+    /// that comes first.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = Some(timeout);
+        self
+    }
+
+    /// Runs at most `limit` handlers of one connection (an RC connection, or a UD
+    /// session) at once; further calls of that connection wait for one to finish
+    /// (they are not refused, and their deadlines keep running meanwhile). Other
+    /// connections are not held back. A `limit` of 0 counts as 1.
+    pub fn concurrency_limit_per_connection(mut self, limit: usize) -> Self {
+        self.settings.concurrency_limit = Some(limit.clamp(1, Semaphore::MAX_PERMITS));
+        self
     }
 
     /// Most calls in flight on one connection (its credits, less the one clients keep
@@ -219,11 +286,21 @@ impl Server {
     ///
     /// It stacks with tower's own layers:
     /// `add_service(ServiceBuilder::new().layer_fn(RequireAuth).timeout(d).service(svc))`.
-    pub fn add_service<S: RoutableService>(self, svc: S) -> Router {
+    pub fn add_service<S: RoutableService>(self, svc: S) -> Router<L> {
+        self.into_router().add_service(svc)
+    }
+
+    /// Adds `svc` if it is `Some`; with `None` the service is absent, and its calls
+    /// end `UNIMPLEMENTED` (see [`Server::add_service`]).
+    pub fn add_optional_service<S: RoutableService>(self, svc: Option<S>) -> Router<L> {
+        self.into_router().add_optional_service(svc)
+    }
+
+    fn into_router(self) -> Router<L> {
         Router {
             settings: self.settings,
             routes: Routes::default(),
+            layer: self.layer,
         }
-        .add_service(svc)
     }
 }

@@ -1,30 +1,73 @@
 //! Running a handler, shared by the RC and UD server paths.
 
+use std::any::TypeId;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 
-use super::routes::Routes;
-use crate::server::{ServerCall, ServerReply};
+use crate::server::{CallService, ServerCall, ServerReply};
+use crate::service::{Route, Routes};
 use crate::status::Status;
 
-/// Runs one call's handler: routed by service name, bounded by the call's deadline,
-/// a panic turned into `INTERNAL`.
+/// What every call of a server runs on: the routes, the stack of layers around them
+/// (if any), and the server's cap on handlers' time.
+pub(crate) struct Served {
+    routes: Routes,
+    /// The layers of `Server::layer` around `routes`, boxed once; `None` without
+    /// layers, so that calls then go to their route as directly as before layers
+    /// existed (no boxed stack to clone, no boxed future per call).
+    stack: Option<Route>,
+    timeout: Option<Duration>,
+}
+
+impl Served {
+    /// `stack` is the server's layers applied to `routes`.
+    pub(crate) fn new<T: CallService>(
+        routes: Routes,
+        stack: T,
+        timeout: Option<Duration>,
+    ) -> Served {
+        // No layer (tower's `Identity`) gives back the routes themselves.
+        let stack = (TypeId::of::<T>() != TypeId::of::<Routes>()).then(|| {
+            BoxCloneSyncService::new(stack.map_err(|e: T::Error| Status::from_error(e.into())))
+        });
+        Served {
+            routes,
+            stack,
+            timeout,
+        }
+    }
+}
+
+/// Runs one call's handler: through the server's layers (if any) to its route,
+/// bounded by the call's deadline and by the server's timeout (counted from the
+/// handler's start), a panic turned into `INTERNAL`.
 pub(crate) async fn run_handler(
-    routes: &Routes,
+    served: &Served,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
 ) -> Result<ServerReply, Status> {
+    // Decided before `work` is made: it is then moved straight into its place.
+    let timeout = match (timeout, served.timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let work = async move {
         let call = call?;
-        let svc = routes
-            .get(call.service())
-            .ok_or_else(|| Status::unimplemented(format!("unknown service {}", call.service())))?;
+        // Without layers, the route is found right here, as before layers existed
+        // (no `Routes` future around it); with layers, the stack (which ends in the
+        // routes) takes the call. Either is driven by one `Oneshot` of one type.
+        let svc = match &served.stack {
+            None => served.routes.get(call.service())?,
+            Some(stack) => stack.clone(),
+        };
         svc.oneshot(call).await
     };
     let work = AssertUnwindSafe(work).catch_unwind();
@@ -38,6 +81,43 @@ pub(crate) async fn run_handler(
         None => work.await,
     };
     result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")))
+}
+
+/// [`run_handler`] after a permit of the connection's concurrency `limit`, waited
+/// for within the call's deadline (`timeout` counts from the call's arrival).
+/// Callers box this future, so that calls of servers without a limit do not carry
+/// its room.
+pub(crate) async fn run_limited(
+    served: &Served,
+    call: Result<ServerCall, Status>,
+    timeout: Option<Duration>,
+    limit: &Semaphore,
+) -> Result<ServerReply, Status> {
+    // A call that is not one (malformed) has no handler to wait for.
+    let call = call?;
+    let (_permit, timeout) = match limit.try_acquire() {
+        Ok(permit) => (permit, timeout),
+        Err(_) => wait_for_permit(limit, timeout).await?,
+    };
+    run_handler(served, Ok(call), timeout).await
+}
+
+/// Waits for a permit of `limit` within the call's deadline; the time left after.
+async fn wait_for_permit(
+    limit: &Semaphore,
+    timeout: Option<Duration>,
+) -> Result<(SemaphorePermit<'_>, Option<Duration>), Status> {
+    let closed = |_| Status::internal("the connection's call limit was closed");
+    let Some(t) = timeout else {
+        return Ok((limit.acquire().await.map_err(closed)?, None));
+    };
+    let start = Instant::now();
+    match tokio::time::timeout(t, limit.acquire()).await {
+        Ok(permit) => Ok((permit.map_err(closed)?, Some(t.saturating_sub(start.elapsed())))),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "deadline of {t:?} exceeded on the server, waiting for one of the connection's calls to finish"
+        ))),
+    }
 }
 
 /// With `inline`, runs `fut` on the caller's task until it first waits; `None` if it

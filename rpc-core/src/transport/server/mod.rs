@@ -7,8 +7,8 @@
 //!   each connection as one post list. `rc_peer` is one connection as the server
 //!   sees it.
 //! * `ud_side`: one UD QP with its own receive queue, its poller and the sessions.
-//! * `handler`: running a call's service, shared by both sides; `routes`: services
-//!   by name.
+//! * `handler`: running a call's service (through the server's layers, if any, to
+//!   its route in [`crate::service::Routes`]), shared by both sides.
 
 mod builder;
 mod handler;
@@ -17,7 +17,6 @@ mod log_limit;
 mod pending;
 mod rc_peer;
 mod router;
-mod routes;
 mod settings;
 mod srq_side;
 mod ud_side;

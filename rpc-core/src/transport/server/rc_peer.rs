@@ -5,14 +5,14 @@ use std::time::{Duration, Instant};
 
 use rpc_transport::msg::{RecvSlot, SendRing};
 use rpc_transport::WorkCompletion;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
 
-use super::handler::{run_handler, start_inline};
-use super::routes::Routes;
+use super::handler::{run_handler, run_limited, start_inline, Served};
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
+use crate::request::ConnAddrs;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::lock;
@@ -35,10 +35,19 @@ pub(crate) struct RcPeer {
     pub(crate) shutdown: Notify,
     /// Tells the liveness watcher to send GOAWAY (the server drains).
     pub(crate) goaway: Notify,
+    /// The handshake connection's ends, copied into each call.
+    addrs: ConnAddrs,
+    /// `Server::concurrency_limit_per_connection`: permits for running handlers.
+    limit: Option<Semaphore>,
 }
 
 impl RcPeer {
-    pub(crate) fn new(engine: ServerConn, ring: SendRing) -> RcPeer {
+    pub(crate) fn new(
+        engine: ServerConn,
+        ring: SendRing,
+        addrs: ConnAddrs,
+        limit: Option<usize>,
+    ) -> RcPeer {
         RcPeer {
             state: Mutex::new(RcPeerState {
                 engine,
@@ -49,6 +58,8 @@ impl RcPeer {
             slot_wait: Notify::new(),
             shutdown: Notify::new(),
             goaway: Notify::new(),
+            addrs,
+            limit: limit.map(Semaphore::new),
         }
     }
 
@@ -145,7 +156,8 @@ impl RcPeer {
                 }
                 RequestBody::Owned(v) => Payload::from_vec(v),
             };
-            let call = ServerCall::from_parts(payload, path, body, metadata, timeout);
+            let call =
+                ServerCall::received(payload, path, body, metadata, timeout, self.addrs.clone());
             return Some(Dispatch {
                 conn: self.clone(),
                 id,
@@ -206,14 +218,14 @@ impl Dispatch {
     /// that computes for long before its first `.await` holds up the completion task
     /// meanwhile, as eRPC's dispatch-thread handlers do; such work belongs in
     /// `spawn_blocking`, or `Server::inline_handlers(false)` spawns every call at once.
-    pub(crate) fn run(self, routes: &Arc<Routes>, inline: bool) {
+    pub(crate) fn run(self, served: &Arc<Served>, inline: bool) {
         let Dispatch {
             conn,
             id,
             call,
             timeout,
         } = self;
-        let fut = run_call(conn.clone(), routes.clone(), id, call, timeout);
+        let fut = run_call(conn.clone(), served.clone(), id, call, timeout);
         let Some(fut) = start_inline(fut, inline) else {
             return;
         };
@@ -231,11 +243,15 @@ impl Dispatch {
 /// Runs one call and answers it.
 async fn run_call(
     conn: Arc<RcPeer>,
-    routes: Arc<Routes>,
+    served: Arc<Served>,
     id: u32,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
 ) {
-    let result = run_handler(&routes, call, timeout).await;
+    let result = match &conn.limit {
+        None => run_handler(&served, call, timeout).await,
+        // Boxed: see `run_limited`.
+        Some(limit) => Box::pin(run_limited(&served, call, timeout, limit)).await,
+    };
     conn.respond(id, result).await;
 }

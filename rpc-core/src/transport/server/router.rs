@@ -10,22 +10,27 @@ use rpc_transport::msg::{self, RecvPool, RecvTarget};
 use rpc_transport::SrqInitAttr;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use tower::layer::util::Identity;
+use tower::Layer;
 
+use super::handler::Served;
 use super::log_limit::RateLimit;
 use super::pending::PendingHandshakes;
 use super::rc_peer::RcPeer;
-use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::srq_side::{accept, receive_loop, SrqSide};
 use super::ud_side::UdSide;
 use crate::id_map::IdMap;
-use crate::server::RoutableService;
+use crate::server::{CallService, RoutableService};
+use crate::service::Routes;
 use crate::transport::{lock, Error};
 
-/// A server with services added.
-pub struct Router {
+/// A server with services added; `L` is its stack of
+/// [`Server::layer`](super::Server::layer)s.
+pub struct Router<L = Identity> {
     pub(super) settings: ServerSettings,
     pub(super) routes: Routes,
+    pub(super) layer: L,
 }
 
 /// First wait after a failed `accept`, doubled per further failure up to the max.
@@ -35,13 +40,36 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 static ACCEPT_LOG: RateLimit = RateLimit::new(Duration::from_secs(1));
 static HANDSHAKE_LOG: RateLimit = RateLimit::new(Duration::from_secs(1));
 
-impl Router {
+impl<L> std::fmt::Debug for Router<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("routes", &self.routes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L> Router<L> {
     /// Adds another service (see [`Server::add_service`](super::Server::add_service)).
-    pub fn add_service<S: RoutableService>(mut self, svc: S) -> Router {
+    pub fn add_service<S: RoutableService>(mut self, svc: S) -> Self {
         self.routes.add(svc);
         self
     }
 
+    /// Adds `svc` if it is `Some`; with `None` the service is absent, and its calls
+    /// end `UNIMPLEMENTED`.
+    pub fn add_optional_service<S: RoutableService>(self, svc: Option<S>) -> Self {
+        match svc {
+            Some(svc) => self.add_service(svc),
+            None => self,
+        }
+    }
+}
+
+impl<L> Router<L>
+where
+    L: Layer<Routes>,
+    L::Service: CallService,
+{
     /// Serves on `addr` until an error.
     pub async fn serve(self, addr: SocketAddr) -> Result<(), Error> {
         self.serve_with_shutdown(addr, std::future::pending()).await
@@ -99,16 +127,9 @@ impl Router {
             slot_size = s.slot_size,
             "rdma-rpc server listening"
         );
-        let routes = Arc::new(self.routes);
-        let ud = match UdSide::new(
-            &pd,
-            routes.clone(),
-            s.mode,
-            s.ud,
-            s.max_message,
-            s.ud_stats.as_ref(),
-            s.inline,
-        ) {
+        let stack = self.layer.layer(self.routes.clone());
+        let served = Arc::new(Served::new(self.routes, stack, s.timeout));
+        let ud = match UdSide::new(&pd, served.clone(), &s) {
             Ok(u) => Some(u),
             Err(e) => {
                 tracing::warn!(error = %e, "UD sessions not served");
@@ -117,7 +138,7 @@ impl Router {
         };
         let shared = Arc::new(SrqSide {
             ud: ud.clone(),
-            routes,
+            served,
             conns: Mutex::new(IdMap::default()),
             granted: Mutex::new(0),
             pool_slots,
@@ -195,17 +216,22 @@ impl Router {
 /// answered), for `grace` at most: what is still open is then closed by the
 /// teardown, and its calls end `UNAVAILABLE`.
 async fn drain(sh: &SrqSide, grace: Duration) {
-    for p in lock(&sh.conns).values() {
-        p.goaway.notify_one();
-    }
     if let Some(u) = &sh.ud {
         u.goaway();
     }
     let idle = || lock(&sh.conns).is_empty() && sh.ud.as_ref().is_none_or(|u| u.idle());
     let deadline = tokio::time::Instant::now() + grace;
     // Checked every few milliseconds: a drain happens once per server, and the
-    // connections' tasks have no single event for "all gone".
-    while !idle() && tokio::time::Instant::now() < deadline {
+    // connections' tasks have no single event for "all gone". Each round tells
+    // GOAWAY again to every connection, so that one whose handshake was still under
+    // way when the drain began hears it too (a connection told twice sends it once).
+    loop {
+        for p in lock(&sh.conns).values() {
+            p.goaway.notify_one();
+        }
+        if idle() || tokio::time::Instant::now() >= deadline {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     if !idle() {

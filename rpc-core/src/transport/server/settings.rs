@@ -27,6 +27,10 @@ pub(super) struct ServerSettings {
     pub(super) shutdown_grace: Duration,
     /// PINGs to each client on its liveness channel (`None`: none).
     pub(super) keepalive: Option<Keepalive>,
+    /// `Server::timeout`: a cap on every handler's time.
+    pub(super) timeout: Option<Duration>,
+    /// `Server::concurrency_limit_per_connection`.
+    pub(super) concurrency_limit: Option<usize>,
 }
 
 /// gRPC's server defaults: a PING every 2 hours, answered within 20 s.
@@ -58,6 +62,8 @@ impl Default for ServerSettings {
             max_pending_handshakes: 1024,
             shutdown_grace: Duration::from_secs(10),
             keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
+            timeout: None,
+            concurrency_limit: None,
         }
     }
 }

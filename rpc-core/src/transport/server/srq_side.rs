@@ -14,15 +14,16 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+use super::handler::Served;
 use super::liveness::serve_liveness;
 use super::pending::Pending;
 use super::rc_peer::{Dispatch, RcPeer};
-use super::routes::Routes;
 use super::settings::ServerSettings;
 use super::ud_side::UdSide;
 use crate::engine::{ServerConfig, ServerConn};
 use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
+use crate::request::ConnAddrs;
 use crate::transport::completion::serve_cq;
 use crate::transport::{lock, Error, DEFAULT_RC_RETRY};
 
@@ -30,7 +31,7 @@ use crate::transport::{lock, Error, DEFAULT_RC_RETRY};
 pub(super) struct SrqSide {
     /// The UD side, if the device could create it.
     pub(super) ud: Option<Arc<UdSide>>,
-    pub(super) routes: Arc<Routes>,
+    pub(super) served: Arc<Served>,
     pub(super) conns: Mutex<IdMap<u32, Arc<RcPeer>>>,
     pub(super) granted: Mutex<u32>,
     pub(super) pool_slots: u32,
@@ -95,7 +96,7 @@ fn handle(
     }
     drop(conns);
     for call in calls.drain(..) {
-        call.run(&sh.routes, sh.settings.inline);
+        call.run(&sh.served, sh.settings.inline);
     }
     for c in corked.drain(..) {
         c.uncork();
@@ -111,6 +112,7 @@ pub(super) async fn accept(
     pending: Pending,
 ) -> Result<(), Error> {
     tcp.set_nodelay(true)?;
+    let addrs = ConnAddrs::of(&tcp);
     let t = sh.settings.handshake_timeout;
     let hello = tokio::select! {
         r = tokio::time::timeout(t, handshake::recv(&mut tcp)) => r
@@ -132,7 +134,7 @@ pub(super) async fn accept(
         }
     };
     if let (Some(ud), true) = (&sh.ud, asks_ud(&hello.payload)) {
-        return ud.clone().accept(tcp, hello).await;
+        return ud.clone().accept(tcp, hello, addrs).await;
     }
     let s = &sh.settings;
     let policy = Policy {
@@ -186,7 +188,8 @@ pub(super) async fn accept(
             max_send_message: s.max_message.min(ask.max_message as usize),
             buffer_cap: 2 * s.max_message + s.slot_size,
         });
-        Ok((qp, psn, Arc::new(RcPeer::new(engine, ring))))
+        let conn = RcPeer::new(engine, ring, addrs, s.concurrency_limit);
+        Ok((qp, psn, Arc::new(conn)))
     };
     let (qp, psn, conn) = match setup() {
         Ok(x) => x,

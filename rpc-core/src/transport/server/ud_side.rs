@@ -22,16 +22,17 @@ use rpc_transport::{
     WcOpcode, WorkCompletion, GRH_LEN,
 };
 use tokio::net::TcpStream;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
 
-use super::handler::{run_handler, start_inline};
+use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::liveness::serve_liveness;
-use super::routes::Routes;
+use super::settings::ServerSettings;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
 use crate::handshake::liveness::Keepalive;
 use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
+use crate::request::ConnAddrs;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::completion::{serve_cq, CompletionMode};
@@ -77,10 +78,28 @@ impl std::fmt::Debug for UdStatsHandle {
     }
 }
 
+/// One open session, as the server keeps it beside the engine's state.
+struct Session {
+    /// Where its replies go.
+    dest: UdDestination,
+    /// The handshake connection's ends, copied into each call.
+    addrs: ConnAddrs,
+    /// `Server::concurrency_limit_per_connection`: permits for running handlers.
+    limit: Option<Arc<Semaphore>>,
+}
+
+/// A request of a batch, with what its session lends it.
+struct UdCall {
+    inc: UdIncoming,
+    slot: RecvSlot,
+    addrs: ConnAddrs,
+    limit: Option<Arc<Semaphore>>,
+}
+
 struct SessionsState {
     engine: UdServer,
     ring: UdSendRing,
-    dests: IdMap<u32, UdDestination>,
+    sessions: IdMap<u32, Session>,
     /// Where a reply is encoded when every send slot is in flight: it is still
     /// stored for replay, and the client's retransmission fetches it.
     scratch: Vec<u8>,
@@ -94,12 +113,14 @@ pub(crate) struct UdSide {
     pd: ProtectionDomain,
     pool: RecvPool,
     cq: Arc<CompletionQueue>,
-    routes: Arc<Routes>,
+    served: Arc<Served>,
     mode: CompletionMode,
     settings: UdSettings,
     max_message: usize,
     /// Handlers start on the poller (see `Server::inline_handlers`).
     inline: bool,
+    /// Permits per session (`Server::concurrency_limit_per_connection`).
+    concurrency_limit: Option<usize>,
     kick: Notify,
     closing: AtomicBool,
     stop: watch::Sender<bool>,
@@ -111,13 +132,10 @@ impl UdSide {
     /// Creates the UD QP, its pool, CQ and send ring.
     pub(crate) fn new(
         pd: &ProtectionDomain,
-        routes: Arc<Routes>,
-        mode: CompletionMode,
-        settings: UdSettings,
-        max_message: usize,
-        stats: Option<&UdStatsHandle>,
-        inline: bool,
+        served: Arc<Served>,
+        server: &ServerSettings,
     ) -> Result<Arc<UdSide>, Error> {
+        let settings = server.ud;
         let dev = pd.device();
         let datagram = datagram_limit(dev)?;
         let max_wr = dev.attr().max_qp_wr.max(1);
@@ -151,7 +169,7 @@ impl UdSide {
             state: Mutex::new(SessionsState {
                 engine,
                 ring,
-                dests: IdMap::default(),
+                sessions: IdMap::default(),
                 scratch: vec![0; datagram],
                 sends_dropped: 0,
             }),
@@ -159,17 +177,18 @@ impl UdSide {
             pd: pd.clone(),
             pool,
             cq,
-            routes,
-            mode,
+            served,
+            mode: server.mode,
             settings,
-            max_message,
-            inline,
+            max_message: server.max_message,
+            inline: server.inline,
+            concurrency_limit: server.concurrency_limit,
             kick: Notify::new(),
             closing: AtomicBool::new(false),
             stop: watch::channel(false).0,
             goaway: watch::channel(false).0,
         });
-        if let Some(h) = stats {
+        if let Some(h) = &server.ud_stats {
             *lock(&h.0) = Arc::downgrade(&side);
         }
         tracing::info!(
@@ -191,7 +210,7 @@ impl UdSide {
 
     /// Whether every session has closed (its client let go after GOAWAY).
     pub(crate) fn idle(&self) -> bool {
-        lock(&self.state).dests.is_empty()
+        lock(&self.state).sessions.is_empty()
     }
 
     pub(crate) fn stop(&self) {
@@ -216,7 +235,7 @@ impl UdSide {
 
     /// Handles a batch; requests collect in `calls` and run once the state lock is
     /// released (a handler that answers at once takes it to store its reply).
-    fn handle(self: &Arc<Self>, wcs: &[WorkCompletion], calls: &mut Vec<(UdIncoming, RecvSlot)>) {
+    fn handle(self: &Arc<Self>, wcs: &[WorkCompletion], calls: &mut Vec<UdCall>) {
         let now = Instant::now();
         let batch = self.pool.batch();
         let mut st = lock(&self.state);
@@ -234,7 +253,16 @@ impl UdSide {
                         st.engine
                             .handle_datagram(now, wc.src_qp, imm, &slot.bytes()[GRH_LEN..]);
                     if let Some(inc) = inc {
-                        calls.push((inc, slot));
+                        let (addrs, limit) = match st.sessions.get(&inc.session) {
+                            Some(s) => (s.addrs.clone(), s.limit.clone()),
+                            None => (ConnAddrs::default(), None),
+                        };
+                        calls.push(UdCall {
+                            inc,
+                            slot,
+                            addrs,
+                            limit,
+                        });
                     }
                 }
                 _ => {
@@ -245,8 +273,8 @@ impl UdSide {
         Self::pump(&mut st);
         drop(st);
         drop(batch);
-        for (inc, slot) in calls.drain(..) {
-            self.dispatch(inc, slot);
+        for call in calls.drain(..) {
+            self.dispatch(call);
         }
     }
 
@@ -265,12 +293,12 @@ impl UdSide {
             let SessionsState {
                 engine,
                 ring,
-                dests,
+                sessions,
                 ..
             } = st;
             if let Some((session, t)) = engine.poll_transmit(ring.buf(&slot)) {
-                if let Some(d) = dests.get(&session) {
-                    if let Err(e) = ring.post(&slot, t.len, t.imm, d) {
+                if let Some(s) = sessions.get(&session) {
+                    if let Err(e) = ring.post(&slot, t.len, t.imm, &s.dest) {
                         tracing::debug!(error = %e, "UD post failed");
                     }
                 }
@@ -279,7 +307,13 @@ impl UdSide {
         }
     }
 
-    fn dispatch(self: &Arc<Self>, inc: UdIncoming, slot: RecvSlot) {
+    fn dispatch(self: &Arc<Self>, call: UdCall) {
+        let UdCall {
+            inc,
+            slot,
+            addrs,
+            limit,
+        } = call;
         let UdIncoming {
             session,
             id,
@@ -290,8 +324,8 @@ impl UdSide {
         } = inc;
         let n = slot.len();
         let payload = Payload::from_slot(slot, GRH_LEN..n);
-        let call = ServerCall::from_parts(payload, path, body, metadata, timeout);
-        let fut = run_call(self.clone(), session, id, call, timeout);
+        let call = ServerCall::received(payload, path, body, metadata, timeout, addrs);
+        let fut = run_call(self.clone(), session, id, call, timeout, limit);
         if let Some(fut) = start_inline(fut, self.inline) {
             tokio::spawn(fut);
         }
@@ -307,15 +341,15 @@ impl UdSide {
         let SessionsState {
             engine,
             ring,
-            dests,
+            sessions,
             scratch,
             sends_dropped,
         } = &mut *st;
         match ring.acquire() {
             Some(slot) => {
                 if let Some(t) = engine.respond(session, id, r, ring.buf(&slot)) {
-                    if let Some(d) = dests.get(&session) {
-                        if let Err(e) = ring.post(&slot, t.len, t.imm, d) {
+                    if let Some(s) = sessions.get(&session) {
+                        if let Err(e) = ring.post(&slot, t.len, t.imm, &s.dest) {
                             tracing::debug!(error = %e, "UD post failed");
                         }
                     }
@@ -336,13 +370,14 @@ impl UdSide {
         self: Arc<Self>,
         mut tcp: TcpStream,
         hello: Envelope,
+        addrs: ConnAddrs,
     ) -> Result<(), Error> {
         let ah = Arc::new(self.pd.create_ah(&AhAttr::from_endpoint(
             &hello.endpoint,
             self.pd.device().preferred_gid_index(),
         ))?);
-        // Decided, opened in the engine and given its destination under one lock, so
-        // the destinations count the open sessions exactly.
+        // Decided, opened in the engine and given its record under one lock, so
+        // the session records count the open sessions exactly.
         let opened = {
             let mut st = lock(&self.state);
             let policy = Policy {
@@ -359,7 +394,7 @@ impl UdSide {
             };
             let now = Availability {
                 receive_credits_free: 0,
-                ud_sessions_open: st.dests.len() as u32,
+                ud_sessions_open: st.sessions.len() as u32,
             };
             decide(&hello.payload, &policy, &now)
                 .into_ud()
@@ -376,7 +411,9 @@ impl UdSide {
                         qpn,
                         qkey: ask.qkey,
                     };
-                    st.dests.insert(grant.session, dest);
+                    let limit = self.concurrency_limit.map(|n| Arc::new(Semaphore::new(n)));
+                    let s = Session { dest, addrs, limit };
+                    st.sessions.insert(grant.session, s);
                     Ok(grant)
                 })
         };
@@ -391,7 +428,7 @@ impl UdSide {
         let close = |side: &UdSide| {
             let mut st = lock(&side.state);
             st.engine.close_session(session);
-            st.dests.remove(&session);
+            st.sessions.remove(&session);
         };
         let sent = async {
             let endpoint = self.qp.endpoint(0)?;
@@ -421,7 +458,12 @@ async fn run_call(
     id: u32,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
+    limit: Option<Arc<Semaphore>>,
 ) {
-    let result = run_handler(&side.routes, call, timeout).await;
+    let result = match limit {
+        None => run_handler(&side.served, call, timeout).await,
+        // Boxed: see `run_limited`.
+        Some(limit) => Box::pin(run_limited(&side.served, call, timeout, &limit)).await,
+    };
     side.respond(session, id, result);
 }

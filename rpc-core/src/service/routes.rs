@@ -1,11 +1,15 @@
-//! `Routes`: the server's services by name, each behind one type-erased tower
-//! service that every call clones without a lock.
+//! [`Routes`]: a server's services by name, as one tower service that dispatches
+//! each call to the service of its name. A server's layers wrap it.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use tower::util::BoxCloneSyncService;
-use tower::ServiceExt;
+use tower::util::{BoxCloneSyncService, Oneshot};
+use tower::{Service, ServiceExt};
 
+use super::ResponseFuture;
 use crate::server::{RoutableService, ServerCall, ServerReply};
 use crate::status::Status;
 
@@ -13,11 +17,17 @@ use crate::status::Status;
 /// already mapped to a [`Status`].
 pub(crate) type Route = BoxCloneSyncService<ServerCall, ServerReply, Status>;
 
-/// Services by [`NamedService::NAME`](crate::server::NamedService::NAME). A route is `Sync`, so the table is shared by
-/// the RC and UD paths as is; each call takes a clone of its route (what tower's
-/// `poll_ready` on `&mut self` asks for), never the route itself.
-#[derive(Default)]
-pub(crate) struct Routes(HashMap<&'static str, Route>);
+/// The services a server was given, by [`NamedService::NAME`](crate::server::NamedService::NAME):
+/// a `Service<ServerCall>` that runs each call on the service its path names, and
+/// answers `UNIMPLEMENTED` for a service it does not have. It is what the layers of
+/// [`Server::layer`](crate::transport::Server::layer) wrap.
+///
+/// Cheap to clone (the table is shared). Each call runs on a clone of its route,
+/// made ready with `poll_ready` first, so `poll_ready` here is always ready.
+#[derive(Clone, Default)]
+pub struct Routes {
+    table: Arc<HashMap<&'static str, Route>>,
+}
 
 impl Routes {
     /// Adds `svc` under its name (replacing a service added before under the same
@@ -25,12 +35,44 @@ impl Routes {
     /// mapping lives inside the boxed future, so it costs no allocation of its own.
     pub(crate) fn add<S: RoutableService>(&mut self, svc: S) {
         let svc = svc.map_err(|e: S::Error| Status::from_error(e.into()));
-        self.0.insert(S::NAME, BoxCloneSyncService::new(svc));
+        Arc::make_mut(&mut self.table).insert(S::NAME, BoxCloneSyncService::new(svc));
     }
 
-    /// A clone of the route for `name`, ready to be driven through one call.
-    pub(crate) fn get(&self, name: &str) -> Option<Route> {
-        self.0.get(name).cloned()
+    /// A clone of the route of service `name` (`UNIMPLEMENTED` without one), ready
+    /// to be driven through one call.
+    pub(crate) fn get(&self, name: &str) -> Result<Route, Status> {
+        match self.table.get(name) {
+            Some(route) => Ok(route.clone()),
+            None => Err(Status::unimplemented(format!("unknown service {name}"))),
+        }
+    }
+
+    /// Runs `call` on a clone of the route its service names.
+    pub(crate) fn route(&self, call: ServerCall) -> ResponseFuture<Oneshot<Route, ServerCall>> {
+        match self.get(call.service()) {
+            Ok(route) => ResponseFuture::inner(route.oneshot(call)),
+            Err(status) => ResponseFuture::ended(status),
+        }
+    }
+}
+
+impl Service<ServerCall> for Routes {
+    type Response = ServerReply;
+    type Error = Status;
+    type Future = ResponseFuture<Oneshot<Route, ServerCall>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: ServerCall) -> Self::Future {
+        self.route(call)
+    }
+}
+
+impl fmt::Debug for Routes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.table.keys()).finish()
     }
 }
 
@@ -127,7 +169,6 @@ mod tests {
     async fn a_route_ends_calls_with_mapped_statuses() {
         let mut routes = Routes::default();
         routes.add(Failing);
-        assert!(routes.get("test.Other").is_none());
         let path = b"/test.Failing/Call";
         let call = ServerCall::from_parts(
             Payload::from_vec(path.to_vec()),
@@ -137,11 +178,24 @@ mod tests {
             None,
         )
         .unwrap();
-        let route = routes.get(call.service()).expect("routed by name");
-        let s = route.oneshot(call).await.unwrap_err();
+        let s = routes.route(call).await.unwrap_err();
         assert_eq!(
             (s.code(), s.message()),
             (Code::Unknown, "the handler's own error")
+        );
+        let other = b"/test.Other/Call";
+        let call = ServerCall::from_parts(
+            Payload::from_vec(other.to_vec()),
+            0..other.len(),
+            other.len()..other.len(),
+            MetadataMap::new(),
+            None,
+        )
+        .unwrap();
+        let s = routes.oneshot(call).await.unwrap_err();
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::Unimplemented, "unknown service test.Other")
         );
     }
 }
