@@ -69,6 +69,18 @@ pub(crate) fn generate(
                     Self { inner: #codegen::Grpc::new(inner) }
                 }
 
+                /// A client whose every call goes through `interceptor` first (it
+                /// may add metadata, or refuse the call with a status), as tonic's.
+                pub fn with_interceptor<F>(
+                    inner: T,
+                    interceptor: F,
+                ) -> #client_ident<#codegen::InterceptedService<T, F>>
+                where
+                    F: #codegen::Interceptor,
+                {
+                    #client_ident::new(#codegen::InterceptedService::new(inner, interceptor))
+                }
+
                 #limits
 
                 #(#methods)*

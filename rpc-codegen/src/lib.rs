@@ -73,7 +73,8 @@
 //! * Method names are snake_case; Rust keywords become raw identifiers (`Type` →
 //!   `r#type`) and `self`/`super`/`crate` get a trailing underscore, as prost does.
 //! * On the **client** only, an RPC named like one of the client's own methods —
-//!   `connect`, `new`, `max_decoding_message_size`, `max_encoding_message_size`, or
+//!   `connect`, `new`, `with_interceptor`, `max_decoding_message_size`,
+//!   `max_encoding_message_size`, or
 //!   `clone` (the client is `Clone`) — gets a trailing
 //!   underscore: `rpc Connect` is `client.connect_(..)`, while the server trait
 //!   keeps `async fn connect`. Every other name (`ready`, `call`, ...) is unchanged.

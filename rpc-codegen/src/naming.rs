@@ -21,6 +21,7 @@ pub(crate) const CLIENT_RESERVED: &[&str] = &[
     "clone",
     "max_decoding_message_size",
     "max_encoding_message_size",
+    "with_interceptor",
 ];
 
 /// Rust types prost-build maps some well-known types to (`google.protobuf.Empty` →

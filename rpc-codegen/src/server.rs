@@ -91,6 +91,19 @@ pub(crate) fn generate(
                     Self::from_arc(#codegen::Arc::new(inner))
                 }
 
+                /// Serves `inner` behind `interceptor`, which sees every call first (it
+                /// may check metadata, put values in the request's extensions for the
+                /// handler, or answer with a status), as tonic's.
+                pub fn with_interceptor<F>(
+                    inner: T,
+                    interceptor: F,
+                ) -> #codegen::InterceptedService<Self, F>
+                where
+                    F: #codegen::Interceptor,
+                {
+                    #codegen::InterceptedService::new(Self::new(inner), interceptor)
+                }
+
                 /// Serves an implementation that is shared with other code.
                 pub fn from_arc(inner: #codegen::Arc<T>) -> Self {
                     Self { inner, limits: #codegen::MessageLimits::default() }

@@ -15,6 +15,7 @@ pub use crate::response::Response;
 pub use crate::server::{
     BoxFuture, BoxMessage, EncodeMessage, NamedService, ServerCall, ServerReply,
 };
+pub use crate::service::{InterceptedService, Interceptor};
 pub use crate::status::Status;
 pub use crate::transport::{Channel, Endpoint, Error as TransportError};
 

@@ -198,3 +198,23 @@ async fn a_client_interceptor_sets_the_calls_deadline() {
     );
     drop(tx);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_with_interceptor_on_client_and_server_as_tonic() {
+    let (addr, _stop) = serve(
+        Server::builder().add_service(GreeterServer::with_interceptor(
+            Hello::default(),
+            check_token,
+        )),
+    )
+    .await;
+    let channel = Channel::connect(format!("rdma://{addr}")).await.unwrap();
+    let mut client = GreeterClient::with_interceptor(channel.clone(), add_token);
+    let reply = client.say_hello(hello("carol")).await.unwrap().into_inner();
+    assert!(reply.message.starts_with("alice|carol|"), "{reply:?}");
+    let e = GreeterClient::new(channel)
+        .say_hello(hello("mallory"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+}
