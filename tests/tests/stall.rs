@@ -14,6 +14,11 @@ use tokio::io::AsyncReadExt;
 const CHILD: &str = "RDMA_RPC_TEST_STALL_SERVER";
 const PAUSE: Duration = Duration::from_millis(2500);
 
+/// The two tests here pause server processes; run side by side in one client
+/// process, a call of one was seen answered while its own server was stopped (not
+/// understood yet: see the issue note). Until it is, they take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// In the child: serve until stdin closes, printing the port and the pid first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child-process entry: its parent test runs it in a child process"]
@@ -61,6 +66,7 @@ fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_in_flight_across_a_paused_server_completes_late() {
     tests::init_tracing();
+    let _turn = ONE_AT_A_TIME.lock().await;
     let mut child = ChildTest::spawn("child_server", (CHILD, "1"));
     let line = child.read_tagged("PORT ").await;
     let (port, pid) = line.split_once(" PID ").expect("PORT p PID n");
@@ -103,6 +109,7 @@ async fn a_call_in_flight_across_a_paused_server_completes_late() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_keepalive_finds_a_hung_server_and_the_channel_recovers_after() {
     tests::init_tracing();
+    let _turn = ONE_AT_A_TIME.lock().await;
     let mut child = ChildTest::spawn("child_server", (CHILD, "1"));
     let line = child.read_tagged("PORT ").await;
     let (port, pid) = line.split_once(" PID ").expect("PORT p PID n");

@@ -25,6 +25,9 @@ pub(crate) struct LinkChannel<L: Link> {
     inner: Arc<Handle<L>>,
     /// The connection this clone holds a reservation on, from `poll_ready`.
     reserved: Option<Arc<Conn<L>>>,
+    /// The connection this clone last reserved on: tried first, without asking the
+    /// handle (a lock per call) while it stays usable.
+    last: Option<Arc<Conn<L>>>,
 }
 
 impl<L: Link> Clone for LinkChannel<L> {
@@ -33,6 +36,7 @@ impl<L: Link> Clone for LinkChannel<L> {
         LinkChannel {
             inner: self.inner.clone(),
             reserved: None,
+            last: self.last.clone(),
         }
     }
 }
@@ -52,6 +56,7 @@ impl<L: Link> LinkChannel<L> {
         LinkChannel {
             inner: Handle::lazy(endpoint),
             reserved: None,
+            last: None,
         }
     }
 
@@ -108,15 +113,21 @@ impl<L: Link, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
             return Poll::Ready(Ok(()));
         }
         loop {
-            let conn = match self.inner.poll_conn(cx) {
-                Poll::Ready(Ok(conn)) => conn,
-                Poll::Ready(Err(s)) => return Poll::Ready(Err(s)),
-                Poll::Pending => return Poll::Pending,
+            let conn = match self.last.take() {
+                Some(conn) => conn,
+                None => match self.inner.poll_conn(cx) {
+                    Poll::Ready(Ok(conn)) => conn,
+                    Poll::Ready(Err(s)) => return Poll::Ready(Err(s)),
+                    Poll::Pending => return Poll::Pending,
+                },
             };
             match conn.sig.ready.poll_reserve(cx, || self.try_reserve(&conn)) {
-                // Died or draining meanwhile: the handle lets it go and dials again.
+                // Died or draining: the handle lets it go and dials again.
                 Poll::Ready(Err(_)) => continue,
-                other => return other,
+                other => {
+                    self.last = Some(conn);
+                    return other;
+                }
             }
         }
     }
