@@ -9,8 +9,8 @@ use tokio::sync::oneshot;
 use tower::{Service, ServiceExt};
 
 use super::conn::Conn;
+use super::conn::Dial;
 use super::handle::Handle;
-use super::link::Link;
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::CallHead;
 use crate::server::BoxFuture;
@@ -21,7 +21,7 @@ use crate::transport::endpoint::Endpoint;
 /// connection), many calls in flight, a `tower::Service` whose `poll_ready` reserves
 /// room to send (a credit or window place, and a send slot) on the connection of the
 /// moment, dialing a new one when it broke ([`Handle`]).
-pub(crate) struct LinkChannel<L: Link> {
+pub(crate) struct LinkChannel<L: Dial> {
     inner: Arc<Handle<L>>,
     /// The connection this clone holds a reservation on, from `poll_ready`.
     reserved: Option<Arc<Conn<L>>>,
@@ -30,7 +30,7 @@ pub(crate) struct LinkChannel<L: Link> {
     last: Option<Arc<Conn<L>>>,
 }
 
-impl<L: Link> Clone for LinkChannel<L> {
+impl<L: Dial> Clone for LinkChannel<L> {
     fn clone(&self) -> Self {
         // A reservation belongs to the clone that made it (as tower's ConcurrencyLimit).
         LinkChannel {
@@ -41,7 +41,7 @@ impl<L: Link> Clone for LinkChannel<L> {
     }
 }
 
-impl<L: Link> std::fmt::Debug for LinkChannel<L> {
+impl<L: Dial> std::fmt::Debug for LinkChannel<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Channel")
             .field("transport", &std::any::type_name::<L>())
@@ -50,7 +50,7 @@ impl<L: Link> std::fmt::Debug for LinkChannel<L> {
     }
 }
 
-impl<L: Link> LinkChannel<L> {
+impl<L: Dial> LinkChannel<L> {
     /// A channel that dials on its first call (`Endpoint::connect_lazy`).
     pub(crate) fn lazy(endpoint: Endpoint) -> Self {
         LinkChannel {
@@ -97,13 +97,13 @@ impl<L: Link> LinkChannel<L> {
     }
 }
 
-impl<L: Link> Drop for LinkChannel<L> {
+impl<L: Dial> Drop for LinkChannel<L> {
     fn drop(&mut self) {
         self.unreserve();
     }
 }
 
-impl<L: Link, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChannel<L> {
+impl<L: Dial, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChannel<L> {
     type Response = IncomingReply;
     type Error = Status;
     type Future = BoxFuture<IncomingReply>;
@@ -172,7 +172,7 @@ impl<L: Link, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
 }
 
 /// Cancels its call in the engine when dropped before the reply came.
-struct CallGuard<L: Link> {
+struct CallGuard<L: Dial> {
     /// Keeps the connection open while the call is in flight, even if every
     /// channel clone is gone.
     _handle: Arc<Handle<L>>,
@@ -183,7 +183,7 @@ struct CallGuard<L: Link> {
     armed: bool,
 }
 
-impl<L: Link> CallGuard<L> {
+impl<L: Dial> CallGuard<L> {
     async fn wait(
         mut self,
         rx: oneshot::Receiver<Result<IncomingReply, Status>>,
@@ -195,7 +195,7 @@ impl<L: Link> CallGuard<L> {
     }
 }
 
-impl<L: Link> Drop for CallGuard<L> {
+impl<L: Dial> Drop for CallGuard<L> {
     fn drop(&mut self) {
         if self.armed {
             self.conn.lock().link.cancel(&self.conn.sig, self.id);

@@ -1,6 +1,7 @@
 //! One client connection, whatever its transport: the lock around its [`Link`], its
 //! CQ, and the two tasks that serve it (the driver and the liveness watcher).
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -13,8 +14,15 @@ use super::link::{Link, NewCall, Signals};
 use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
 use crate::transport::completion::{CompletionMode, CqWaiter};
-use crate::transport::endpoint::Settings;
+use crate::transport::endpoint::{Endpoint, Settings};
 use crate::transport::lock;
+use crate::transport::Error;
+
+/// A transport whose connections a channel can dial (and dial again).
+pub(crate) trait Dial: Link {
+    /// Dials the endpoint: the handshake, then the connection's QP, slots and tasks.
+    fn connect(ep: &Endpoint) -> impl Future<Output = Result<Arc<Conn<Self>>, Error>> + Send;
+}
 
 /// A connection's state under its lock: the link and the timer the driver sleeps on.
 pub(crate) struct State<L> {

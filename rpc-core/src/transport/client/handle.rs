@@ -14,13 +14,13 @@ use std::time::Instant;
 
 use super::backoff::{Backoff, BackoffConfig};
 use super::conn::Conn;
-use super::link::Link;
+use super::conn::Dial;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::lock;
 
 /// Where a channel's connection stands.
-enum Current<L: Link> {
+enum Current<L: Dial> {
     /// Not dialed yet, or the last connection died: the next call dials.
     Idle,
     /// A dial is under way.
@@ -33,7 +33,7 @@ enum Current<L: Link> {
     },
 }
 
-struct State<L: Link> {
+struct State<L: Dial> {
     current: Current<L>,
     backoff: Backoff,
     /// Callers waiting for the dial under way.
@@ -42,12 +42,12 @@ struct State<L: Link> {
 
 /// Shared by all clones of a channel (and its calls in flight); closes the
 /// connection when the last goes.
-pub(crate) struct Handle<L: Link> {
+pub(crate) struct Handle<L: Dial> {
     endpoint: Arc<Endpoint>,
     state: Mutex<State<L>>,
 }
 
-impl<L: Link> Handle<L> {
+impl<L: Dial> Handle<L> {
     /// A handle that has not dialed yet.
     pub(crate) fn lazy(endpoint: Endpoint) -> Arc<Self> {
         Arc::new(Handle {
@@ -148,7 +148,7 @@ impl<L: Link> Handle<L> {
     }
 }
 
-impl<L: Link> Drop for Handle<L> {
+impl<L: Dial> Drop for Handle<L> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Current::Up(c) = &st.current {

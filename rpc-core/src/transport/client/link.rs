@@ -1,22 +1,17 @@
 //! What one transport's client connection (RC or UD) supplies to the shared driver.
 
-use std::future::Future;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Instant;
 
 use rpc_transport::msg::RecvPool;
 use rpc_transport::WorkCompletion;
 use tokio::sync::Notify;
 
-use super::conn::Conn;
 use super::ReplySender;
 use crate::engine::CallHead;
 use crate::server::EncodeMessage;
 use crate::status::Status;
-use crate::transport::endpoint::Endpoint;
 use crate::transport::ready::ReadyWaiters;
-use crate::transport::Error;
 
 /// Signals between callers, the driver task, the liveness watcher and (on RC) the
 /// receive pool's repost hook, readable without the connection's lock.
@@ -82,9 +77,6 @@ pub(crate) struct NewCall<'a> {
 /// Every method that ends calls delivers their replies itself (to the
 /// [`ReplySender`] given to [`Link::start`]).
 pub(crate) trait Link: Send + Sized + 'static {
-    /// Dials the endpoint: the handshake, then the connection's QP, slots and tasks.
-    fn connect(ep: &Endpoint) -> impl Future<Output = Result<Arc<Conn<Self>>, Error>> + Send;
-
     /// Why the connection is unusable, if it is.
     fn dead(&self) -> Option<&Status>;
 

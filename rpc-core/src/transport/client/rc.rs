@@ -12,7 +12,7 @@ use std::time::Instant;
 use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing};
 use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion};
 
-use super::conn::Conn;
+use super::conn::{Conn, Dial};
 use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::{deliver, ReplySender};
@@ -181,11 +181,13 @@ impl RcLink {
     }
 }
 
-impl Link for RcLink {
+impl Dial for RcLink {
     fn connect(ep: &Endpoint) -> impl Future<Output = Result<Arc<Conn<Self>>, Error>> + Send {
         connect(ep)
     }
+}
 
+impl Link for RcLink {
     fn dead(&self) -> Option<&Status> {
         self.engine.dead()
     }

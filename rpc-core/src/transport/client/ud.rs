@@ -15,7 +15,7 @@ use rpc_transport::msg::handshake;
 use rpc_transport::msg::{RecvPool, RecvTarget, UdDestination, UdSendRing, UdSlot};
 use rpc_transport::{AhAttr, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion, GRH_LEN};
 
-use super::conn::Conn;
+use super::conn::{Conn, Dial};
 use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::{deliver, ReplySender};
@@ -130,11 +130,13 @@ impl UdLink {
     }
 }
 
-impl Link for UdLink {
+impl Dial for UdLink {
     fn connect(ep: &Endpoint) -> impl Future<Output = Result<Arc<Conn<Self>>, Error>> + Send {
         connect(ep)
     }
+}
 
+impl Link for UdLink {
     fn dead(&self) -> Option<&Status> {
         self.engine.dead()
     }

@@ -19,7 +19,7 @@ use super::pending::PendingHandshakes;
 use super::rc_peer::RcPeer;
 use super::settings::ServerSettings;
 use super::srq_side::{accept, receive_loop, SrqSide};
-use super::ud_side::UdSide;
+use super::ud_side::{UdSide, UdSideConfig};
 use crate::id_map::IdMap;
 use crate::server::{CallService, RoutableService};
 use crate::service::Routes;
@@ -129,7 +129,15 @@ where
         );
         let stack = self.layer.layer(self.routes.clone());
         let served = Arc::new(Served::new(self.routes, stack, s.timeout));
-        let ud = match UdSide::new(&pd, served.clone(), &s) {
+        let config = UdSideConfig {
+            ud: s.ud,
+            mode: s.mode,
+            max_message: s.max_message,
+            inline: s.inline,
+            concurrency_limit: s.concurrency_limit,
+            ud_stats: s.ud_stats.as_ref(),
+        };
+        let ud = match UdSide::new(&pd, served.clone(), config) {
             Ok(u) => Some(u),
             Err(e) => {
                 tracing::warn!(error = %e, "UD sessions not served");

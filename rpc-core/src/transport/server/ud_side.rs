@@ -26,7 +26,6 @@ use tokio::sync::{watch, Notify, Semaphore};
 
 use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::liveness::serve_liveness;
-use super::settings::ServerSettings;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
 use crate::handshake::liveness::Keepalive;
 use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy};
@@ -106,6 +105,16 @@ struct SessionsState {
     sends_dropped: u64,
 }
 
+/// What the UD side takes from the server's settings.
+pub(crate) struct UdSideConfig<'a> {
+    pub(crate) ud: UdSettings,
+    pub(crate) mode: CompletionMode,
+    pub(crate) max_message: usize,
+    pub(crate) inline: bool,
+    pub(crate) concurrency_limit: Option<usize>,
+    pub(crate) ud_stats: Option<&'a UdStatsHandle>,
+}
+
 /// The UD side of one server.
 pub(crate) struct UdSide {
     state: Mutex<SessionsState>,
@@ -133,7 +142,7 @@ impl UdSide {
     pub(crate) fn new(
         pd: &ProtectionDomain,
         served: Arc<Served>,
-        server: &ServerSettings,
+        server: UdSideConfig<'_>,
     ) -> Result<Arc<UdSide>, Error> {
         let settings = server.ud;
         let dev = pd.device();
@@ -188,7 +197,7 @@ impl UdSide {
             stop: watch::channel(false).0,
             goaway: watch::channel(false).0,
         });
-        if let Some(h) = &server.ud_stats {
+        if let Some(h) = server.ud_stats {
             *lock(&h.0) = Arc::downgrade(&side);
         }
         tracing::info!(
