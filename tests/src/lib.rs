@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
-use rpc_core::transport::Server;
+use rpc_core::transport::{Router, Server};
 use rpc_core::{Request, Response, Status};
 
 /// `proto/helloworld.proto`: `GreeterClient`, `greeter_server::Greeter`.
@@ -166,6 +166,30 @@ pub async fn serve_echo(
             .expect("server runs");
     });
     (addr, task)
+}
+
+/// Serves `router` on an ephemeral port of 127.0.0.1 until the returned sender is
+/// used or dropped.
+pub async fn serve_router<L>(router: Router<L>) -> (SocketAddr, tokio::sync::oneshot::Sender<()>)
+where
+    L: tower::Layer<rpc_core::service::Routes> + Send + 'static,
+    L::Service: rpc_core::server::CallService,
+{
+    init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        router
+            .serve_with_listener(listener, async move {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server runs");
+    });
+    (addr, stop)
 }
 
 /// Logs to the test output when `RUST_LOG` is set.

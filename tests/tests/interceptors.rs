@@ -74,21 +74,7 @@ fn add_token(mut req: Request<()>) -> Result<Request<()>, Status> {
 
 /// Serves `router` on an ephemeral port of 127.0.0.1 until the sender is dropped.
 async fn serve(router: Router) -> (SocketAddr, oneshot::Sender<()>) {
-    init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        router
-            .serve_with_listener(listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("server runs");
-    });
-    (addr, stop)
+    tests::serve_router(router).await
 }
 
 fn hello(name: &str) -> HelloRequest {

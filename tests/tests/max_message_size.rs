@@ -10,7 +10,6 @@ use rpc_core::{Code, Request, Response, Status};
 use tests::hello_world::greeter_client::GreeterClient;
 use tests::hello_world::greeter_server::{Greeter, GreeterServer};
 use tests::hello_world::{HelloReply, HelloRequest};
-use tests::init_tracing;
 use tokio::sync::oneshot;
 
 /// Replies with the request's name as it came, counting its calls.
@@ -33,17 +32,7 @@ impl Greeter for Mirror {
 
 /// Serves `server` on 127.0.0.1 port 0 until the returned sender is dropped.
 async fn serve(server: GreeterServer<Mirror>) -> (String, oneshot::Sender<()>) {
-    init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(
-        Server::builder()
-            .add_service(server)
-            .serve_with_listener(listener, async {
-                let _ = stopped.await;
-            }),
-    );
+    let (addr, stop) = tests::serve_router(Server::builder().add_service(server)).await;
     (format!("rdma://{addr}"), stop)
 }
 

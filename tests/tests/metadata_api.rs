@@ -10,7 +10,6 @@ use rpc_core::{Code, Request, Response, Status};
 use tests::hello_world::greeter_client::GreeterClient;
 use tests::hello_world::greeter_server::{Greeter, GreeterServer};
 use tests::hello_world::{HelloReply, HelloRequest};
-use tests::init_tracing;
 use tokio::sync::oneshot;
 
 /// Reads `x-tag` (repeated), `trace-bin` (binary) and `x-latin` (not visible ASCII)
@@ -62,22 +61,9 @@ impl Greeter for Tagger {
 }
 
 async fn serve() -> (String, oneshot::Sender<()>) {
-    init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let uri = format!("rdma://{}", listener.local_addr().expect("local addr"));
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        Server::builder()
-            .add_service(GreeterServer::new(Tagger))
-            .serve_with_listener(listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("server runs");
-    });
-    (uri, stop)
+    let router = Server::builder().add_service(GreeterServer::new(Tagger));
+    let (addr, stop) = tests::serve_router(router).await;
+    (format!("rdma://{addr}"), stop)
 }
 
 fn tagged(name: &str) -> Request<HelloRequest> {

@@ -18,7 +18,7 @@ use rpc_core::{Code, Request, Response, Status};
 use tests::hello_world::greeter_client::GreeterClient;
 use tests::hello_world::greeter_server::{Greeter, GreeterServer};
 use tests::hello_world::{HelloReply, HelloRequest};
-use tests::{init_tracing, path, sleep_was_aborted, Echo, EchoService};
+use tests::{path, sleep_was_aborted, Echo, EchoService};
 use tokio::sync::{oneshot, watch};
 use tower::{Service, ServiceExt};
 
@@ -28,20 +28,7 @@ where
     L: tower::Layer<rpc_core::service::Routes> + Send + 'static,
     L::Service: rpc_core::server::CallService,
 {
-    init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        router
-            .serve_with_listener(listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("server runs");
-    });
+    let (addr, stop) = tests::serve_router(router).await;
     let ch = Channel::connect(format!("{scheme}://{addr}"))
         .await
         .expect("connects");

@@ -9,7 +9,7 @@ use rpc_core::metadata::MetadataValue;
 use rpc_core::server::{BoxFuture, NamedService, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::{Code, Request, Status};
-use tests::{init_tracing, Echo};
+use tests::Echo;
 use tokio::sync::oneshot;
 
 const FAIL: &str = "/test.Status/Fail";
@@ -56,20 +56,7 @@ impl tower::Service<ServerCall> for Failing {
 
 /// Serves [`Failing`] on an ephemeral port of 127.0.0.1 until the sender is dropped.
 async fn serve() -> (std::net::SocketAddr, oneshot::Sender<()>) {
-    init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        Server::builder()
-            .add_service(Failing)
-            .serve_with_listener(listener, async move {
-                let _ = rx.await;
-            })
-            .await
-            .expect("server runs");
-    });
-    (addr, tx)
+    tests::serve_router(Server::builder().add_service(Failing)).await
 }
 
 async fn fail(ch: &Channel, details: usize) -> Status {

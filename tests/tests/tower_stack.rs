@@ -16,27 +16,14 @@ use rpc_core::{Code, Request, Response, Status};
 use tests::hello_world::greeter_client::GreeterClient;
 use tests::hello_world::greeter_server::{Greeter, GreeterServer};
 use tests::hello_world::{HelloReply, HelloRequest};
-use tests::{init_tracing, path, sleep_was_aborted, Echo, EchoService};
+use tests::{path, sleep_was_aborted, Echo, EchoService};
 use tokio::sync::{oneshot, watch};
 use tower::{Service, ServiceBuilder};
 
 /// Serves `router` on an ephemeral port of 127.0.0.1 until the sender is dropped.
 async fn serve(router: Router) -> (String, oneshot::Sender<()>) {
-    init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let uri = format!("rdma://{}", listener.local_addr().expect("local addr"));
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        router
-            .serve_with_listener(listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("server runs");
-    });
-    (uri, stop)
+    let (addr, stop) = tests::serve_router(router).await;
+    (format!("rdma://{addr}"), stop)
 }
 
 async fn unary(ch: &Channel, req: Request<Echo>, method: &str) -> Result<Response<Echo>, Status> {
