@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use prost::Message;
 use rpc_core::client::{IncomingReply, OutgoingCall};
-use rpc_core::server::{BoxFuture, EncodeMessage, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, EncodeMessage, ReplyBody, ServerCall, ServerReply};
 use rpc_core::{MetadataMap, Payload, Status};
 use tower::Service;
 
@@ -86,7 +86,10 @@ where
             Err(status) => return Box::pin(async move { Err(status) }),
         };
         Box::pin(async move {
-            let (metadata, message, _) = reply.await?.into_parts();
+            let (metadata, body, _) = reply.await?.into_parts();
+            let ReplyBody::Message(message) = body else {
+                return Err(Status::unimplemented("the unary loopback has no streams"));
+            };
             Ok(IncomingReply {
                 metadata,
                 payload: Payload::from_vec(encode_reply(&*message)),

@@ -9,6 +9,7 @@ use codegen_tests::helloworld::{HelloReply, HelloRequest};
 use codegen_tests::loopback::{encode_reply, server_call};
 use prost::Message;
 use rpc_core::metadata::AsciiMetadataValue;
+use rpc_core::server::ReplyBody;
 use rpc_core::{Code, MetadataMap, Request, Response, Status};
 use tower::{Service, ServiceExt};
 
@@ -52,7 +53,10 @@ async fn dispatch(
 ) -> Result<(MetadataMap, Vec<u8>), Status> {
     let call = server_call(path, body, metadata).expect("well-formed frame");
     let reply = server.ready().await?.call(call).await?;
-    let (metadata, message, _) = reply.into_parts();
+    let (metadata, body, _) = reply.into_parts();
+    let ReplyBody::Message(message) = body else {
+        panic!("a unary method answered with a stream");
+    };
     Ok((metadata, encode_reply(&*message)))
 }
 

@@ -263,7 +263,7 @@ fn dispatch_arm(
             Box::pin(async move {
                 let response = <T as #trait_ident>::#server_ident(#receiver, request).await?;
                 limits.check_encoding(response.get_ref())?;
-                Ok(response.map(|message| Box::new(message) as #codegen::BoxMessage))
+                Ok(response.map(#codegen::ReplyBody::message))
             })
         }
     }

@@ -9,14 +9,15 @@ pub use std::sync::Arc;
 pub use std::task::{Context, Poll};
 pub use tower::Service;
 
-pub use crate::client::{Grpc, IncomingReply, OutgoingCall};
+pub use crate::client::{Grpc, IncomingReply, IncomingStream, OutgoingCall, OutgoingStream};
 pub use crate::request::{IntoRequest, Request};
 pub use crate::response::Response;
 pub use crate::server::{
-    BoxFuture, BoxMessage, EncodeMessage, NamedService, ServerCall, ServerReply,
+    BoxFuture, BoxMessage, EncodeMessage, NamedService, ReplyBody, ServerCall, ServerReply,
 };
 pub use crate::service::{InterceptedService, Interceptor};
 pub use crate::status::Status;
+pub use crate::stream::{BoxInbound, BoxMessageSource, InboundMessages, MessageSource};
 pub use crate::transport::{Channel, Endpoint, Error as TransportError};
 
 /// Any error, as tonic's `codegen::StdError`: what `connect`'s `D::Error` converts to.

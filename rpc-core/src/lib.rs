@@ -21,6 +21,7 @@ mod response;
 pub mod server;
 pub mod service;
 mod status;
+pub mod stream;
 pub mod transport;
 
 pub use async_trait::async_trait;

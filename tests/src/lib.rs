@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Router, Server};
 use rpc_core::{Request, Response, Status};
 
@@ -110,7 +110,7 @@ impl tower::Service<ServerCall> for EchoService {
     fn call(&mut self, call: ServerCall) -> Self::Future {
         Box::pin(async move {
             let method = call.method().to_string();
-            let reply = |m: Echo| Ok(Response::new(Box::new(m) as BoxMessage));
+            let reply = |m: Echo| Ok(Response::new(ReplyBody::message(m)));
             match method.as_str() {
                 "Echo" => reply(call.into_request::<Echo>()?.into_inner()),
                 "Sleep" => {
@@ -139,7 +139,7 @@ impl tower::Service<ServerCall> for EchoService {
                         *s.metadata_mut() = md;
                         return Err(s);
                     }
-                    let mut r = Response::new(Box::new(m) as BoxMessage);
+                    let mut r = Response::new(ReplyBody::message(m));
                     *r.metadata_mut() = md;
                     Ok(r)
                 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rpc_core::client::{Grpc, OutgoingCall};
 use rpc_core::metadata::AsciiMetadataValue;
-use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::service::InterceptorLayer;
 use rpc_core::transport::{Channel, Router, Server};
 use rpc_core::{Code, Request, Response, Status};
@@ -200,7 +200,7 @@ impl Service<ServerCall> for Gate {
         Box::pin(async move {
             let m = call.into_request::<Echo>()?.into_inner();
             if m.id >= 10 {
-                return Ok(Response::new(Box::new(m) as BoxMessage));
+                return Ok(Response::new(ReplyBody::message(m)));
             }
             state.send_modify(|g| {
                 g.running += 1;
@@ -217,7 +217,7 @@ impl Service<ServerCall> for Gate {
                 g.running -= 1;
                 g.finished += 1;
             });
-            Ok(Response::new(Box::new(m) as BoxMessage))
+            Ok(Response::new(ReplyBody::message(m)))
         })
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rpc_core::client::Grpc;
 use rpc_core::metadata::AsciiMetadataValue;
-use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Router, Server};
 use rpc_core::{Code, Request, Response, Status};
 use tests::hello_world::greeter_client::GreeterClient;
@@ -136,7 +136,7 @@ impl Service<ServerCall> for Gauge {
                 c.running -= 1;
                 c.finished += 1;
             });
-            Ok(Response::new(Box::new(m) as BoxMessage))
+            Ok(Response::new(ReplyBody::message(m)))
         })
     }
 }

@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rpc_core::client::Grpc;
-use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Endpoint, Server, UdStatsHandle};
 use rpc_core::{Code, Request, Response, Status};
 use rpc_transport::{Device, SoftConfig, UdFaults};
@@ -72,7 +72,7 @@ impl tower::Service<ServerCall> for Count {
                 },
                 other => return Err(Status::unimplemented(other.to_string())),
             };
-            Ok(Response::new(Box::new(reply) as BoxMessage))
+            Ok(Response::new(ReplyBody::message(reply)))
         })
     }
 }

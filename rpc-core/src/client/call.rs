@@ -10,6 +10,7 @@ use crate::payload::Payload;
 use crate::request::Request;
 use crate::response::Response;
 use crate::status::Status;
+use crate::stream::{BoxInbound, BoxMessageSource};
 
 /// One unary call on its way out: the transport encodes `message` straight into a
 /// registered send slot, so it stays typed until then.
@@ -41,6 +42,34 @@ impl<M> OutgoingCall<M> {
             message,
         }
     }
+}
+
+/// A streaming call on its way out (any shape but unary): the transport opens the
+/// call, then pulls `messages` as the peer grants room, and ends the client's
+/// half-stream when the source ends.
+#[derive(Debug)]
+pub struct OutgoingStream {
+    /// `/package.Service/Method`.
+    pub path: &'static str,
+    /// Request metadata.
+    pub metadata: MetadataMap,
+    /// Time the whole call may take (every message of both directions).
+    pub timeout: Option<Duration>,
+    /// The request's extensions (see [`OutgoingCall::extensions`]).
+    pub extensions: Extensions,
+    /// The request messages.
+    pub messages: BoxMessageSource,
+}
+
+/// A streaming call the server answered: its response metadata, known once the
+/// server's handler returned its `Response` (before any message), and the response
+/// messages, ended by the call's final status.
+#[derive(Debug)]
+pub struct IncomingStream {
+    /// Response metadata (the headers).
+    pub metadata: MetadataMap,
+    /// Response messages, then the trailers or the status that ended the call.
+    pub messages: BoxInbound,
 }
 
 /// A successful reply as received: metadata and the undecoded message bytes.

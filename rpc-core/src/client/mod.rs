@@ -3,5 +3,5 @@
 mod call;
 mod grpc;
 
-pub use call::{IncomingReply, OutgoingCall};
+pub use call::{IncomingReply, IncomingStream, OutgoingCall, OutgoingStream};
 pub use grpc::Grpc;

@@ -10,6 +10,7 @@ use crate::metadata::MetadataMap;
 use crate::payload::Payload;
 use crate::request::{ConnAddrs, Request};
 use crate::status::Status;
+use crate::stream::BoxInbound;
 use crate::Extensions;
 
 /// A call as the server received it. The path and the message are read straight
@@ -24,6 +25,9 @@ pub struct ServerCall {
     timeout: Option<Duration>,
     extensions: Extensions,
     addrs: ConnAddrs,
+    /// The client's messages, for a call of a client-streaming or bidirectional
+    /// method (its body is then empty).
+    inbound: Option<BoxInbound>,
 }
 
 impl ServerCall {
@@ -79,7 +83,25 @@ impl ServerCall {
             timeout,
             extensions: Extensions::new(),
             addrs,
+            inbound: None,
         })
+    }
+
+    /// This call as a streaming call whose request messages arrive on `inbound`.
+    #[must_use]
+    pub fn with_inbound(mut self, inbound: BoxInbound) -> ServerCall {
+        self.inbound = Some(inbound);
+        self
+    }
+
+    /// Whether the client streams its messages (see [`ServerCall::take_inbound`]).
+    pub fn is_streaming(&self) -> bool {
+        self.inbound.is_some()
+    }
+
+    /// The client's messages of a streaming call (once; `None` for a unary call).
+    pub fn take_inbound(&mut self) -> Option<BoxInbound> {
+        self.inbound.take()
     }
 
     /// `/package.Service/Method`.

@@ -7,5 +7,5 @@ mod routable;
 
 pub use call::ServerCall;
 pub use named::NamedService;
-pub use reply::{BoxFuture, BoxMessage, EncodeMessage, ServerReply};
+pub use reply::{BoxFuture, BoxMessage, EncodeMessage, ReplyBody, ServerReply};
 pub use routable::{BoxError, CallService, RoutableService};

@@ -7,6 +7,7 @@ use prost::Message;
 
 use crate::response::Response;
 use crate::status::Status;
+use crate::stream::BoxMessageSource;
 
 /// A message the transport can encode straight into a send slot.
 pub trait EncodeMessage: Send + 'static {
@@ -46,8 +47,38 @@ impl std::fmt::Debug for dyn EncodeMessage {
 /// A boxed response message.
 pub type BoxMessage = Box<dyn EncodeMessage>;
 
-/// A server method's outcome: a response to encode, or a status.
-pub type ServerReply = Response<BoxMessage>;
+/// What a server method answers with: one message (unary and client-streaming
+/// methods), or a stream of them (server-streaming and bidirectional methods).
+#[derive(Debug)]
+pub enum ReplyBody {
+    /// The only response message; the call ends OK once it is sent.
+    Message(BoxMessage),
+    /// Response messages as the handler produces them; the call ends with the
+    /// stream's end (OK) or its first error (that status).
+    Stream(BoxMessageSource),
+}
+
+impl ReplyBody {
+    /// A body of one message.
+    pub fn message(m: impl EncodeMessage) -> ReplyBody {
+        ReplyBody::Message(Box::new(m))
+    }
+}
+
+impl From<BoxMessage> for ReplyBody {
+    fn from(m: BoxMessage) -> ReplyBody {
+        ReplyBody::Message(m)
+    }
+}
+
+impl From<BoxMessageSource> for ReplyBody {
+    fn from(s: BoxMessageSource) -> ReplyBody {
+        ReplyBody::Stream(s)
+    }
+}
+
+/// A server method's outcome: a response to encode (or stream), or a status.
+pub type ServerReply = Response<ReplyBody>;
 
 /// The future a generated server returns for one call.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send + 'static>>;

@@ -219,7 +219,7 @@ mod tests {
     use crate::code::Code;
     use crate::metadata::{AsciiMetadataValue, MetadataMap};
     use crate::payload::Payload;
-    use crate::server::{BoxMessage, ServerReply};
+    use crate::server::{ReplyBody, ServerReply};
     use crate::Response;
 
     /// What a client-side inner service was asked to send: metadata, timeout, and
@@ -307,7 +307,7 @@ mod tests {
             let req = call.into_request::<u32>();
             ready(req.map(|r| {
                 let n = r.extensions().get::<u32>().copied().unwrap_or(0);
-                let mut resp = Response::new(Box::new(n) as BoxMessage);
+                let mut resp = Response::new(ReplyBody::message(n));
                 *resp.metadata_mut() = r.metadata().clone();
                 resp
             }))
@@ -337,7 +337,10 @@ mod tests {
         });
         let reply = svc.oneshot(received()).await.unwrap();
         assert_eq!(reply.metadata().get("k").unwrap().to_str().unwrap(), "v");
-        assert_eq!(reply.get_ref().encoded_len(), 2, "42 encodes in two bytes");
+        let ReplyBody::Message(m) = reply.get_ref() else {
+            panic!("a unary reply")
+        };
+        assert_eq!(m.encoded_len(), 2, "42 encodes in two bytes");
 
         let refuse = |_: Request<()>| Err(Status::permission_denied("no"));
         let e = InterceptedService::new(Handler, refuse)

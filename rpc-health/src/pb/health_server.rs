@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rpc_core::server::{BoxFuture, BoxMessage, NamedService, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::{Request, Response, Status};
 
 use super::{HealthCheckRequest, HealthCheckResponse, CHECK, WATCH};
@@ -77,7 +77,7 @@ impl<T: Health> tower::Service<ServerCall> for HealthServer<T> {
                 let inner = Arc::clone(&self.inner);
                 Box::pin(async move {
                     let response = <T as Health>::check(&inner, request).await?;
-                    Ok(response.map(|message| Box::new(message) as BoxMessage))
+                    Ok(response.map(ReplyBody::message))
                 })
             }
             // UNIMPLEMENTED, not any other code: the health specification tells

@@ -12,7 +12,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 
-use crate::server::{CallService, ServerCall, ServerReply};
+use crate::server::{CallService, ReplyBody, ServerCall, ServerReply};
 use crate::service::{Route, Routes};
 use crate::status::Status;
 
@@ -134,4 +134,19 @@ pub(crate) fn start_inline<F: Future<Output = ()>>(fut: F, inline: bool) -> Opti
     }
     let mut cx = Context::from_waker(Waker::noop());
     fut.as_mut().poll(&mut cx).is_pending().then_some(fut)
+}
+
+/// A reply split for a one-frame answer (unary and client-streaming methods). A
+/// streaming reply on a path that cannot stream (UD, or RC until its streams are
+/// wired) is `UNIMPLEMENTED`, saying so.
+pub(crate) fn unary_parts(
+    result: Result<ServerReply, Status>,
+) -> Result<(crate::MetadataMap, crate::server::BoxMessage), Status> {
+    let (metadata, body, _) = result?.into_parts();
+    match body {
+        ReplyBody::Message(m) => Ok((metadata, m)),
+        ReplyBody::Stream(_) => Err(Status::unimplemented(
+            "a streaming reply cannot travel on this transport",
+        )),
+    }
 }

@@ -170,7 +170,7 @@ impl RcPeer {
 
     /// Encodes the reply into a send slot (waiting for one if all are in flight).
     async fn respond(&self, id: u32, result: Result<ServerReply, Status>) {
-        let parts = result.map(|r| r.into_parts());
+        let parts = super::handler::unary_parts(result);
         loop {
             let notified = self.slot_wait.notified();
             tokio::pin!(notified);
@@ -185,7 +185,7 @@ impl RcPeer {
                     let RcPeerState { engine, ring, .. } = &mut *st;
                     let r = parts
                         .as_ref()
-                        .map(|(m, msg, _)| (m, &**msg))
+                        .map(|(m, msg)| (m, &**msg))
                         .map_err(Clone::clone);
                     match engine.respond(id, r, ring.buf(&slot)) {
                         Some(t) => {

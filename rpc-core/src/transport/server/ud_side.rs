@@ -341,10 +341,10 @@ impl UdSide {
     }
 
     fn respond(&self, session: u32, id: u32, result: Result<ServerReply, Status>) {
-        let parts = result.map(|r| r.into_parts());
+        let parts = super::handler::unary_parts(result);
         let r = parts
             .as_ref()
-            .map(|(m, msg, _)| (m, &**msg))
+            .map(|(m, msg)| (m, &**msg))
             .map_err(Clone::clone);
         let mut st = lock(&self.state);
         let SessionsState {
