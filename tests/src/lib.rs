@@ -25,6 +25,8 @@ pub mod kv {
     rpc_core::include_proto!("kv");
 }
 
+pub mod raw_stream;
+
 static ABORTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static STARTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 

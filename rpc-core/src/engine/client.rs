@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::engine::codec::{self, CallHead, Outcome};
+use crate::engine::stream::client::{ClientStreams, Limits, StreamEvent};
 use crate::engine::wire::{self, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
 use crate::id_map::IdMap;
@@ -135,6 +136,9 @@ pub struct ClientConn<W> {
     deadlines: BinaryHeap<Reverse<(Instant, u32)>>,
     dead: Option<Status>,
     stats: ClientStats,
+    /// Streaming calls (ids with [`wire::STREAM_ID_BIT`]): a table of their own, so
+    /// that unary calls pay nothing for them.
+    streams: ClientStreams,
 }
 
 impl<W> ClientConn<W> {
@@ -156,17 +160,91 @@ impl<W> ClientConn<W> {
             deadlines: BinaryHeap::new(),
             dead: None,
             stats: ClientStats::default(),
+            streams: ClientStreams::new(Limits {
+                max_send_message: cfg.max_send_message,
+                max_recv_message: cfg.max_recv_message,
+            }),
         }
     }
 
     /// Counters.
     pub fn stats(&self) -> ClientStats {
-        self.stats
+        let mut s = self.stats;
+        s.malformed += self.streams.malformed;
+        s
     }
 
-    /// Calls in the table (open, or retired with answers still owed).
+    /// Calls in the table (open, or retired with answers still owed), streaming
+    /// calls included.
     pub fn calls(&self) -> usize {
-        self.calls.len()
+        self.calls.len() + self.streams.len()
+    }
+
+    /// The streaming calls: their events and what their callers do to them.
+    pub fn streams(&mut self) -> &mut ClientStreams {
+        &mut self.streams
+    }
+
+    /// The next event of a streaming call.
+    pub fn poll_stream_event(&mut self) -> Option<(u32, StreamEvent)> {
+        self.streams.poll_event()
+    }
+
+    /// Opens a streaming call on a reserved token, writing its `REQ` (flagged
+    /// `STREAM`, no body) into `out`; its messages follow with
+    /// [`ClientConn::send_stream_message`]. On error the reservation is released.
+    pub fn start_stream(
+        &mut self,
+        now: Instant,
+        head: &CallHead<'_>,
+        out: &mut [u8],
+    ) -> Result<(u32, Transmit), Status> {
+        assert!(self.reserved > 0, "start_stream without a reserved token");
+        let r = match &self.dead {
+            Some(s) => Err(s.clone()),
+            None => {
+                let cap = self.cfg.frame_size.min(out.len());
+                codec::write_request(head, 0, &mut out[..cap])
+            }
+        };
+        self.reserved -= 1;
+        match r {
+            Ok(len) => {
+                self.stats.frames_sent += 1;
+                Ok(self.streams.open(now, head.timeout, out, len))
+            }
+            Err(s) => {
+                self.tokens += 1;
+                Err(s)
+            }
+        }
+    }
+
+    /// Sends a message of streaming call `id` on a reserved token (see
+    /// [`ClientStreams::can_send`]); on error the reservation is released.
+    pub fn send_stream_message(
+        &mut self,
+        id: u32,
+        len: usize,
+        encode: impl FnOnce(&mut [u8]),
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        assert!(
+            self.reserved > 0,
+            "send_stream_message without a reserved token"
+        );
+        self.reserved -= 1;
+        let cap = self.cfg.frame_size.min(out.len());
+        match self.streams.send_message(id, len, encode, &mut out[..cap]) {
+            Ok(t) => {
+                self.stats.frames_sent += 1;
+                Ok(t)
+            }
+            Err(s) => {
+                self.tokens += 1;
+                Err(s)
+            }
+        }
     }
 
     /// Tokens neither in use nor reserved.
@@ -200,7 +278,8 @@ impl<W> ClientConn<W> {
 
     /// `n` answer slots were reposted at this side: their tokens come back.
     pub fn handle_tokens_returned(&mut self, n: u32) {
-        self.tokens += n;
+        // Slots of server frames that answered nothing are the server's credits.
+        self.tokens += self.streams.absorb_reposts(n);
         debug_assert!(self.tokens + self.reserved <= self.cfg.credits);
     }
 
@@ -308,7 +387,8 @@ impl<W> ClientConn<W> {
     fn alloc_id(&mut self) -> u32 {
         loop {
             let id = self.next_id;
-            self.next_id = (self.next_id + 1) & wire::CALL_ID_MASK;
+            // Streaming calls take the ids with `STREAM_ID_BIT`.
+            self.next_id = (self.next_id + 1) & (wire::STREAM_ID_BIT - 1);
             if id != 0 && !self.calls.contains_key(&id) {
                 return id;
             }
@@ -317,7 +397,7 @@ impl<W> ClientConn<W> {
 
     /// Whether [`ClientConn::poll_transmit`] has a frame to send once a token is free.
     pub fn wants_transmit(&self) -> bool {
-        !self.transmit.is_empty()
+        !self.transmit.is_empty() || self.streams.wants_transmit()
     }
 
     /// Writes the next pending frame (request fragment, RFR or CANCEL) into `out`,
@@ -325,6 +405,12 @@ impl<W> ClientConn<W> {
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<Transmit> {
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
+        if self.streams.wants_transmit() {
+            if let Some(t) = self.streams.poll_transmit(&mut self.tokens, out) {
+                self.stats.frames_sent += 1;
+                return Some(t);
+            }
+        }
         let mut visits = self.transmit.len();
         while self.tokens > 0 && visits > 0 {
             visits -= 1;
@@ -385,7 +471,11 @@ impl<W> ClientConn<W> {
             return None;
         };
         let Some(call) = self.calls.get_mut(&id) else {
-            self.stats.malformed += 1;
+            if id & wire::STREAM_ID_BIT != 0 || id == 0 {
+                self.streams.handle_frame(kind, id, frame);
+            } else {
+                self.stats.malformed += 1;
+            }
             return None;
         };
         if call.awaiting == 0 {
@@ -572,19 +662,21 @@ impl<W> ClientConn<W> {
     /// has work. O(1), after dropping the stale entries at the top of the heap (each
     /// dropped once). Calls started without a timeout are not in it.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let stream = self.streams.poll_timeout();
         while let Some(&Reverse((at, id))) = self.deadlines.peek() {
             if self.calls.get(&id).is_some_and(|c| c.enforces(at)) {
-                return Some(at);
+                return Some(stream.map_or(at, |s| s.min(at)));
             }
             self.deadlines.pop();
         }
-        None
+        stream
     }
 
     /// Ends every open call whose deadline is at or before `now` with
     /// `DEADLINE_EXCEEDED` (drained with [`ClientConn::poll_completion`]) and tells
     /// the server, as [`ClientConn::cancel`] does. Touches only the due entries.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.streams.handle_timeout(now);
         while let Some(&Reverse((at, id))) = self.deadlines.peek() {
             if at > now {
                 break;
@@ -624,6 +716,7 @@ impl<W> ClientConn<W> {
         }
         self.transmit.clear();
         self.deadlines.clear();
+        self.streams.handle_peer_lost(&status);
         self.dead = Some(status);
     }
 

@@ -42,6 +42,7 @@
 mod client;
 pub mod codec;
 mod server;
+mod stream;
 #[cfg(test)]
 mod tests;
 pub mod ud;
@@ -50,6 +51,8 @@ pub mod wire;
 pub use client::{ClientConfig, ClientConn, ClientStats, Completion, Reply};
 pub use codec::CallHead;
 pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
+pub use stream::client::{ClientStreams, StreamEvent};
+pub use stream::server::{ServerStreamEvent, ServerStreams};
 
 /// One frame to post: its length at the head of the buffer and its immediate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

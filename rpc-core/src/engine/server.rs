@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::engine::codec::{self, StatusCuts};
+use crate::engine::stream::server::{ServerStreamEvent, ServerStreams};
 use crate::engine::wire::{self, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
 use crate::id_map::IdMap;
@@ -64,6 +65,9 @@ pub struct Incoming {
     pub metadata: MetadataMap,
     /// Time left for the call, as the client sent it.
     pub timeout: Option<Duration>,
+    /// A streaming call: its messages follow (the body is empty), and its answer is
+    /// [`ServerConn::respond_stream`].
+    pub streaming: bool,
 }
 
 /// A call's state at the server.
@@ -107,6 +111,8 @@ pub struct ServerConn {
     /// Running calls the client cancelled (the driver may stop their handlers).
     cancelled: VecDeque<u32>,
     stats: ServerStats,
+    /// Streaming calls: a table of their own, so that unary calls pay nothing.
+    streams: ServerStreams,
 }
 
 impl ServerConn {
@@ -123,12 +129,51 @@ impl ServerConn {
             buffered: 0,
             cancelled: VecDeque::new(),
             stats: ServerStats::default(),
+            streams: ServerStreams::new(cfg.max_recv_message, cfg.max_send_message),
         }
     }
 
     /// Counters.
     pub fn stats(&self) -> ServerStats {
-        self.stats
+        let mut s = self.stats;
+        s.malformed += self.streams.malformed;
+        s
+    }
+
+    /// The streaming calls: their events and what their handlers do to them.
+    pub fn streams(&mut self) -> &mut ServerStreams {
+        &mut self.streams
+    }
+
+    /// The next event of a streaming call.
+    pub fn poll_stream_event(&mut self) -> Option<(u32, ServerStreamEvent)> {
+        self.streams.poll_event()
+    }
+
+    /// Answers a streaming call's `REQ`: its response headers (the call goes on)
+    /// or a status (trailers-only: the call ends). `None` if there is nothing to send.
+    pub fn respond_stream(
+        &mut self,
+        id: u32,
+        result: Result<&MetadataMap, Status>,
+        out: &mut [u8],
+    ) -> Option<Transmit> {
+        let cap = self.cfg.frame_size.min(out.len());
+        self.streams
+            .respond(id, result, &mut out[..cap], &mut self.stats.cuts)
+    }
+
+    /// Sends a message of streaming call `id` into `out`, a free send slot (see
+    /// [`ServerStreams::can_send`]).
+    pub fn send_stream_message(
+        &mut self,
+        id: u32,
+        len: usize,
+        encode: impl FnOnce(&mut [u8]),
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        let cap = self.cfg.frame_size.min(out.len());
+        self.streams.send_message(id, len, encode, &mut out[..cap])
     }
 
     /// Bytes held in reassembly and pending responses.
@@ -136,9 +181,9 @@ impl ServerConn {
         self.buffered
     }
 
-    /// Calls in the table.
+    /// Calls in the table, streaming calls included.
     pub fn calls(&self) -> usize {
-        self.calls.len()
+        self.calls.len() + self.streams.len()
     }
 
     /// Handles one received frame; a complete request is returned for dispatch (its
@@ -185,7 +230,12 @@ impl ServerConn {
                 self.answers.push_back((id, FrameAnswer::Credit));
                 None
             }
-            Kind::Resp | Kind::RespFrag | Kind::Cr | Kind::InProgress => {
+            Kind::Msg | Kind::HalfClose | Kind::Reset | Kind::Credit => {
+                self.streams.handle_frame(kind, id, frame);
+                self.answers.push_back((id, FrameAnswer::Credit));
+                None
+            }
+            Kind::Resp | Kind::RespFrag | Kind::Cr | Kind::InProgress | Kind::Trailers => {
                 self.stats.malformed += 1;
                 self.answers.push_back((id, FrameAnswer::Credit));
                 None
@@ -199,7 +249,7 @@ impl ServerConn {
     }
 
     fn on_request(&mut self, id: u32, frame: &[u8]) -> Option<Incoming> {
-        if self.calls.contains_key(&id) {
+        if self.calls.contains_key(&id) || self.streams.contains(id) {
             // A client bug; the call that owns the id keeps it.
             self.stats.malformed += 1;
             self.answers.push_back((id, FrameAnswer::Credit));
@@ -213,6 +263,9 @@ impl ServerConn {
             }
         };
         let total = start.body_len;
+        if wire::request_is_stream(frame) {
+            return self.open_stream(id, start);
+        }
         if total > self.cfg.max_recv_message {
             return self.reject(
                 id,
@@ -233,6 +286,7 @@ impl ServerConn {
                 body: start.body,
                 metadata: start.metadata,
                 timeout: start.timeout,
+                streaming: false,
             });
         }
         let need = body_start + total;
@@ -311,6 +365,27 @@ impl ServerConn {
             body,
             metadata,
             timeout,
+            streaming: false,
+        })
+    }
+
+    /// A `REQ` flagged `STREAM`: a streaming call opens (its body must be empty:
+    /// messages come as `MSG`s).
+    fn open_stream(&mut self, id: u32, start: codec::RequestStart) -> Option<Incoming> {
+        if start.body_len != 0 {
+            self.stats.malformed += 1;
+            return self.reject(id, Status::internal("streaming request with a body"));
+        }
+        self.streams.open(id);
+        self.stats.dispatched += 1;
+        Some(Incoming {
+            id,
+            bytes: RequestBody::InFrame,
+            path: start.path,
+            body: start.body,
+            metadata: start.metadata,
+            timeout: start.timeout,
+            streaming: true,
         })
     }
 
@@ -332,7 +407,7 @@ impl ServerConn {
 
     /// Whether [`ServerConn::poll_transmit`] has an answer to write.
     pub fn wants_transmit(&self) -> bool {
-        !self.answers.is_empty()
+        !self.answers.is_empty() || self.streams.wants_transmit()
     }
 
     /// Writes the application's answer to call `id` into `out`: the response head
@@ -422,7 +497,9 @@ impl ServerConn {
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<Transmit> {
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
-        let (id, a) = self.answers.pop_front()?;
+        let Some((id, a)) = self.answers.pop_front() else {
+            return self.streams.poll_transmit(out, &mut self.stats.cuts);
+        };
         Some(match a {
             FrameAnswer::Credit => Transmit {
                 len: 0,

@@ -23,6 +23,8 @@
 //! send into an empty receive queue (no RNR), and no credit-return traffic exists.
 //! The client keeps its last free token for `CANCEL` frames, so a caller that gives
 //! up can always tell the server, even while every other credit waits on a handler.
+//! Streaming calls add server frames that answer nothing; they ride connection
+//! credits of the server's own (see "Streaming calls" below).
 //!
 //! # Frame kinds (the top 4 bits of the immediate; bytes at the head of the slot, big endian)
 //!
@@ -37,15 +39,15 @@
 //! | 6 | RC | s→c | `RESP_FRAG` | `offset:u32`, next body chunk (answers an `RFR`) |
 //! | 7 | RC | s→c | `CR` | nothing: the credit return that answers a frame with no other answer |
 //! | 8 | UD | s→c | `IN_PROGRESS` | nothing: "the call is running, keep waiting" (see [`crate::engine::ud::wire`]) |
-//! | 9 | — | both | `MSG` | reserved, not yet sent: a stream message after the call's first |
-//! | 10 | — | both | `HALF_CLOSE` | reserved, not yet sent: "no more messages this way" |
-//! | 11 | — | s→c | `TRAILERS` | reserved, not yet sent: the final status of a streaming call |
-//! | 12 | — | both | `RESET` | reserved, not yet sent: the call ends now, with a code |
-//! | 13 | — | both | `CREDIT` | reserved, not yet sent: a grant of more messages (a stream's, or with call id 0 the connection's) |
+//! | 9 | RC | both | `MSG` | `offset:u32 total:u32`, a chunk of one stream message (below) |
+//! | 10 | RC | c→s | `HALF_CLOSE` | nothing: the client sends no more messages on this call |
+//! | 11 | RC | s→c | `TRAILERS` | the `RESP` layout: the streaming call's final status, ends it |
+//! | 12 | RC | c→s | `RESET` | `code:u8`: the client ends the call now (cancelled, deadline, refused) |
+//! | 13 | RC | both | `CREDIT` | `n:u32`: `n` more `MSG`s on this call; with call id 0, `n` connection credits (s→c frames) back to the server |
 //! | 14, 15 | — | — | — | unassigned |
 //!
-//! A kind that a side does not expect (a reserved one, `IN_PROGRESS` on RC, `CR` on
-//! UD, a server kind sent to the server) is malformed: dropped and counted, and on RC
+//! A kind that a side does not expect (an unassigned one, `IN_PROGRESS` on RC, `CR`
+//! on UD, a stream kind on UD, a server kind sent to the server) is malformed: dropped and counted, and on RC
 //! still answered by `CR` so that the peer's credits stay balanced.
 //!
 //! # Bodies and fragments (RC)
@@ -72,40 +74,81 @@
 //!
 //! # Flags (byte 4 of a `REQ` head, byte 5 of a `RESP` head)
 //!
-//! Reserved, not yet sent: always 0 today, and a frame with any flag set is malformed,
-//! so that a flag changing what a frame means can be added without an old receiver
-//! misreading it. Planned:
-//! * bit 0, `BY_REF` (both heads): the body is not inline; in its place the frame
-//!   carries a descriptor `addr:u64 rkey:u32 len:u32` of registered memory at the
-//!   sender, which the receiver pulls with one RDMA Read into memory of its own.
-//!   `body_len` still gives the body's length. The receiver sends its next frame for
-//!   the call only once the Read completed, and that frame releases the memory (on
-//!   RC unary: the `CR` or `RESP` answering a `REQ`; after a `RESP`, an `RFR`, which
-//!   the server answers with `CR`).
-//! * bit 1, `STREAM` (`REQ` only): the call is streaming (below); the `REQ`'s body is
-//!   the first request message and does not end the client's half-stream.
+//! A frame with a flag this side does not know is malformed, so that a flag changing
+//! what a frame means can be added without an old receiver misreading it.
+//! * bit 1, [`STREAM_FLAG`] (sent): on a `REQ`, the call is streaming (below); its
+//!   body is empty, and its messages follow as `MSG`s. On a `RESP`, the frame is a
+//!   streaming call's response headers: the call goes on (its messages and `TRAILERS`
+//!   follow). A `RESP` without it ends its call, whatever the call's shape.
+//! * bit 0, `BY_REF` (both heads; planned, not sent): the body is not inline; in its
+//!   place the frame carries a descriptor `addr:u64 rkey:u32 len:u32` of registered
+//!   memory at the sender, which the receiver pulls with one RDMA Read into memory of
+//!   its own. `body_len` still gives the body's length. The receiver sends its next
+//!   frame for the call only once the Read completed, and that frame releases the
+//!   memory (on RC unary: the `CR` or `RESP` answering a `REQ`; after a `RESP`, an
+//!   `RFR`, which the server answers with `CR`).
 //!
-//! # What comes next: a call as two half-streams (design, not built)
+//! # Streaming calls (RC): a call as two half-streams
 //!
 //! A call is two half-streams of messages, client→server and server→client, each
 //! ended by end-of-stream; the call ends with a final status (trailers) from the
-//! server, or at once with a `RESET` from either side.
-//! * **Unary** keeps today's path, one frame each way: the `REQ` carries the head and
-//!   the only request message and implies end-of-stream; the `RESP` carries the only
-//!   response message and the final status, and ends the call.
-//! * **Streaming** calls open with a `REQ` flagged `STREAM`. Each later message is a
-//!   `MSG` frame (body inline, or `BY_REF` above a slot: stream messages are never
-//!   fragmented); `HALF_CLOSE` ends its sender's direction; the server ends the call
-//!   with `TRAILERS` (the `RESP` layout: code, message, metadata, and the details as
-//!   its body); `RESET` (payload `code:u8`) ends both directions at once, from either
-//!   side (a cancelled or failed call).
-//! * **Credits.** `CREDIT` (payload `n:u32`) grants the peer `n` more `MSG`s on that
-//!   call, so a slow reader stops only its own producer. Server-sent stream frames
-//!   break the rule that each client frame gets exactly one answer, so the server
-//!   gets connection credits of its own: receives the client posts for them, granted
-//!   at the handshake and returned by `CREDIT` with call id 0 (never a call's id).
-//!   RNR stays impossible.
-//! * UD keeps one datagram each way: no streams.
+//! server, or at once with a `RESET` from the client. Unary calls keep the path above
+//! (one frame each way for small calls); nothing below costs them anything.
+//! * **Ids.** The client allocates streaming calls' ids with bit 27 set
+//!   ([`STREAM_ID_BIT`]) and unary ones with it clear, so that a frame finds its
+//!   table by its id; the server keys both by id and checks the shape anyway.
+//! * **Open.** A `REQ` flagged `STREAM` (path, metadata, timeout; empty body) opens
+//!   the call. The client does not wait for a first message to open it (a bidi
+//!   client may send only after reading). The `REQ` is answered, as any `REQ`, by one
+//!   `RESP`: sent when the server's handler returns its response, before any message
+//!   (so a ping-pong works), flagged `STREAM` and carrying the response metadata
+//!   (headers). A handler that fails instead answers with a plain error `RESP`
+//!   ("trailers-only"), which ends the call. The `RESP` of a streaming call always
+//!   fits one frame (error details that do not are dropped, counted and logged, as
+//!   `codec` does when nobody can pull them).
+//! * **Messages.** Each message is one `MSG` (`offset:u32 total:u32`, then the bytes
+//!   `offset..` of a message of `total` bytes). A message longer than a frame is cut
+//!   into `MSG`s of consecutive offsets, sent back to back in order (RC keeps them in
+//!   order; the offset lets the receiver reject a gap instead of corrupting the
+//!   message). *Interim:* this fragmentation stands in for the large-message path
+//!   (RDMA Read by reference, `BY_REF`), a later issue. A message is bounded by the
+//!   receiver's max message: a server refusing a longer one ends the call with
+//!   `TRAILERS` `RESOURCE_EXHAUSTED`; a client refusing one sends `RESET`
+//!   `RESOURCE_EXHAUSTED` and ends the call so itself; a sender that knows the
+//!   peer's limit (exchanged at the handshake) refuses before sending, and does the
+//!   same.
+//! * **Ends.** `HALF_CLOSE` ends the client's half-stream. The server's half ends
+//!   with `TRAILERS` (the `RESP` layout, code and message and trailing metadata, the
+//!   details as its body, cut to the frame), which also ends the call: later client
+//!   frames of the call are answered and dropped. `RESET` (`code:u8`, the client's
+//!   reason: `CANCELLED` when it stopped reading, `DEADLINE_EXCEEDED`,
+//!   `RESOURCE_EXHAUSTED`) ends both halves at once: the server stops the handler
+//!   and drops its producer.
+//! * **Answers.** Every client frame still gets exactly one answer (`MSG`,
+//!   `HALF_CLOSE`, `RESET` and `CREDIT` are answered at once by `CR`; a `REQ` by its
+//!   `RESP`), so the client's credits work as above, unchanged.
+//! * **Message credits (per call, each way).** A side may send a call's `MSG`s only
+//!   within the window its peer granted: [`STREAM_WINDOW`] messages at open, plus
+//!   the `n` of every `CREDIT` for the call. A receiver grants more as its reader
+//!   takes messages (in batches of half the window), so a slow reader stops only its
+//!   own producer. A message counts once, however many `MSG`s carry it. Per call, a
+//!   receiver buffers at most [`STREAM_WINDOW`] messages (stream messages are copied
+//!   out of their receive slot, which is reposted at once: a slow reader never
+//!   holds the connection's receives), so at most `STREAM_WINDOW × max message`
+//!   bytes, and `STREAM_WINDOW × slot` for messages of one frame.
+//! * **Connection credits (server).** Server frames other than answers (`MSG`,
+//!   `TRAILERS`, `CREDIT`) need receives the client posted for them: at connect the
+//!   client posts [`SERVER_CREDITS`] receives beyond its credits, and the server
+//!   starts with that many connection credits; each such frame takes one. The client
+//!   returns them with `CREDIT` on call id 0 once half are reposted (a client frame,
+//!   answered by `CR`). The client's frames that are answered at once (`MSG`
+//!   excepted) may use its last credit, as `CANCEL` does, so a connection whose
+//!   other credits wait on slow handlers still returns the server's credits. RNR
+//!   stays impossible: every frame either side sends lands in a receive counted for
+//!   it.
+//! * **Fairness.** Each side sends one message (or one fragment) of a call at a
+//!   time and then lets the other calls with credit and data go first.
+//! * UD keeps one datagram each way: no streams (a UD channel opens RC for them).
 
 use crate::code::Code;
 use std::time::Duration;
@@ -143,11 +186,29 @@ pub enum Kind {
     /// "Still running, keep waiting" (UD only): the answer to a duplicate request of
     /// a call whose handler has not finished.
     InProgress = 8,
+    /// A chunk of a stream message (RC only).
+    Msg = 9,
+    /// The client's end of its half-stream (RC only).
+    HalfClose = 10,
+    /// A streaming call's final status (RC only).
+    Trailers = 11,
+    /// The client ends a streaming call at once (RC only).
+    Reset = 12,
+    /// A grant of messages on a call, or of connection credits with call id 0.
+    Credit = 13,
 }
 
-/// Kinds reserved for streams (see the table above): not yet sent, and malformed
-/// when received.
-pub const RESERVED_KINDS: std::ops::RangeInclusive<u32> = 9..=13;
+/// The flag of a streaming `REQ`, and of a `RESP` carrying a stream's headers.
+pub const STREAM_FLAG: u8 = 0b10;
+/// Bit of the call id that marks a streaming call (the client allocates them apart).
+pub const STREAM_ID_BIT: u32 = 1 << (CALL_ID_BITS - 1);
+/// Messages a side may send on a call before its peer grants more.
+pub const STREAM_WINDOW: u32 = 16;
+/// Connection credits the server starts with: receives the client posts for server
+/// frames that answer nothing (`MSG`, `TRAILERS`, `CREDIT`), beyond its credits.
+pub const SERVER_CREDITS: u32 = 64;
+/// Bytes of the fixed part of a `MSG` frame.
+pub const MSG_HEAD_LEN: usize = 8;
 
 impl Kind {
     fn from_bits(v: u32) -> Option<Kind> {
@@ -160,6 +221,11 @@ impl Kind {
             6 => Kind::RespFrag,
             7 => Kind::Cr,
             8 => Kind::InProgress,
+            9 => Kind::Msg,
+            10 => Kind::HalfClose,
+            11 => Kind::Trailers,
+            12 => Kind::Reset,
+            13 => Kind::Credit,
             _ => return None,
         })
     }
@@ -186,7 +252,7 @@ pub const MAX_TIMEOUT_US: u64 = (1 << 56) - 1;
 /// Fixed part of a `REQ` frame.
 ///
 /// ```text
-/// 0 body_len:u32  4 flags:u8 (reserved, 0)  5 timeout_us:u56 (0 = none)  12 path_len:u16  14 meta_len:u16
+/// 0 body_len:u32  4 flags:u8 (STREAM or 0)  5 timeout_us:u56 (0 = none)  12 path_len:u16  14 meta_len:u16
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestHead {
@@ -217,12 +283,13 @@ impl RequestHead {
         let b = frame
             .get(..REQUEST_HEAD_LEN)
             .ok_or(Malformed("request frame shorter than its head"))?;
-        if b[4] != 0 {
+        if b[4] & !STREAM_FLAG != 0 {
             return Err(Malformed("request head with flags this side does not know"));
         }
+        let timeout = u64::from_be_bytes(b[4..12].try_into().expect("8 bytes"));
         let h = RequestHead {
             body_len: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            timeout_us: u64::from_be_bytes(b[4..12].try_into().expect("8 bytes")),
+            timeout_us: timeout & MAX_TIMEOUT_US,
             path_len: u16::from_be_bytes([b[12], b[13]]),
             meta_len: u16::from_be_bytes([b[14], b[15]]),
         };
@@ -270,7 +337,7 @@ impl RequestHead {
 /// Fixed part of a `RESP` frame.
 ///
 /// ```text
-/// 0 body_len:u32  4 code:u8  5 flags:u8 (reserved, 0)  6 msg_len:u16  8 meta_len:u16
+/// 0 body_len:u32  4 code:u8  5 flags:u8 (STREAM or 0)  6 msg_len:u16  8 meta_len:u16
 /// ```
 /// `code` is the gRPC status code. With 0 (OK) the body is the response message;
 /// otherwise `msg_len` bytes of UTF-8 status message follow the head and the body is
@@ -303,7 +370,7 @@ impl ResponseHead {
         let b = frame
             .get(..RESPONSE_HEAD_LEN)
             .ok_or(Malformed("response frame shorter than its head"))?;
-        if b[5] != 0 {
+        if b[5] & !STREAM_FLAG != 0 {
             return Err(Malformed(
                 "response head with flags this side does not know",
             ));
@@ -345,6 +412,68 @@ impl ResponseHead {
     }
 }
 
+/// Marks a written `REQ` (its head at the start of `out`) as streaming.
+pub fn set_request_stream(out: &mut [u8]) {
+    out[4] |= STREAM_FLAG;
+}
+
+/// Whether a `REQ` frame opens a streaming call.
+pub fn request_is_stream(frame: &[u8]) -> bool {
+    frame.get(4).is_some_and(|f| f & STREAM_FLAG != 0)
+}
+
+/// Marks a written `RESP` (its head at the start of `out`) as a stream's headers.
+pub fn set_response_stream(out: &mut [u8]) {
+    out[5] |= STREAM_FLAG;
+}
+
+/// Whether a `RESP` frame carries a stream's headers (the call goes on).
+pub fn response_is_stream(frame: &[u8]) -> bool {
+    frame.get(5).is_some_and(|f| f & STREAM_FLAG != 0)
+}
+
+/// Writes a `MSG` head: the chunk's offset in a message of `total` bytes.
+pub fn write_msg_head(out: &mut [u8], offset: u32, total: u32) {
+    out[..4].copy_from_slice(&offset.to_be_bytes());
+    out[4..MSG_HEAD_LEN].copy_from_slice(&total.to_be_bytes());
+}
+
+/// Reads a `MSG`: the chunk's offset, the message's total length, and the chunk.
+pub fn read_msg(frame: &[u8]) -> Result<(u32, u32, &[u8]), Malformed> {
+    let b = frame
+        .get(..MSG_HEAD_LEN)
+        .ok_or(Malformed("stream message shorter than its head"))?;
+    let offset = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    let total = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+    let chunk = &frame[MSG_HEAD_LEN..];
+    if u64::from(offset) + chunk.len() as u64 > u64::from(total) {
+        return Err(Malformed("stream message chunk beyond its total"));
+    }
+    Ok((offset, total, chunk))
+}
+
+/// Writes a `CREDIT` payload; returns its length.
+pub fn write_credit(out: &mut [u8], n: u32) -> usize {
+    out[..4].copy_from_slice(&n.to_be_bytes());
+    4
+}
+
+/// Reads a `CREDIT` payload.
+pub fn read_credit(frame: &[u8]) -> Result<u32, Malformed> {
+    let b = frame
+        .get(..4)
+        .ok_or(Malformed("credit frame shorter than its count"))?;
+    Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Reads a `RESET` payload: the client's reason.
+pub fn read_reset(frame: &[u8]) -> Result<Code, Malformed> {
+    let b = frame
+        .first()
+        .ok_or(Malformed("reset frame without its code"))?;
+    Ok(Code::from_i32(i32::from(*b)))
+}
+
 /// Writes a fragment head (its body offset).
 pub fn write_frag_head(out: &mut [u8], offset: u32) {
     out[..FRAG_HEAD_LEN].copy_from_slice(&offset.to_be_bytes());
@@ -384,11 +513,20 @@ mod tests {
             Kind::Cr as u8,
             "one kind, one meaning"
         );
-        for k in RESERVED_KINDS {
+        for k in [
+            Kind::Msg,
+            Kind::HalfClose,
+            Kind::Trailers,
+            Kind::Reset,
+            Kind::Credit,
+        ] {
+            assert_eq!(parse_imm(imm(k, 5)), Some((k, 5)));
+        }
+        for k in [14u32, 15] {
             assert_eq!(
                 parse_imm(k << CALL_ID_BITS | 1),
                 None,
-                "kind {k} is reserved"
+                "kind {k} is unassigned"
             );
         }
     }
@@ -409,6 +547,9 @@ mod tests {
         f.push(0); // one body byte more than body_len
         assert!(RequestHead::read(&f).is_err());
         f.pop();
+        f[4] = STREAM_FLAG; // streaming: the timeout is unchanged
+        assert_eq!(RequestHead::read(&f), Ok(h));
+        assert!(request_is_stream(&f));
         f[4] = 1; // a flag this side does not know
         assert!(RequestHead::read(&f).is_err());
         assert_eq!(

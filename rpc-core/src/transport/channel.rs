@@ -89,6 +89,23 @@ impl Channel {
     }
 }
 
+// For `channel_stream.rs`: streams go on RC, and a UD channel's session says
+// whether the server takes RC.
+impl Channel {
+    pub(crate) fn stream_rc(&mut self) -> &mut LinkChannel<RcLink> {
+        match &mut self.transport {
+            Transport::Rc(c) | Transport::Ud { rc: c, .. } => c,
+        }
+    }
+
+    pub(crate) fn stream_ud(&self) -> Option<&LinkChannel<UdLink>> {
+        match &self.transport {
+            Transport::Rc(_) => None,
+            Transport::Ud { ud, .. } => Some(ud),
+        }
+    }
+}
+
 // Here rather than in `endpoint.rs`, so that an endpoint stays plain settings that
 // the transports read without importing the channel built from them.
 impl Endpoint {

@@ -65,6 +65,11 @@ impl<L: Dial> LinkChannel<L> {
         std::future::poll_fn(|cx| self.inner.poll_conn(cx).map_ok(|_| ())).await
     }
 
+    /// Polls for a connection: dials if none is up.
+    pub(crate) fn poll_dialed(&self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        self.inner.poll_conn(cx).map_ok(|_| ())
+    }
+
     /// Reads the current connection's link (counters, limits); `None` while none is up.
     pub(crate) fn with_link<R>(&self, f: impl FnOnce(&L) -> R) -> Option<R> {
         self.inner.current().map(|c| f(&c.lock().link))
@@ -86,6 +91,12 @@ impl<L: Dial> LinkChannel<L> {
             return Some(Ok(()));
         }
         None
+    }
+
+    /// Takes this clone's reservation (made by `poll_ready`) for a call of its own
+    /// kind (a streaming call): the connection and the handle that keeps it open.
+    pub(crate) fn take_reserved(&mut self) -> Option<Reserved<L>> {
+        self.reserved.take().map(|c| (c, self.inner.clone()))
     }
 
     /// Gives back this clone's reservation, if it holds one.
@@ -170,6 +181,10 @@ impl<L: Dial, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
         }
     }
 }
+
+/// A reservation taken out of a channel: the connection, and the handle that keeps
+/// it open.
+pub(crate) type Reserved<L> = (Arc<Conn<L>>, Arc<Handle<L>>);
 
 /// Cancels its call in the engine when dropped before the reply came.
 struct CallGuard<L: Dial> {

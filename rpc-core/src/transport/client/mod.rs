@@ -25,6 +25,7 @@ mod dial;
 mod handle;
 mod link;
 pub(crate) mod rc;
+pub(crate) mod stream;
 pub(crate) mod ud;
 
 use std::ops::Range;

@@ -15,9 +15,12 @@ use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkComple
 use super::conn::{Conn, Dial};
 use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
+use super::stream::StreamShared;
 use super::{deliver, ReplySender};
+use crate::engine::wire::SERVER_CREDITS;
 use crate::engine::{ClientConfig, ClientConn, Reply};
 use crate::handshake::{check_rc, ClientHello, HandshakeError, RcAsk};
+use crate::id_map::IdMap;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::Error;
@@ -41,10 +44,12 @@ struct ReturnedCredits {
 
 /// An RC connection's state: the engine, the send slots and the credits.
 pub(crate) struct RcLink {
-    engine: ClientConn<ReplySender>,
-    ring: SendRing,
-    promised: SlotPromises,
+    pub(super) engine: ClientConn<ReplySender>,
+    pub(super) ring: SendRing,
+    pub(super) promised: SlotPromises,
     credits: Arc<ReturnedCredits>,
+    /// The streaming calls' callers, by call id (see `stream.rs`).
+    pub(super) streams: IdMap<u32, Arc<StreamShared>>,
 }
 
 /// Connects an RC channel: the handshake, then the QP, its slots and driver.
@@ -55,12 +60,13 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     let pd = dev.alloc_pd()?;
     // One CQ for sends and receives, so one poller sees everything of the connection.
     // One credit more than calls in flight: the engine keeps it for CANCEL frames.
+    // Beyond the credits' receives, the server's own credits (stream frames).
     let ask = s.credits + 1;
-    let cq = Arc::new(dev.create_cq(2 * ask + 16)?);
+    let cq = Arc::new(dev.create_cq(2 * ask + SERVER_CREDITS + 16)?);
     let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
     init.cap = QpCap {
         max_send_wr: ask,
-        max_recv_wr: ask,
+        max_recv_wr: ask + SERVER_CREDITS,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
@@ -94,7 +100,13 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
             sig.ready.wake_all();
         })
     };
-    let pool = RecvPool::new(&pd, RecvTarget::Qp(qp.clone()), credits, slot, Some(hook))?;
+    let pool = RecvPool::new(
+        &pd,
+        RecvTarget::Qp(qp.clone()),
+        credits + SERVER_CREDITS,
+        slot,
+        Some(hook),
+    )?;
     let ring = SendRing::new(&pd, qp.clone(), credits, slot)?;
     let engine = ClientConn::new(ClientConfig {
         credits,
@@ -107,6 +119,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
         ring,
         promised: SlotPromises::default(),
         credits: returned,
+        streams: IdMap::default(),
     };
     tracing::debug!(peer = %addr, credits, slot, "connected");
     Ok(Conn::spawn(link, sig, (pool, cq), s, tcp))
@@ -134,7 +147,7 @@ impl RcLink {
     /// Frames left waiting for credits mark the connection starved, so that the
     /// repost hook kicks the driver when credits come back (a lack of slots needs no
     /// kick: send completions reach the driver anyway).
-    fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         loop {
             self.sync_credits();
             while self.engine.wants_transmit()
@@ -164,7 +177,7 @@ impl RcLink {
     }
 
     /// Sends queued frames and the requests callers held back.
-    fn send_queued(&mut self) {
+    pub(super) fn send_queued(&mut self) {
         if self.engine.dead().is_none() {
             self.pump();
             self.flush_held();
@@ -292,11 +305,13 @@ impl Link for RcLink {
         }
         drop(batch); // reposts now, returning credits through the hook
         self.send_queued();
+        self.route_stream_events();
         freed
     }
 
     fn on_kick(&mut self) {
         self.send_queued();
+        self.route_stream_events();
     }
 
     fn poll_timeout(&mut self) -> Option<Instant> {
@@ -312,6 +327,7 @@ impl Link for RcLink {
         }
         // The expired calls' CANCEL frames go out now.
         self.send_queued();
+        self.route_stream_events();
         ended
     }
 
@@ -324,5 +340,6 @@ impl Link for RcLink {
                 .unwrap_or_else(|| Status::unavailable("connection lost"));
             let _ = c.waiter.send(Err(status));
         }
+        self.route_stream_events();
     }
 }

@@ -5,7 +5,8 @@
 //!   each complete request's service on the spot until it first waits
 //!   ([`Server::inline_handlers`]); the answers of one batch of completions leave
 //!   each connection as one post list. `rc_peer` is one connection as the server
-//!   sees it.
+//!   sees it; `rc_stream` its streaming calls (inbound halves and the writer that
+//!   sends a handler's stream).
 //! * `ud_side`: one UD QP with its own receive queue, its poller and the sessions.
 //! * `handler`: running a call's service (through the server's layers, if any, to
 //!   its route in [`crate::service::Routes`]), shared by both sides.
@@ -16,6 +17,7 @@ mod liveness;
 mod log_limit;
 mod pending;
 mod rc_peer;
+mod rc_stream;
 mod router;
 mod settings;
 mod srq_side;

@@ -9,6 +9,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
 
 use super::handler::{run_handler, run_limited, start_inline, Served};
+use super::rc_stream::InboundShared;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
@@ -18,19 +19,22 @@ use crate::status::Status;
 use crate::transport::lock;
 
 pub(crate) struct RcPeerState {
-    engine: ServerConn,
-    ring: SendRing,
-    dead: bool,
+    pub(super) engine: ServerConn,
+    pub(super) ring: SendRing,
+    pub(super) dead: bool,
     /// Handlers still running, so that a client's CANCEL or death stops them (one
     /// map entry per call: the price of not running abandoned work to the end).
-    running: IdMap<u32, AbortHandle>,
+    pub(super) running: IdMap<u32, AbortHandle>,
+    /// Streaming calls' inbound halves, by call id (see `rc_stream.rs`).
+    pub(super) streams: IdMap<u32, Arc<InboundShared>>,
 }
 
 /// A connection as the server sees it.
 pub(crate) struct RcPeer {
-    state: Mutex<RcPeerState>,
-    /// Signalled when send slots come back (a reply waiting for a slot retries).
-    slot_wait: Notify,
+    pub(super) state: Mutex<RcPeerState>,
+    /// Signalled when send slots come back (a reply waiting for a slot retries), and
+    /// when a streaming call may send again.
+    pub(super) slot_wait: Notify,
     /// Tells the liveness watcher to close the TCP connection (server shutdown).
     pub(crate) shutdown: Notify,
     /// Tells the liveness watcher to send GOAWAY (the server drains).
@@ -54,6 +58,7 @@ impl RcPeer {
                 ring,
                 dead: false,
                 running: IdMap::default(),
+                streams: IdMap::default(),
             }),
             slot_wait: Notify::new(),
             shutdown: Notify::new(),
@@ -70,12 +75,17 @@ impl RcPeer {
         for (_, h) in st.running.drain() {
             h.abort();
         }
+        for (_, s) in st.streams.drain() {
+            s.end(Err(Status::unavailable(
+                "the connection to the client was lost",
+            )));
+        }
         drop(st);
         self.slot_wait.notify_waiters();
     }
 
     /// Posts queued answers while send slots last.
-    fn pump(st: &mut RcPeerState) {
+    pub(super) fn pump(st: &mut RcPeerState) {
         while !st.dead && st.engine.wants_transmit() {
             let Some(slot) = st.ring.acquire() else {
                 // The next send completion of this connection pumps again.
@@ -140,6 +150,7 @@ impl RcPeer {
                 h.abort();
             }
         }
+        self.route_stream_events(&mut st);
         if let Some(inc) = inc {
             let Incoming {
                 id,
@@ -148,6 +159,7 @@ impl RcPeer {
                 body,
                 metadata,
                 timeout,
+                streaming,
             } = inc;
             let payload = match bytes {
                 RequestBody::InFrame => {
@@ -156,13 +168,17 @@ impl RcPeer {
                 }
                 RequestBody::Owned(v) => Payload::from_vec(v),
             };
-            let call =
+            let mut call =
                 ServerCall::received(payload, path, body, metadata, timeout, self.addrs.clone());
+            if streaming {
+                call = call.map(|c| c.with_inbound(self.open_inbound(&mut st, id)));
+            }
             return Some(Dispatch {
                 conn: self.clone(),
                 id,
                 call,
                 timeout,
+                streaming,
             });
         }
         None
@@ -211,6 +227,7 @@ pub(crate) struct Dispatch {
     id: u32,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
+    streaming: bool,
 }
 
 impl Dispatch {
@@ -224,8 +241,9 @@ impl Dispatch {
             id,
             call,
             timeout,
+            streaming,
         } = self;
-        let fut = run_call(conn.clone(), served.clone(), id, call, timeout);
+        let fut = run_call(conn.clone(), served.clone(), id, call, timeout, streaming);
         let Some(fut) = start_inline(fut, inline) else {
             return;
         };
@@ -247,11 +265,17 @@ async fn run_call(
     id: u32,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
+    streaming: bool,
 ) {
     let result = match &conn.limit {
         None => run_handler(&served, call, timeout).await,
         // Boxed: see `run_limited`.
         Some(limit) => Box::pin(run_limited(&served, call, timeout, limit)).await,
     };
-    conn.respond(id, result).await;
+    if streaming {
+        // Boxed: unary calls' futures do not carry the stream writer's room.
+        Box::pin(conn.respond_stream(id, result)).await;
+    } else {
+        conn.respond(id, result).await;
+    }
 }

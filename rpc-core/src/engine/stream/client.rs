@@ -1,0 +1,560 @@
+//! The client's streaming calls on one connection: their states, message credits,
+//! deadlines, and the server's connection credits it returns.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::{write_message, Chunk, Incoming, Outgoing, Window};
+use crate::code::Code;
+use crate::engine::codec::{self, Outcome};
+use crate::engine::wire::{self, Kind, SERVER_CREDITS, STREAM_ID_BIT, STREAM_WINDOW};
+use crate::engine::Transmit;
+use crate::id_map::IdMap;
+use crate::metadata::MetadataMap;
+use crate::status::Status;
+
+/// What happened to a streaming call, for its caller (drained with
+/// [`ClientStreams::poll_event`]).
+#[derive(Debug)]
+pub enum StreamEvent {
+    /// The server's handler answered: its response metadata. Comes first, once.
+    Headers(MetadataMap),
+    /// A whole message from the server.
+    Message(Vec<u8>),
+    /// The call may send a message again (credit came back, a long message left).
+    Writable,
+    /// The call ended: the trailers of an OK end, or the status. The last event.
+    End(Result<MetadataMap, Status>),
+}
+
+#[derive(Debug)]
+struct Stream {
+    /// `None` once ended (its End event is out); the entry stays while answers are
+    /// owed or frames queued.
+    deadline: Option<(Instant, Duration)>,
+    open: bool,
+    headers: bool,
+    /// Frames sent that the server has not answered.
+    awaiting: u32,
+    /// Messages the server lets this side send.
+    send_credit: u32,
+    /// The rest of a long message being sent.
+    sending: Option<Outgoing>,
+    /// The client's half ended by its source: `HALF_CLOSE` to send (once).
+    half_close: HalfClose,
+    /// A `RESET` to send, with its code.
+    reset: Option<Code>,
+    /// A `CREDIT` to send: messages granted back.
+    grant: u32,
+    recv: Incoming,
+    window: Window,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HalfClose {
+    No,
+    Queued,
+    Sent,
+}
+
+impl Stream {
+    fn has_work(&self) -> bool {
+        self.reset.is_some()
+            || (self.open
+                && (self.sending.is_some()
+                    || self.half_close == HalfClose::Queued
+                    || self.grant > 0))
+    }
+}
+
+/// Limits of the client's streams (from the connection's).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) max_send_message: usize,
+    pub(crate) max_recv_message: usize,
+}
+
+/// The streaming calls of one client connection. [`crate::engine::ClientConn`] owns
+/// it and hands it the frames and ids of streaming calls.
+#[derive(Debug)]
+pub struct ClientStreams {
+    limits: Limits,
+    streams: IdMap<u32, Stream>,
+    next_id: u32,
+    /// Calls with frames to send, in turn.
+    transmit: VecDeque<u32>,
+    events: VecDeque<(u32, StreamEvent)>,
+    deadlines: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Server frames that answer nothing, received and not yet reposted.
+    unreposted: u32,
+    /// Server connection credits reposted and not yet returned.
+    owed: u32,
+    /// `CREDIT` frames on call id 0 the server has not answered.
+    conn_awaiting: u32,
+    /// Frames that did not fit the protocol.
+    pub(crate) malformed: u64,
+}
+
+impl ClientStreams {
+    pub(crate) fn new(limits: Limits) -> Self {
+        ClientStreams {
+            limits,
+            streams: IdMap::default(),
+            next_id: STREAM_ID_BIT,
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
+            deadlines: BinaryHeap::new(),
+            unreposted: 0,
+            owed: 0,
+            conn_awaiting: 0,
+            malformed: 0,
+        }
+    }
+
+    /// Calls in the table (open, or ended with answers still owed).
+    pub(crate) fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// A fresh id with [`STREAM_ID_BIT`] set.
+    fn alloc_id(&mut self) -> u32 {
+        loop {
+            let id = self.next_id;
+            self.next_id = ((self.next_id + 1) & wire::CALL_ID_MASK) | STREAM_ID_BIT;
+            if !self.streams.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Opens a call whose `REQ` (head written by the caller at the start of `out`,
+    /// `len` bytes) goes on a reserved token: flags it streaming.
+    pub(crate) fn open(
+        &mut self,
+        now: Instant,
+        timeout: Option<Duration>,
+        out: &mut [u8],
+        len: usize,
+    ) -> (u32, Transmit) {
+        wire::set_request_stream(out);
+        let id = self.alloc_id();
+        let deadline = timeout.map(|t| (now + t, t));
+        if let Some((at, _)) = deadline {
+            self.deadlines.push(Reverse((at, id)));
+        }
+        self.streams.insert(
+            id,
+            Stream {
+                deadline,
+                open: true,
+                headers: false,
+                awaiting: 1,
+                send_credit: STREAM_WINDOW,
+                sending: None,
+                half_close: HalfClose::No,
+                reset: None,
+                grant: 0,
+                recv: Incoming::default(),
+                window: Window::default(),
+            },
+        );
+        (
+            id,
+            Transmit {
+                len,
+                imm: wire::imm(Kind::Req, id),
+            },
+        )
+    }
+
+    /// Whether call `id` may send a message now (open, its half not ended, credit
+    /// from the server, no long message still going out).
+    pub fn can_send(&self, id: u32) -> bool {
+        self.streams.get(&id).is_some_and(|s| {
+            s.open && s.half_close == HalfClose::No && s.send_credit > 0 && s.sending.is_none()
+        })
+    }
+
+    /// Whether call `id` has ended (or is unknown).
+    pub fn ended(&self, id: u32) -> bool {
+        self.streams.get(&id).is_none_or(|s| !s.open)
+    }
+
+    /// Sends a message of `len` bytes, written by `encode`, on a reserved token: its
+    /// first (or only) `MSG` into `out`. A message over the max message resets the
+    /// call `RESOURCE_EXHAUSTED` (the caller gives the token back).
+    pub(crate) fn send_message(
+        &mut self,
+        id: u32,
+        len: usize,
+        encode: impl FnOnce(&mut [u8]),
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        if !self.can_send(id) {
+            return Err(Status::failed_precondition("stream cannot send now"));
+        }
+        if len > self.limits.max_send_message {
+            let s = Status::resource_exhausted(format!(
+                "stream message of {len} bytes exceeds the limit of {}",
+                self.limits.max_send_message
+            ));
+            self.reset(id, s.clone());
+            return Err(s);
+        }
+        let s = self.streams.get_mut(&id).expect("can_send");
+        let (n, rest) = write_message(len, encode, out);
+        s.send_credit -= 1;
+        s.awaiting += 1;
+        if rest.is_some() {
+            s.sending = rest;
+            self.queue(id);
+        }
+        Ok(Transmit {
+            len: n,
+            imm: wire::imm(Kind::Msg, id),
+        })
+    }
+
+    /// The client's source ended: no more messages this way.
+    pub fn half_close(&mut self, id: u32) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            if s.open && s.half_close == HalfClose::No {
+                s.half_close = HalfClose::Queued;
+                self.queue(id);
+            }
+        }
+    }
+
+    /// The reader took a message of call `id`: room for another.
+    pub fn taken(&mut self, id: u32) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            if let Some(n) = s.window.taken() {
+                if s.open {
+                    s.grant += n;
+                    self.queue(id);
+                }
+            }
+        }
+    }
+
+    /// The client ends call `id` now with `status` (its reader went away, its source
+    /// failed, a deadline): the server is told with `RESET`, and the call's End
+    /// event carries `status` if it had not ended.
+    pub fn reset(&mut self, id: u32, status: Status) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if !s.open {
+            return;
+        }
+        s.reset = Some(status.code());
+        self.end(id, Err(status));
+        self.queue(id);
+    }
+
+    fn queue(&mut self, id: u32) {
+        if !self.transmit.contains(&id) {
+            self.transmit.push_back(id);
+        }
+    }
+
+    fn end(&mut self, id: u32, result: Result<MetadataMap, Status>) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            if s.open {
+                s.open = false;
+                s.sending = None;
+                s.grant = 0;
+                self.events.push_back((id, StreamEvent::End(result)));
+            }
+        }
+        self.maybe_forget(id);
+    }
+
+    fn maybe_forget(&mut self, id: u32) {
+        if let Some(s) = self.streams.get(&id) {
+            if !s.open && s.awaiting == 0 && !s.has_work() {
+                self.streams.remove(&id);
+            }
+        }
+    }
+
+    /// Whether a frame waits for a token.
+    pub(crate) fn wants_transmit(&self) -> bool {
+        !self.transmit.is_empty() || (self.owed >= SERVER_CREDITS / 2)
+    }
+
+    /// Writes the next queued frame (connection credits back, `RESET`, `CREDIT`,
+    /// `HALF_CLOSE`, the next `MSG` of a long message) into `out`, taking a token.
+    /// Frames the server answers at once may take the last token; `MSG`s leave it.
+    pub(crate) fn poll_transmit(&mut self, tokens: &mut u32, out: &mut [u8]) -> Option<Transmit> {
+        if *tokens == 0 {
+            return None;
+        }
+        if self.owed >= SERVER_CREDITS / 2 {
+            let n = std::mem::take(&mut self.owed);
+            *tokens -= 1;
+            self.conn_awaiting += 1;
+            return Some(Transmit {
+                len: wire::write_credit(out, n),
+                imm: wire::imm(Kind::Credit, 0),
+            });
+        }
+        let mut visits = self.transmit.len();
+        while visits > 0 {
+            visits -= 1;
+            let id = self.transmit.pop_front()?;
+            let Some(s) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            let t = if let Some(code) = s.reset.take() {
+                out[0] = code as u8;
+                Transmit {
+                    len: 1,
+                    imm: wire::imm(Kind::Reset, id),
+                }
+            } else if !s.open {
+                continue;
+            } else if s.grant > 0 {
+                let n = std::mem::take(&mut s.grant);
+                Transmit {
+                    len: wire::write_credit(out, n),
+                    imm: wire::imm(Kind::Credit, id),
+                }
+            } else if let Some(o) = &mut s.sending {
+                if *tokens <= 1 {
+                    // The last token is for frames answered at once.
+                    self.transmit.push_back(id);
+                    continue;
+                }
+                let len = o.write_next(out);
+                if o.done() {
+                    s.sending = None;
+                    self.events.push_back((id, StreamEvent::Writable));
+                }
+                Transmit {
+                    len,
+                    imm: wire::imm(Kind::Msg, id),
+                }
+            } else if s.half_close == HalfClose::Queued {
+                s.half_close = HalfClose::Sent;
+                Transmit {
+                    len: 0,
+                    imm: wire::imm(Kind::HalfClose, id),
+                }
+            } else {
+                continue;
+            };
+            s.awaiting += 1;
+            if s.has_work() {
+                self.transmit.push_back(id);
+            }
+            *tokens -= 1;
+            return Some(t);
+        }
+        None
+    }
+
+    /// `n` receive slots were reposted: those of server frames that answer nothing
+    /// become connection credits owed to the server; the rest are the client's
+    /// tokens, returned.
+    pub(crate) fn absorb_reposts(&mut self, n: u32) -> u32 {
+        let k = n.min(self.unreposted);
+        self.unreposted -= k;
+        self.owed += k;
+        n - k
+    }
+
+    /// Handles a frame of a streaming call (or of call id 0). Returns whether it
+    /// answered a client frame (its slot then returns a token when reposted).
+    pub(crate) fn handle_frame(&mut self, kind: Kind, id: u32, frame: &[u8]) {
+        match kind {
+            Kind::Cr | Kind::Resp => self.on_answer(kind, id, frame),
+            Kind::Msg | Kind::Trailers | Kind::Credit => {
+                self.unreposted += 1;
+                match kind {
+                    Kind::Msg => self.on_message(id, frame),
+                    Kind::Trailers => self.on_trailers(id, frame),
+                    _ => self.on_credit(id, frame),
+                }
+            }
+            _ => self.malformed += 1,
+        }
+    }
+
+    fn on_answer(&mut self, kind: Kind, id: u32, frame: &[u8]) {
+        if id == 0 && kind == Kind::Cr && self.conn_awaiting > 0 {
+            self.conn_awaiting -= 1;
+            return;
+        }
+        let Some(s) = self.streams.get_mut(&id).filter(|s| s.awaiting > 0) else {
+            self.malformed += 1;
+            return;
+        };
+        s.awaiting -= 1;
+        if kind == Kind::Resp {
+            if !s.open {
+                // Ended here first (reset, deadline): a late answer.
+            } else if s.headers {
+                self.malformed += 1;
+            } else {
+                self.on_headers(id, frame);
+            }
+        }
+        self.maybe_forget(id);
+    }
+
+    fn on_headers(&mut self, id: u32, frame: &[u8]) {
+        let streaming = wire::response_is_stream(frame);
+        let start = match codec::read_response(frame) {
+            Ok(start) => start,
+            Err(s) => {
+                self.malformed += 1;
+                return self.reset(id, s);
+            }
+        };
+        match (start.outcome, streaming) {
+            (Outcome::Ok(md), true) => {
+                self.streams.get_mut(&id).expect("present").headers = true;
+                self.events.push_back((id, StreamEvent::Headers(md)));
+            }
+            (Outcome::Status(mut s), _) => {
+                // Trailers-only: the handler failed before answering.
+                if start.body.len() == start.body_len && !start.body.is_empty() {
+                    s.set_details(bytes::Bytes::copy_from_slice(&frame[start.body]));
+                }
+                self.end(id, Err(s));
+            }
+            (Outcome::Ok(_), false) => {
+                self.malformed += 1;
+                self.reset(
+                    id,
+                    Status::internal("a streaming call answered as a unary one"),
+                );
+            }
+        }
+    }
+
+    fn on_message(&mut self, id: u32, frame: &[u8]) {
+        let max = self.limits.max_recv_message;
+        let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) else {
+            // Ended here (reset, deadline) while messages were on their way.
+            return;
+        };
+        if !s.headers {
+            self.malformed += 1;
+            return self.reset(id, Status::internal("stream message before headers"));
+        }
+        let starts = s.recv.partial.is_none();
+        if starts && !s.window.arrived() {
+            self.malformed += 1;
+            return self.reset(id, Status::internal("server sent beyond its credit"));
+        }
+        match s.recv.take(frame, max) {
+            Chunk::Partial => {}
+            Chunk::Message(m) => self.events.push_back((id, StreamEvent::Message(m))),
+            Chunk::TooLong(len) => self.reset(
+                id,
+                Status::resource_exhausted(format!(
+                    "stream message of {len} bytes exceeds the limit of {max}"
+                )),
+            ),
+            Chunk::Malformed(why) => {
+                self.malformed += 1;
+                self.reset(id, Status::internal(why));
+            }
+        }
+    }
+
+    fn on_trailers(&mut self, id: u32, frame: &[u8]) {
+        if !self.streams.get(&id).is_some_and(|s| s.open) {
+            return;
+        }
+        let result = match codec::read_response(frame) {
+            Ok(start) => match start.outcome {
+                Outcome::Ok(md) => Ok(md),
+                Outcome::Status(mut s) => {
+                    if !start.body.is_empty() {
+                        s.set_details(bytes::Bytes::copy_from_slice(&frame[start.body]));
+                    }
+                    Err(s)
+                }
+            },
+            Err(s) => {
+                self.malformed += 1;
+                Err(s)
+            }
+        };
+        self.end(id, result);
+    }
+
+    fn on_credit(&mut self, id: u32, frame: &[u8]) {
+        let Ok(n) = wire::read_credit(frame) else {
+            self.malformed += 1;
+            return;
+        };
+        if let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) {
+            let was = s.send_credit;
+            s.send_credit = s.send_credit.saturating_add(n);
+            if was == 0 && s.sending.is_none() {
+                self.events.push_back((id, StreamEvent::Writable));
+            }
+        }
+    }
+
+    /// The next event of a streaming call.
+    pub fn poll_event(&mut self) -> Option<(u32, StreamEvent)> {
+        self.events.pop_front()
+    }
+
+    /// The earliest deadline of an open streaming call.
+    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
+            if self.enforces(id, at) {
+                return Some(at);
+            }
+            self.deadlines.pop();
+        }
+        None
+    }
+
+    fn enforces(&self, id: u32, at: Instant) -> bool {
+        self.streams
+            .get(&id)
+            .is_some_and(|s| s.open && s.deadline.is_some_and(|(d, _)| d == at))
+    }
+
+    /// Ends the calls whose deadline passed `DEADLINE_EXCEEDED`, resetting them at
+    /// the server.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop();
+            if let Some((_, t)) = self
+                .streams
+                .get(&id)
+                .filter(|_| self.enforces(id, at))
+                .and_then(|s| s.deadline)
+            {
+                self.reset(
+                    id,
+                    Status::deadline_exceeded(format!("deadline of {t:?} exceeded")),
+                );
+            }
+        }
+    }
+
+    /// The peer is gone: every open call ends with `status`.
+    pub(crate) fn handle_peer_lost(&mut self, status: &Status) {
+        for (id, s) in self.streams.drain() {
+            if s.open {
+                self.events
+                    .push_back((id, StreamEvent::End(Err(status.clone()))));
+            }
+        }
+        self.transmit.clear();
+        self.deadlines.clear();
+    }
+}

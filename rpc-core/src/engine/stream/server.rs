@@ -1,0 +1,448 @@
+//! The server's streaming calls on one connection: their states, message credits,
+//! and the connection credits the client granted for frames that answer nothing.
+
+use std::collections::VecDeque;
+
+use super::{write_message, Chunk, Incoming, Outgoing, Window};
+use crate::engine::codec::{self, StatusCuts};
+use crate::engine::wire::{self, Kind, SERVER_CREDITS, STREAM_WINDOW};
+use crate::engine::Transmit;
+use crate::id_map::IdMap;
+use crate::metadata::MetadataMap;
+use crate::status::Status;
+
+/// What happened to a streaming call, for its handler (drained with
+/// [`ServerStreams::poll_event`]).
+#[derive(Debug)]
+pub enum ServerStreamEvent {
+    /// A whole message from the client.
+    Message(Vec<u8>),
+    /// The client's half ended (`HALF_CLOSE`).
+    HalfClosed,
+    /// The call may send a message again (credit came back, a long message left).
+    Writable,
+    /// The call ended from the client's side or by a refusal here: the handler's
+    /// inbound ends with this status and its producer is dropped. Last event.
+    Reset(Status),
+}
+
+#[derive(Debug)]
+struct Stream {
+    /// The `REQ`'s answer (headers, or a status) is still to go.
+    unanswered: bool,
+    /// Ended: `TRAILERS` queued or sent, or reset. The entry stays until queued
+    /// frames are out.
+    open: bool,
+    /// The client's half ended.
+    half_closed: bool,
+    send_credit: u32,
+    sending: Option<Outgoing>,
+    /// The final status to send once the long message in progress is out.
+    trailers: Option<Result<MetadataMap, Status>>,
+    grant: u32,
+    recv: Incoming,
+    window: Window,
+}
+
+impl Stream {
+    fn has_work(&self) -> bool {
+        self.sending.is_some() || self.trailers.is_some() || (self.open && self.grant > 0)
+    }
+}
+
+/// The streaming calls of one server connection. [`crate::engine::ServerConn`]
+/// owns it and hands it the frames of streaming calls.
+#[derive(Debug)]
+pub struct ServerStreams {
+    max_recv_message: usize,
+    max_send_message: usize,
+    streams: IdMap<u32, Stream>,
+    /// Frames that answer nothing the client has receives for.
+    credits: u32,
+    transmit: VecDeque<u32>,
+    /// `REQ`s of calls that ended before their handler answered: answered now with
+    /// the call's status (answers need no connection credit).
+    answers: VecDeque<(u32, Status)>,
+    events: VecDeque<(u32, ServerStreamEvent)>,
+    pub(crate) malformed: u64,
+}
+
+impl ServerStreams {
+    pub(crate) fn new(max_recv_message: usize, max_send_message: usize) -> Self {
+        ServerStreams {
+            max_recv_message,
+            max_send_message,
+            streams: IdMap::default(),
+            credits: SERVER_CREDITS,
+            transmit: VecDeque::new(),
+            answers: VecDeque::new(),
+            events: VecDeque::new(),
+            malformed: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    pub(crate) fn contains(&self, id: u32) -> bool {
+        self.streams.contains_key(&id)
+    }
+
+    /// Connection credits left (frames that answer nothing it may still send).
+    pub fn credits(&self) -> u32 {
+        self.credits
+    }
+
+    /// A streaming `REQ` arrived: the call is open.
+    pub(crate) fn open(&mut self, id: u32) {
+        self.streams.insert(
+            id,
+            Stream {
+                unanswered: true,
+                open: true,
+                half_closed: false,
+                send_credit: STREAM_WINDOW,
+                sending: None,
+                trailers: None,
+                grant: 0,
+                recv: Incoming::default(),
+                window: Window::default(),
+            },
+        );
+    }
+
+    /// Answers the call's `REQ`: with its response headers (the call goes on), or a
+    /// status (trailers-only: the call ends). `None` if the call is gone or was
+    /// answered.
+    pub(crate) fn respond(
+        &mut self,
+        id: u32,
+        result: Result<&MetadataMap, Status>,
+        out: &mut [u8],
+        cuts: &mut StatusCuts,
+    ) -> Option<Transmit> {
+        let s = self.streams.get_mut(&id).filter(|s| s.unanswered)?;
+        s.unanswered = false;
+        let t = |len| Transmit {
+            len,
+            imm: wire::imm(Kind::Resp, id),
+        };
+        let md = match result {
+            Ok(md) if s.open => md,
+            Ok(_) => {
+                // Ended meanwhile (reset, or refused here): the REQ still needs its
+                // answer, which is then the call's status.
+                let st = match s.trailers.take() {
+                    Some(Err(st)) => st,
+                    _ => Status::cancelled("the client reset the call"),
+                };
+                let f = codec::write_status(&st, None, out, cuts);
+                self.maybe_forget(id);
+                return Some(t(f.len));
+            }
+            Err(st) => {
+                let f = codec::write_status(&st, None, out, cuts);
+                s.open = false;
+                self.maybe_forget(id);
+                return Some(t(f.len));
+            }
+        };
+        match codec::write_response(md, 0, out) {
+            Ok(len) => {
+                wire::set_response_stream(out);
+                Some(t(len))
+            }
+            Err(st) => {
+                let f = codec::write_status(&st, None, out, cuts);
+                s.open = false;
+                self.events.push_back((id, ServerStreamEvent::Reset(st)));
+                self.maybe_forget(id);
+                Some(t(f.len))
+            }
+        }
+    }
+
+    /// Whether call `id` may send a message now: answered with headers, open, credit
+    /// from the client, no long message going out, and a connection credit.
+    pub fn can_send(&self, id: u32) -> bool {
+        self.credits > 0
+            && self.streams.get(&id).is_some_and(|s| {
+                s.open && !s.unanswered && s.send_credit > 0 && s.sending.is_none()
+            })
+    }
+
+    /// Whether call `id` still runs here.
+    pub fn is_open(&self, id: u32) -> bool {
+        self.streams.get(&id).is_some_and(|s| s.open)
+    }
+
+    /// Sends a message of `len` bytes, written by `encode`, into `out` (a free send
+    /// slot): its first (or only) `MSG`, taking a connection credit. A message over
+    /// the max message ends the call `RESOURCE_EXHAUSTED` (returned, and sent to the
+    /// client as its trailers).
+    pub(crate) fn send_message(
+        &mut self,
+        id: u32,
+        len: usize,
+        encode: impl FnOnce(&mut [u8]),
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        if !self.can_send(id) {
+            return Err(Status::failed_precondition("stream cannot send now"));
+        }
+        if len > self.max_send_message {
+            let st = Status::resource_exhausted(format!(
+                "stream message of {len} bytes exceeds the limit of {}",
+                self.max_send_message
+            ));
+            self.finish(id, Err(st.clone()));
+            self.events
+                .push_back((id, ServerStreamEvent::Reset(st.clone())));
+            return Err(st);
+        }
+        let s = self.streams.get_mut(&id).expect("can_send");
+        let (n, rest) = write_message(len, encode, out);
+        s.send_credit -= 1;
+        self.credits -= 1;
+        if rest.is_some() {
+            s.sending = rest;
+            self.queue(id);
+        }
+        Ok(Transmit {
+            len: n,
+            imm: wire::imm(Kind::Msg, id),
+        })
+    }
+
+    /// The handler's stream ended: its final status goes as `TRAILERS` after the
+    /// messages already queued.
+    pub fn finish(&mut self, id: u32, result: Result<MetadataMap, Status>) {
+        let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) else {
+            return;
+        };
+        s.open = false;
+        s.grant = 0;
+        s.trailers = Some(result);
+        self.queue(id);
+    }
+
+    /// The handler took a message of call `id`: room for another.
+    pub fn taken(&mut self, id: u32) {
+        if let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) {
+            if let Some(n) = s.window.taken() {
+                if !s.half_closed {
+                    s.grant += n;
+                    self.queue(id);
+                }
+            }
+        }
+    }
+
+    /// Forgets a call whose handler is gone without a word (the connection dies).
+    pub fn forget(&mut self, id: u32) {
+        self.streams.remove(&id);
+    }
+
+    fn queue(&mut self, id: u32) {
+        if !self.transmit.contains(&id) {
+            self.transmit.push_back(id);
+        }
+    }
+
+    fn maybe_forget(&mut self, id: u32) {
+        if let Some(s) = self.streams.get(&id) {
+            if !s.open && !s.unanswered && !s.has_work() {
+                self.streams.remove(&id);
+            }
+        }
+    }
+
+    /// Whether a frame waits for a connection credit.
+    pub(crate) fn wants_transmit(&self) -> bool {
+        !self.answers.is_empty() || (self.credits > 0 && !self.transmit.is_empty())
+    }
+
+    /// Ends call `id` here before its handler answered: its `REQ` is answered now
+    /// with `status`, and the handler's later answer finds nothing to do.
+    fn answer_now(&mut self, id: u32, status: Status) {
+        if let Some(s) = self.streams.get_mut(&id).filter(|s| s.unanswered) {
+            s.unanswered = false;
+            self.answers.push_back((id, status));
+        }
+    }
+
+    /// Writes the next queued frame (a `CREDIT`, the next `MSG` of a long message,
+    /// `TRAILERS`) into `out`, taking a connection credit.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        out: &mut [u8],
+        cuts: &mut StatusCuts,
+    ) -> Option<Transmit> {
+        if let Some((id, st)) = self.answers.pop_front() {
+            let f = codec::write_status(&st, None, out, cuts);
+            self.maybe_forget(id);
+            return Some(Transmit {
+                len: f.len,
+                imm: wire::imm(Kind::Resp, id),
+            });
+        }
+        let mut visits = self.transmit.len();
+        while self.credits > 0 && visits > 0 {
+            visits -= 1;
+            let id = self.transmit.pop_front()?;
+            let Some(s) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            let t = if s.open && s.grant > 0 {
+                let n = std::mem::take(&mut s.grant);
+                Transmit {
+                    len: wire::write_credit(out, n),
+                    imm: wire::imm(Kind::Credit, id),
+                }
+            } else if let Some(o) = &mut s.sending {
+                let len = o.write_next(out);
+                if o.done() {
+                    s.sending = None;
+                    if s.open {
+                        self.events.push_back((id, ServerStreamEvent::Writable));
+                    }
+                }
+                Transmit {
+                    len,
+                    imm: wire::imm(Kind::Msg, id),
+                }
+            } else if s.unanswered {
+                // Trailers wait for the REQ's answer (the headers go first).
+                self.transmit.push_back(id);
+                continue;
+            } else if let Some(r) = s.trailers.take() {
+                let len = match r {
+                    Ok(md) => codec::write_response(&md, 0, out)
+                        .unwrap_or_else(|st| codec::write_status(&st, None, out, cuts).len),
+                    Err(st) => codec::write_status(&st, None, out, cuts).len,
+                };
+                Transmit {
+                    len,
+                    imm: wire::imm(Kind::Trailers, id),
+                }
+            } else {
+                continue;
+            };
+            self.credits -= 1;
+            if self.streams.get(&id).is_some_and(Stream::has_work) {
+                self.transmit.push_back(id);
+            }
+            self.maybe_forget(id);
+            return Some(t);
+        }
+        None
+    }
+
+    /// Handles a client frame of a streaming call (the caller answers it with `CR`).
+    pub(crate) fn handle_frame(&mut self, kind: Kind, id: u32, frame: &[u8]) {
+        if id == 0 {
+            match (kind, wire::read_credit(frame)) {
+                (Kind::Credit, Ok(n)) => {
+                    let was = self.credits;
+                    self.credits = self.credits.saturating_add(n).min(SERVER_CREDITS);
+                    if was == 0 {
+                        // Every writer may be waiting on the connection's credits.
+                        let ids: Vec<u32> = self.streams.keys().copied().collect();
+                        for id in ids {
+                            self.events.push_back((id, ServerStreamEvent::Writable));
+                        }
+                    }
+                }
+                _ => self.malformed += 1,
+            }
+            return;
+        }
+        let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) else {
+            // Frames of a call that ended here (trailers sent, reset, refused) are
+            // answered and dropped.
+            return;
+        };
+        match kind {
+            Kind::Msg => {
+                if s.half_closed {
+                    self.malformed += 1;
+                    return;
+                }
+                if s.recv.partial.is_none() && !s.window.arrived() {
+                    self.malformed += 1;
+                    return self.refuse(id, Status::internal("client sent beyond its credit"));
+                }
+                let max = self.max_recv_message;
+                match s.recv.take(frame, max) {
+                    Chunk::Partial => {}
+                    Chunk::Message(m) => {
+                        self.events.push_back((id, ServerStreamEvent::Message(m)));
+                    }
+                    Chunk::TooLong(len) => self.refuse(
+                        id,
+                        Status::resource_exhausted(format!(
+                            "stream message of {len} bytes exceeds the limit of {max}"
+                        )),
+                    ),
+                    Chunk::Malformed(why) => {
+                        self.malformed += 1;
+                        self.refuse(id, Status::internal(why));
+                    }
+                }
+            }
+            Kind::HalfClose => {
+                if !s.half_closed {
+                    s.half_closed = true;
+                    s.grant = 0;
+                    self.events.push_back((id, ServerStreamEvent::HalfClosed));
+                }
+            }
+            Kind::Reset => {
+                let code = wire::read_reset(frame).unwrap_or(crate::code::Code::Cancelled);
+                s.open = false;
+                s.grant = 0;
+                s.sending = None;
+                let st = Status::new(code, "the client reset the call");
+                self.answer_now(id, st.clone());
+                self.events.push_back((id, ServerStreamEvent::Reset(st)));
+                self.maybe_forget(id);
+            }
+            Kind::Credit => match wire::read_credit(frame) {
+                Ok(n) => {
+                    let was = s.send_credit;
+                    s.send_credit = s.send_credit.saturating_add(n);
+                    if was == 0 && s.sending.is_none() {
+                        self.events.push_back((id, ServerStreamEvent::Writable));
+                    }
+                }
+                Err(_) => self.malformed += 1,
+            },
+            _ => self.malformed += 1,
+        }
+    }
+
+    /// Ends a call this side refuses to go on with: the client hears `status` as the
+    /// trailers, the handler as its inbound's end.
+    fn refuse(&mut self, id: u32, status: Status) {
+        if self.streams.get(&id).is_some_and(|s| s.unanswered) {
+            // Trailers-only: the REQ's answer carries the status.
+            self.answer_now(id, status.clone());
+            if let Some(s) = self.streams.get_mut(&id) {
+                s.open = false;
+            }
+        } else {
+            self.finish(id, Err(status.clone()));
+        }
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.sending = None;
+        }
+        self.events
+            .push_back((id, ServerStreamEvent::Reset(status)));
+    }
+
+    /// The next event of a streaming call.
+    pub fn poll_event(&mut self) -> Option<(u32, ServerStreamEvent)> {
+        self.events.pop_front()
+    }
+}

@@ -1,0 +1,54 @@
+//! Streaming calls on a [`Channel`]: `tower::Service<OutgoingStream>`.
+//!
+//! Streams travel on RC. A UD channel opens its RC connection for them on first
+//! need (as for calls too big for a datagram); against a server that accepts no RC
+//! connection, a streaming call fails `UNIMPLEMENTED`, saying why.
+
+use std::task::{Context, Poll};
+
+use tower::Service;
+
+use crate::client::{IncomingStream, OutgoingStream};
+use crate::server::BoxFuture;
+use crate::status::Status;
+use crate::transport::client::stream;
+use crate::transport::Channel;
+
+impl Service<OutgoingStream> for Channel {
+    type Response = IncomingStream;
+    type Error = Status;
+    type Future = BoxFuture<IncomingStream>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        if let Some(ud) = self.stream_ud() {
+            // Whether the server takes RC is known once the UD session is up.
+            match ud.poll_dialed(cx) {
+                Poll::Ready(Ok(())) => {}
+                other => return other,
+            }
+            if !ud.with_link(|l| l.accepts_rc()).unwrap_or(false) {
+                return Poll::Ready(Err(no_rc()));
+            }
+        }
+        Service::<crate::client::OutgoingCall<()>>::poll_ready(self.stream_rc(), cx)
+    }
+
+    fn call(&mut self, call: OutgoingStream) -> Self::Future {
+        if let Some(ud) = self.stream_ud() {
+            if !ud.with_link(|l| l.accepts_rc()).unwrap_or(false) {
+                return Box::pin(async { Err(no_rc()) });
+            }
+        }
+        let Some((conn, handle)) = self.stream_rc().take_reserved() else {
+            return Box::pin(async { Err(Status::internal("Channel::call without poll_ready")) });
+        };
+        Box::pin(stream::start(conn, handle, call))
+    }
+}
+
+fn no_rc() -> Status {
+    Status::unimplemented(
+        "streaming calls need an RC connection, and this server accepts only UD \
+         (Server::accept_rc(false))",
+    )
+}

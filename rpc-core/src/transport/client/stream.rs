@@ -1,0 +1,373 @@
+//! Streaming calls on the client's RC connection: the caller's side of each call
+//! ([`StreamShared`]), the task that pulls its request messages ([`write_stream`]),
+//! and its response messages as the typed API reads them ([`ClientInbound`]).
+//!
+//! The driver routes the engine's events of a call (headers, message, writable,
+//! end) to its [`StreamShared`]. Stream messages are copied out of their receive
+//! slot (the slot is reposted at once, so a slow reader never holds the
+//! connection's receives); at most the call's window of them waits here.
+//! Locks are taken connection first, then a call's: a reader or writer never holds
+//! its call's lock while it takes the connection's.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+use super::conn::Conn;
+use super::handle::Handle;
+use super::link::Link;
+use super::rc::RcLink;
+use crate::client::{IncomingStream, OutgoingStream};
+use crate::engine::{CallHead, StreamEvent};
+use crate::metadata::MetadataMap;
+use crate::payload::Payload;
+use crate::status::Status;
+use crate::stream::{BoxMessageSource, InboundMessages};
+use crate::transport::lock;
+
+/// A streaming call as its caller, reader and writer share it.
+#[derive(Default)]
+pub(crate) struct StreamShared(Mutex<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    /// Resolves the caller's future with the headers (or the status that ended the
+    /// call before them).
+    headers: Option<oneshot::Sender<Result<MetadataMap, Status>>>,
+    messages: VecDeque<Vec<u8>>,
+    /// How the call ended, once it did (the reader takes it after the messages).
+    end: Option<Result<MetadataMap, Status>>,
+    reader: Option<Waker>,
+    writer: Option<Waker>,
+    /// The task pulling the request messages: stopped when the call ends, which
+    /// drops the caller's source (its producer sees that).
+    writer_task: Option<AbortHandle>,
+}
+
+impl StreamShared {
+    /// An event of the engine for this call (under the connection's lock).
+    pub(crate) fn on_event(&self, ev: StreamEvent) {
+        let mut st = lock(&self.0);
+        let wake = match ev {
+            StreamEvent::Headers(md) => {
+                if let Some(tx) = st.headers.take() {
+                    let _ = tx.send(Ok(md));
+                }
+                None
+            }
+            StreamEvent::Message(m) => {
+                st.messages.push_back(m);
+                st.reader.take()
+            }
+            StreamEvent::Writable => st.writer.take(),
+            StreamEvent::End(r) => {
+                if let Some(tx) = st.headers.take() {
+                    // Ended before its headers: the caller's future fails.
+                    let _ = tx
+                        .send(Err(r.clone().err().unwrap_or_else(|| {
+                            Status::internal("the call ended without headers")
+                        })));
+                }
+                st.end = Some(r);
+                if let Some(t) = st.writer_task.take() {
+                    t.abort();
+                }
+                if let Some(w) = st.writer.take() {
+                    w.wake();
+                }
+                st.reader.take()
+            }
+        };
+        drop(st);
+        if let Some(w) = wake {
+            w.wake();
+        }
+    }
+}
+
+impl RcLink {
+    /// Routes the engine's stream events to their calls.
+    pub(super) fn route_stream_events(&mut self) {
+        while let Some((id, ev)) = self.engine.poll_stream_event() {
+            let end = matches!(ev, StreamEvent::End(_));
+            if let Some(sh) = self.streams.get(&id) {
+                sh.on_event(ev);
+            }
+            if end {
+                self.streams.remove(&id);
+            }
+        }
+    }
+
+    /// Opens a streaming call on a reservation: its `REQ` goes now.
+    fn start_stream(
+        &mut self,
+        now: Instant,
+        head: &CallHead<'_>,
+        shared: Arc<StreamShared>,
+    ) -> Result<u32, Status> {
+        self.promised.redeem();
+        if let Some(s) = self.engine.dead() {
+            return Err(s.clone());
+        }
+        let slot = self.ring.acquire().expect("reserved by poll_ready");
+        let (id, t) = match self.engine.start_stream(now, head, self.ring.buf(&slot)) {
+            Ok(x) => x,
+            Err(s) => {
+                self.ring.release(slot);
+                return Err(s);
+            }
+        };
+        self.streams.insert(id, shared);
+        self.post(slot, t.len, t.imm)?;
+        Ok(id)
+    }
+
+    /// Sends the source's current message of call `id` on a reservation.
+    fn send_message(&mut self, id: u32, len: usize, source: &mut BoxMessageSource) {
+        self.promised.redeem();
+        if self.engine.dead().is_some() {
+            return;
+        }
+        let slot = self.ring.acquire().expect("reserved");
+        let encode = |out: &mut [u8]| source.as_mut().encode_current(out);
+        match self
+            .engine
+            .send_stream_message(id, len, encode, self.ring.buf(&slot))
+        {
+            Ok(t) => {
+                let _ = self.post(slot, t.len, t.imm);
+            }
+            Err(_) => self.ring.release(slot),
+        }
+        self.send_queued();
+        self.route_stream_events();
+    }
+
+    /// Posts a frame now, or behind the requests held for the driver (a call's
+    /// frames never overtake its `REQ`).
+    fn post(
+        &mut self,
+        slot: rpc_transport::msg::SendSlot,
+        len: usize,
+        imm: u32,
+    ) -> Result<(), Status> {
+        if self.ring.holds() {
+            self.ring.hold(slot, len, imm);
+            return Ok(());
+        }
+        self.ring.post(slot, len, imm).map_err(|e| {
+            let s = Status::unavailable(format!("post failed: {e}"));
+            self.fail(s.clone());
+            s
+        })
+    }
+
+    /// Something a reader or writer did (took a message, ended its half, reset the
+    /// call) may have queued frames: send them and deliver what it caused.
+    fn after_stream_change(&mut self) {
+        self.send_queued();
+        self.route_stream_events();
+    }
+}
+
+/// Starts a streaming call on the connection `conn` reserved for it.
+pub(crate) async fn start(
+    conn: Arc<Conn<RcLink>>,
+    handle: Arc<Handle<RcLink>>,
+    call: OutgoingStream,
+) -> Result<IncomingStream, Status> {
+    let OutgoingStream {
+        path,
+        metadata,
+        timeout,
+        messages,
+        ..
+    } = call;
+    let timeout = match (timeout, conn.default_timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let shared = Arc::new(StreamShared::default());
+    let (tx, rx) = oneshot::channel();
+    lock(&shared.0).headers = Some(tx);
+    let head = CallHead::new(path, &metadata, timeout);
+    let id = {
+        let mut st = conn.lock();
+        let r = st.link.start_stream(Instant::now(), &head, shared.clone());
+        conn.sig.ready.wake_all();
+        r?
+    };
+    // The driver sleeps until the engine's next timer: this call's deadline may be
+    // the earliest.
+    if timeout.is_some() {
+        conn.sig.kick.notify_one();
+    }
+    let writer = tokio::spawn(write_stream(conn.clone(), id, messages, shared.clone()));
+    {
+        let mut st = lock(&shared.0);
+        if st.end.is_some() {
+            writer.abort();
+        } else {
+            st.writer_task = Some(writer.abort_handle());
+        }
+    }
+    let mut inbound = ClientInbound {
+        conn,
+        _handle: handle,
+        id,
+        shared,
+        done: false,
+        trailers: None,
+    };
+    // Dropped before the headers came: `inbound`'s drop resets the call.
+    let headers = rx
+        .await
+        .unwrap_or_else(|_| Err(Status::unavailable("connection closed")));
+    match headers {
+        Ok(metadata) => Ok(IncomingStream {
+            metadata,
+            messages: Box::pin(inbound),
+        }),
+        Err(s) => {
+            inbound.done = true;
+            Err(s)
+        }
+    }
+}
+
+/// Pulls call `id`'s request messages from `source` while the server grants room,
+/// and sends each into a send slot; the source's end half-closes the call, its
+/// error resets it. Stopped (and the source dropped) when the call ends.
+async fn write_stream(
+    conn: Arc<Conn<RcLink>>,
+    id: u32,
+    mut source: BoxMessageSource,
+    shared: Arc<StreamShared>,
+) {
+    loop {
+        // The call's credit first: a producer is not polled beyond its window.
+        let go = poll_fn(|cx| {
+            lock(&shared.0).writer = Some(cx.waker().clone());
+            let mut st = conn.lock();
+            let streams = st.link.engine.streams();
+            if streams.ended(id) {
+                Poll::Ready(false)
+            } else if streams.can_send(id) {
+                Poll::Ready(true)
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        if !go {
+            return;
+        }
+        let len = match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
+            Some(Ok(len)) => len,
+            None => {
+                let mut st = conn.lock();
+                st.link.engine.streams().half_close(id);
+                st.link.after_stream_change();
+                return;
+            }
+            Some(Err(s)) => {
+                let mut st = conn.lock();
+                st.link.engine.streams().reset(id, s);
+                st.link.after_stream_change();
+                return;
+            }
+        };
+        // Then a token and a send slot, shared with the connection's other calls.
+        let room = poll_fn(|cx| {
+            conn.sig.ready.poll_reserve(cx, || {
+                let mut st = conn.lock();
+                if let Some(s) = st.link.dead() {
+                    return Some(Err(s.clone()));
+                }
+                if st.link.engine.streams().ended(id) {
+                    return Some(Err(Status::cancelled("the call ended")));
+                }
+                st.link.reserve().then_some(Ok(()))
+            })
+        })
+        .await;
+        if room.is_err() {
+            return;
+        }
+        conn.lock().link.send_message(id, len, &mut source);
+    }
+}
+
+/// The response messages of a streaming call, as the caller reads them.
+pub(crate) struct ClientInbound {
+    conn: Arc<Conn<RcLink>>,
+    /// Keeps the connection open while the call runs, even with no channel left.
+    _handle: Arc<Handle<RcLink>>,
+    id: u32,
+    shared: Arc<StreamShared>,
+    /// The end was read (or the call failed before its headers).
+    done: bool,
+    trailers: Option<MetadataMap>,
+}
+
+impl InboundMessages for ClientInbound {
+    fn poll_message(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Payload, Status>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let mut st = lock(&self.shared.0);
+        if let Some(m) = st.messages.pop_front() {
+            drop(st);
+            let mut c = self.conn.lock();
+            c.link.engine.streams().taken(self.id);
+            c.link.after_stream_change();
+            return Poll::Ready(Some(Ok(Payload::from_vec(m))));
+        }
+        match st.end.take() {
+            Some(end) => {
+                drop(st);
+                self.done = true;
+                match end {
+                    Ok(md) => {
+                        self.trailers = Some(md);
+                        Poll::Ready(None)
+                    }
+                    Err(s) => Poll::Ready(Some(Err(s))),
+                }
+            }
+            None => {
+                st.reader = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    fn trailers(mut self: Pin<&mut Self>) -> Option<MetadataMap> {
+        self.trailers.take()
+    }
+}
+
+impl Drop for ClientInbound {
+    fn drop(&mut self) {
+        let ended = self.done || lock(&self.shared.0).end.is_some();
+        if !ended {
+            // The caller stopped reading: the call is over for it.
+            let mut c = self.conn.lock();
+            c.link.engine.streams().reset(
+                self.id,
+                Status::cancelled("the client dropped the response stream"),
+            );
+            c.link.after_stream_change();
+        }
+    }
+}

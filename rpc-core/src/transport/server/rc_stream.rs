@@ -1,0 +1,331 @@
+//! Streaming calls of one server connection: the client's messages as the handler
+//! reads them ([`ServerInbound`]), and the writer that answers the call's `REQ`
+//! with its headers and then sends the handler's messages ([`RcPeer::respond_stream`]).
+//!
+//! Client messages are copied out of their receive slot (the SRQ slot is reposted
+//! at once: a slow handler never holds the server's shared receives); at most the
+//! call's window of them waits here. Locks: the connection's, then a call's.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use super::rc_peer::{RcPeer, RcPeerState};
+use crate::engine::ServerStreamEvent;
+use crate::metadata::MetadataMap;
+use crate::payload::Payload;
+use crate::server::{BoxMessage, ReplyBody, ServerReply};
+use crate::status::Status;
+use crate::stream::{BoxInbound, BoxMessageSource, InboundMessages, MessageSource};
+use crate::transport::lock;
+
+/// A streaming call's inbound half, shared by the connection and the handler.
+#[derive(Default)]
+pub(crate) struct InboundShared(Mutex<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    messages: VecDeque<Vec<u8>>,
+    /// How the client's half ended: `Ok` for its half-close.
+    end: Option<Result<(), Status>>,
+    reader: Option<Waker>,
+    /// The handler dropped its inbound: later messages are discarded (and their
+    /// credit granted back at once, so the client is never stalled by them).
+    dropped: bool,
+}
+
+impl InboundShared {
+    /// Ends the inbound half (unless it already ended).
+    pub(crate) fn end(&self, r: Result<(), Status>) {
+        let mut st = lock(&self.0);
+        if st.end.is_none() {
+            st.end = Some(r);
+        }
+        let w = st.reader.take();
+        drop(st);
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
+    /// A message arrived; `false` if the handler no longer reads (discarded).
+    fn push(&self, m: Vec<u8>) -> bool {
+        let mut st = lock(&self.0);
+        if st.dropped {
+            return false;
+        }
+        st.messages.push_back(m);
+        let w = st.reader.take();
+        drop(st);
+        if let Some(w) = w {
+            w.wake();
+        }
+        true
+    }
+}
+
+impl RcPeer {
+    /// The inbound half of a streaming call that just arrived.
+    pub(super) fn open_inbound(self: &Arc<Self>, st: &mut RcPeerState, id: u32) -> BoxInbound {
+        let shared = Arc::new(InboundShared::default());
+        st.streams.insert(id, shared.clone());
+        Box::pin(ServerInbound {
+            peer: self.clone(),
+            id,
+            shared,
+            done: false,
+        })
+    }
+
+    /// Routes the engine's stream events: messages and ends to the handlers'
+    /// inbound halves, "may send" to the writers; a reset stops the call's task
+    /// (its producer is dropped).
+    pub(super) fn route_stream_events(&self, st: &mut RcPeerState) {
+        let mut writable = false;
+        while let Some((id, ev)) = st.engine.poll_stream_event() {
+            match ev {
+                ServerStreamEvent::Message(m) => {
+                    let kept = st.streams.get(&id).is_some_and(|s| s.push(m));
+                    if !kept {
+                        st.engine.streams().taken(id);
+                    }
+                }
+                ServerStreamEvent::HalfClosed => {
+                    if let Some(s) = st.streams.get(&id) {
+                        s.end(Ok(()));
+                    }
+                }
+                ServerStreamEvent::Writable => writable = true,
+                ServerStreamEvent::Reset(status) => {
+                    if let Some(s) = st.streams.remove(&id) {
+                        s.end(Err(status));
+                    }
+                    if let Some(h) = st.running.remove(&id) {
+                        h.abort();
+                    }
+                    writable = true;
+                }
+            }
+        }
+        Self::pump(st);
+        if writable {
+            self.slot_wait.notify_waiters();
+        }
+    }
+
+    /// Answers a streaming call: the handler's failure as a trailers-only status;
+    /// else its headers, then its messages (a one-message reply is a stream of one),
+    /// then the stream's end as the trailers. Each message is pulled from the
+    /// handler's source only once the call has the client's credit, a connection
+    /// credit and a send slot.
+    pub(super) async fn respond_stream(&self, id: u32, result: Result<ServerReply, Status>) {
+        match result {
+            Err(s) => {
+                self.answer_stream(id, Err(s)).await;
+            }
+            Ok(reply) => {
+                let (metadata, body, _) = reply.into_parts();
+                let source: BoxMessageSource = match body {
+                    ReplyBody::Stream(s) => s,
+                    ReplyBody::Message(m) => Box::pin(OneMessage(Some(m))),
+                };
+                if self.answer_stream(id, Ok(&metadata)).await {
+                    self.write_stream(id, source).await;
+                }
+            }
+        }
+        let mut st = lock(&self.state);
+        st.running.remove(&id);
+        st.streams.remove(&id);
+    }
+
+    /// Answers a streaming call's `REQ` (waiting for a send slot if all are in
+    /// flight); whether the call goes on.
+    async fn answer_stream(&self, id: u32, r: Result<&MetadataMap, Status>) -> bool {
+        loop {
+            let notified = self.slot_wait.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = lock(&self.state);
+                if st.dead {
+                    return false;
+                }
+                if let Some(slot) = st.ring.acquire() {
+                    let RcPeerState { engine, ring, .. } = &mut *st;
+                    let answer = r.as_ref().map(|m| *m).map_err(Clone::clone);
+                    match engine.respond_stream(id, answer, ring.buf(&slot)) {
+                        Some(t) => {
+                            if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                                tracing::debug!(error = %e, "server post failed");
+                                st.dead = true;
+                            }
+                        }
+                        None => st.ring.release(slot),
+                    }
+                    let open = r.is_ok() && st.engine.streams().is_open(id);
+                    self.route_stream_events(&mut st);
+                    return open;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Sends the handler's messages, then its end as the trailers. Returns when the
+    /// stream ended, or the call did (reset, refused, connection lost).
+    async fn write_stream(&self, id: u32, mut source: BoxMessageSource) {
+        loop {
+            // The call's credit first: a producer is not polled beyond its window.
+            if !self.wait_sendable(id).await {
+                return;
+            }
+            let len = match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
+                Some(Ok(len)) => len,
+                end => {
+                    let r = match end {
+                        Some(Err(s)) => Err(s),
+                        _ => Ok(MetadataMap::new()),
+                    };
+                    let mut st = lock(&self.state);
+                    if !st.dead {
+                        st.engine.streams().finish(id, r);
+                        Self::pump(&mut st);
+                    }
+                    return;
+                }
+            };
+            loop {
+                if !self.wait_sendable(id).await {
+                    return;
+                }
+                let mut st = lock(&self.state);
+                let sendable = !st.dead && st.engine.streams().can_send(id);
+                let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
+                    continue; // another call took it first
+                };
+                let RcPeerState { engine, ring, .. } = &mut *st;
+                let encode = |out: &mut [u8]| source.as_mut().encode_current(out);
+                match engine.send_stream_message(id, len, encode, ring.buf(&slot)) {
+                    Ok(t) => {
+                        if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                            tracing::debug!(error = %e, "server post failed");
+                            st.dead = true;
+                        }
+                    }
+                    Err(_) => st.ring.release(slot),
+                }
+                self.route_stream_events(&mut st);
+                break;
+            }
+        }
+    }
+
+    /// Waits until call `id` may send a message and a send slot is free; `false`
+    /// once the call is over here.
+    async fn wait_sendable(&self, id: u32) -> bool {
+        loop {
+            let notified = self.slot_wait.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = lock(&self.state);
+                if st.dead || !st.engine.streams().is_open(id) {
+                    return false;
+                }
+                if st.engine.streams().can_send(id) && st.ring.free_slots() > 0 {
+                    return true;
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+/// A reply of one message, as a stream.
+struct OneMessage(Option<BoxMessage>);
+
+impl MessageSource for OneMessage {
+    fn poll_message(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<usize, Status>>> {
+        Poll::Ready(self.0.as_ref().map(|m| Ok(m.encoded_len())))
+    }
+
+    fn encode_current(mut self: Pin<&mut Self>, out: &mut [u8]) {
+        if let Some(m) = self.0.take() {
+            m.encode_to(out);
+        }
+    }
+}
+
+/// The client's messages of a streaming call, as its handler reads them.
+struct ServerInbound {
+    peer: Arc<RcPeer>,
+    id: u32,
+    shared: Arc<InboundShared>,
+    done: bool,
+}
+
+impl InboundMessages for ServerInbound {
+    fn poll_message(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Payload, Status>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let mut st = lock(&self.shared.0);
+        if let Some(m) = st.messages.pop_front() {
+            drop(st);
+            let mut c = lock(&self.peer.state);
+            if !c.dead {
+                c.engine.streams().taken(self.id);
+                RcPeer::pump(&mut c);
+            }
+            return Poll::Ready(Some(Ok(Payload::from_vec(m))));
+        }
+        match st.end.take() {
+            Some(r) => {
+                drop(st);
+                self.done = true;
+                match r {
+                    Ok(()) => Poll::Ready(None),
+                    Err(s) => Poll::Ready(Some(Err(s))),
+                }
+            }
+            None => {
+                st.reader = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    fn trailers(self: Pin<&mut Self>) -> Option<MetadataMap> {
+        None
+    }
+}
+
+impl Drop for ServerInbound {
+    fn drop(&mut self) {
+        // Messages still here and those to come are discarded; their credits go
+        // back, so the client keeps sending (and its half-close still arrives).
+        let n = {
+            let mut st = lock(&self.shared.0);
+            st.dropped = true;
+            std::mem::take(&mut st.messages).len()
+        };
+        if n > 0 {
+            let mut c = lock(&self.peer.state);
+            if !c.dead {
+                for _ in 0..n {
+                    c.engine.streams().taken(self.id);
+                }
+                RcPeer::pump(&mut c);
+            }
+        }
+    }
+}
