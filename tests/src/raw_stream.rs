@@ -309,8 +309,8 @@ pub fn stream_path(method: &str) -> &'static str {
 /// * `Bidi`: answers each request message with itself, until the client ends.
 /// * `Endless`: messages of `args[0]` KiB until cancelled (its producer's drop is
 ///   reported).
-/// * `Hold`: reads nothing more and never answers a message: a stream that stays
-///   open until the call ends (its inbound's end is reported when it comes).
+/// * `Hold`: reads the client's messages and never answers one: a stream that
+///   stays open until the call ends (its inbound's end is reported when it comes).
 /// * `Ignore`: drops its inbound at once and answers one message (`id` = the tag),
 ///   after `args[0]` ms:
 ///   the client's later messages are discarded.
@@ -427,7 +427,8 @@ impl tower::Service<ServerCall> for StreamService {
                             }
                         };
                         report(tag, Seen::InboundEnded(end));
-                        drop(tx);
+                        // Open until the call ends (its producer is dropped then).
+                        tx.closed().await;
                     });
                     // Never sends: `tx` lives in the task until the inbound ends.
                     stream(src.boxed())
