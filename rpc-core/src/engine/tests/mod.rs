@@ -1,6 +1,7 @@
 //! Deterministic tests of the engine over the simulated fabric.
 
 mod sim;
+mod streams;
 
 use std::time::Duration;
 

@@ -138,7 +138,12 @@ impl RcPeer {
         }
         let mut st = lock(&self.state);
         st.running.remove(&id);
-        st.streams.remove(&id);
+        if let Some(s) = st.streams.remove(&id) {
+            // A handler task still reading hears that the call is over.
+            s.end(Err(Status::cancelled(
+                "the call has ended (the server sent its final status)",
+            )));
+        }
     }
 
     /// Answers a streaming call's `REQ` (waiting for a send slot if all are in

@@ -1,0 +1,544 @@
+//! Deterministic tests of streaming calls over a simulated fabric: both engines,
+//! one tick of latency each way, and the receive-queue invariants checked on every
+//! delivery (a frame that finds no receive posted is RNR, and fails the test).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::code::Code;
+use crate::engine::wire::{SERVER_CREDITS, STREAM_WINDOW};
+use crate::engine::{
+    CallHead, ClientConfig, ClientConn, ServerConfig, ServerConn, ServerStreamEvent, StreamEvent,
+};
+use crate::metadata::MetadataMap;
+use crate::status::Status;
+
+const FRAME: usize = 512;
+const CREDITS: u32 = 8;
+
+/// What one side saw of one call.
+#[derive(Debug, Default)]
+struct Seen {
+    headers: bool,
+    /// Messages delivered and not yet taken by the reader.
+    unread: VecDeque<Vec<u8>>,
+    /// Messages the reader took.
+    read: Vec<Vec<u8>>,
+    /// Client: how the call ended. Server: a reset or refusal.
+    end: Option<Result<(), Status>>,
+    half_closed: bool,
+    opened: bool,
+}
+
+struct StreamSim {
+    c: ClientConn<u64>,
+    s: ServerConn,
+    to_s: VecDeque<(u32, Vec<u8>)>,
+    to_c: VecDeque<(u32, Vec<u8>)>,
+    /// Receives posted at the server for this connection, and at the client.
+    s_recvs: u32,
+    c_recvs: u32,
+    epoch: Instant,
+    tick: u64,
+    client: HashMap<u32, Seen>,
+    server: HashMap<u32, Seen>,
+    /// Readers that take every message as it comes.
+    c_auto: bool,
+    s_auto: bool,
+}
+
+impl StreamSim {
+    fn new(client_max: (usize, usize), server_max: (usize, usize)) -> StreamSim {
+        StreamSim {
+            c: ClientConn::new(ClientConfig {
+                credits: CREDITS,
+                frame_size: FRAME,
+                max_send_message: client_max.0,
+                max_recv_message: client_max.1,
+            }),
+            s: ServerConn::new(ServerConfig {
+                frame_size: FRAME,
+                max_recv_message: server_max.1,
+                max_send_message: server_max.0,
+                buffer_cap: 1 << 20,
+            }),
+            to_s: VecDeque::new(),
+            to_c: VecDeque::new(),
+            s_recvs: CREDITS,
+            c_recvs: CREDITS + SERVER_CREDITS,
+            epoch: Instant::now(),
+            tick: 0,
+            client: HashMap::new(),
+            server: HashMap::new(),
+            c_auto: true,
+            s_auto: true,
+        }
+    }
+
+    fn plain() -> StreamSim {
+        StreamSim::new((1 << 20, 1 << 20), (1 << 20, 1 << 20))
+    }
+
+    fn now(&self) -> Instant {
+        self.epoch + Duration::from_millis(self.tick)
+    }
+
+    fn open(&mut self, timeout: Option<Duration>) -> u32 {
+        assert!(self.c.reserve(), "a token for the call");
+        let mut out = vec![0u8; FRAME];
+        let md = MetadataMap::new();
+        let now = self.now();
+        let (id, t) = self
+            .c
+            .start_stream(now, &CallHead::new("/p.S/M", &md, timeout), &mut out)
+            .unwrap();
+        out.truncate(t.len);
+        self.to_s.push_back((t.imm, out));
+        self.client.entry(id).or_default();
+        id
+    }
+
+    /// The client sends `m` on `id` if the call has credit and a token is free.
+    fn client_send(&mut self, id: u32, m: &[u8]) -> bool {
+        if !self.c.streams().can_send(id) || !self.c.reserve() {
+            return false;
+        }
+        let mut out = vec![0u8; FRAME];
+        let t = self
+            .c
+            .send_stream_message(id, m.len(), |o| o.copy_from_slice(m), &mut out)
+            .unwrap();
+        out.truncate(t.len);
+        self.to_s.push_back((t.imm, out));
+        true
+    }
+
+    fn server_send(&mut self, id: u32, m: &[u8]) -> bool {
+        if !self.s.streams().can_send(id) {
+            return false;
+        }
+        let mut out = vec![0u8; FRAME];
+        match self
+            .s
+            .send_stream_message(id, m.len(), |o| o.copy_from_slice(m), &mut out)
+        {
+            Ok(t) => {
+                out.truncate(t.len);
+                self.to_c.push_back((t.imm, out));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn server_answer(&mut self, id: u32, r: Result<(), Status>) {
+        let mut out = vec![0u8; FRAME];
+        let md = MetadataMap::new();
+        if let Some(t) = self.s.respond_stream(id, r.map(|()| &md), &mut out) {
+            out.truncate(t.len);
+            self.to_c.push_back((t.imm, out));
+        }
+    }
+
+    fn client_take(&mut self, id: u32) {
+        let seen = self.client.get_mut(&id).unwrap();
+        if let Some(m) = seen.unread.pop_front() {
+            seen.read.push(m);
+            self.c.streams().taken(id);
+        }
+    }
+
+    fn server_take(&mut self, id: u32) {
+        let seen = self.server.get_mut(&id).unwrap();
+        if let Some(m) = seen.unread.pop_front() {
+            seen.read.push(m);
+            self.s.streams().taken(id);
+        }
+    }
+
+    /// One tick: deliveries both ways, events, transmissions, timers.
+    fn step(&mut self) {
+        self.tick += 1;
+        let now = self.now();
+        for (imm, f) in std::mem::take(&mut self.to_s) {
+            assert!(self.s_recvs > 0, "RNR at the server");
+            self.s_recvs -= 1;
+            if let Some(inc) = self.s.handle_frame(now, imm, &f) {
+                assert!(inc.streaming);
+                self.server.entry(inc.id).or_default().opened = true;
+            }
+            // Stream frames are copied out: the slot is reposted at once.
+            self.s_recvs += 1;
+        }
+        while let Some((id, ev)) = self.s.poll_stream_event() {
+            let seen = self.server.entry(id).or_default();
+            match ev {
+                ServerStreamEvent::Message(m) => seen.unread.push_back(m),
+                ServerStreamEvent::HalfClosed => seen.half_closed = true,
+                ServerStreamEvent::Writable => {}
+                ServerStreamEvent::Reset(s) => seen.end = Some(Err(s)),
+            }
+        }
+        if self.s_auto {
+            let ids: Vec<u32> = self.server.keys().copied().collect();
+            for id in ids {
+                while !self.server[&id].unread.is_empty() {
+                    self.server_take(id);
+                }
+            }
+        }
+        loop {
+            let mut out = vec![0u8; FRAME];
+            let Some(t) = self.s.poll_transmit(&mut out) else {
+                break;
+            };
+            out.truncate(t.len);
+            self.to_c.push_back((t.imm, out));
+        }
+        for (imm, f) in std::mem::take(&mut self.to_c) {
+            assert!(self.c_recvs > 0, "RNR at the client");
+            self.c_recvs -= 1;
+            assert!(self.c.handle_frame(now, imm, &f).is_none());
+            self.c_recvs += 1;
+            self.c.handle_tokens_returned(1);
+        }
+        self.c.handle_timeout(now);
+        self.drain_client_events();
+        if self.c_auto {
+            let ids: Vec<u32> = self.client.keys().copied().collect();
+            for id in ids {
+                while !self.client[&id].unread.is_empty() {
+                    self.client_take(id);
+                }
+            }
+        }
+        loop {
+            let mut out = vec![0u8; FRAME];
+            let Some(t) = self.c.poll_transmit(&mut out) else {
+                break;
+            };
+            out.truncate(t.len);
+            self.to_s.push_back((t.imm, out));
+        }
+    }
+
+    fn drain_client_events(&mut self) {
+        while let Some((id, ev)) = self.c.poll_stream_event() {
+            let seen = self.client.entry(id).or_default();
+            match ev {
+                StreamEvent::Headers(_) => seen.headers = true,
+                StreamEvent::Message(m) => seen.unread.push_back(m),
+                StreamEvent::Writable => {}
+                StreamEvent::End(r) => {
+                    assert!(seen.end.is_none(), "one end per call");
+                    seen.end = Some(r.map(|_| ()));
+                }
+            }
+        }
+    }
+
+    fn run(&mut self, ticks: u64) {
+        for _ in 0..ticks {
+            self.step();
+        }
+    }
+
+    /// Nothing in flight, no call left, every credit back where it started.
+    fn assert_quiescent(&mut self) {
+        self.run(10);
+        assert!(self.to_s.is_empty() && self.to_c.is_empty());
+        assert_eq!(self.c.calls(), 0, "client table drained");
+        assert_eq!(self.s.calls(), 0, "server table drained");
+        assert_eq!(self.c.free_tokens(), CREDITS, "every token returned");
+        assert!(
+            self.s.streams().credits() >= SERVER_CREDITS / 2,
+            "the server's connection credits came back"
+        );
+    }
+
+    fn end(&self, id: u32) -> Option<Code> {
+        self.client[&id]
+            .end
+            .as_ref()
+            .map(|r| r.as_ref().err().map_or(Code::Ok, |s| s.code()))
+    }
+}
+
+fn msg(call: u32, i: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| (call as usize * 7 + i * 13 + k) as u8)
+        .collect()
+}
+
+#[test]
+fn interleaved_streams_each_get_their_own_messages_in_order_both_ways() {
+    let mut sim = StreamSim::plain();
+    let ids: Vec<u32> = (0..3).map(|_| sim.open(None)).collect();
+    sim.run(2);
+    for &id in &ids {
+        assert!(sim.server[&id].opened);
+        sim.server_answer(id, Ok(()));
+    }
+    // 40 messages each way per call, some longer than a frame, sent as credit and
+    // tokens allow, the calls taking turns.
+    let n = 40;
+    let len = |i: usize| (i * 53) % 1500;
+    let mut sent_c = [0usize; 3];
+    let mut sent_s = [0usize; 3];
+    for _ in 0..10_000 {
+        for (k, &id) in ids.iter().enumerate() {
+            if sent_c[k] < n && sim.client_send(id, &msg(id, sent_c[k], len(sent_c[k]))) {
+                sent_c[k] += 1;
+            }
+            if sent_s[k] < n && sim.server_send(id, &msg(id + 1, sent_s[k], len(sent_s[k]))) {
+                sent_s[k] += 1;
+            }
+        }
+        sim.step();
+        if sent_c.iter().chain(&sent_s).all(|&x| x == n) && sim.to_s.is_empty() {
+            break;
+        }
+    }
+    sim.run(20);
+    for &id in &ids {
+        let want_s: Vec<Vec<u8>> = (0..n).map(|i| msg(id, i, len(i))).collect();
+        let want_c: Vec<Vec<u8>> = (0..n).map(|i| msg(id + 1, i, len(i))).collect();
+        assert_eq!(
+            sim.server[&id].read, want_s,
+            "server got call {id}'s messages"
+        );
+        assert_eq!(
+            sim.client[&id].read, want_c,
+            "client got call {id}'s messages"
+        );
+        sim.c.streams().half_close(id);
+    }
+    sim.run(3);
+    for &id in &ids {
+        assert!(sim.server[&id].half_closed);
+        sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    }
+    sim.run(3);
+    for &id in &ids {
+        assert_eq!(sim.end(id), Some(Code::Ok));
+    }
+    sim.assert_quiescent();
+}
+
+#[test]
+fn half_close_in_either_order_ends_the_call_ok() {
+    // The client's half first, then the server's messages and trailers.
+    let mut sim = StreamSim::plain();
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    assert!(sim.client_send(id, b"only"));
+    sim.c.streams().half_close(id);
+    sim.run(3);
+    assert!(sim.server[&id].half_closed);
+    assert_eq!(sim.server[&id].read, vec![b"only".to_vec()]);
+    assert!(sim.server_send(id, b"reply"));
+    sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    sim.run(3);
+    assert_eq!(sim.client[&id].read, vec![b"reply".to_vec()]);
+    assert_eq!(sim.end(id), Some(Code::Ok));
+    sim.assert_quiescent();
+
+    // The server's end first: the client's later half-close is harmless.
+    let mut sim = StreamSim::plain();
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    assert!(sim.server_send(id, b"a"));
+    sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    sim.run(3);
+    assert_eq!(sim.end(id), Some(Code::Ok));
+    assert!(!sim.client_send(id, b"late"), "an ended call sends nothing");
+    sim.c.streams().half_close(id);
+    sim.assert_quiescent();
+}
+
+#[test]
+fn a_reset_in_every_state_ends_both_sides_and_frees_everything() {
+    let states = [
+        "before the headers",
+        "after the headers",
+        "mid-message",
+        "after the client's half-close",
+        "after the server's end",
+    ];
+    for (k, state) in states.iter().enumerate() {
+        let mut sim = StreamSim::plain();
+        let id = sim.open(None);
+        sim.run(2);
+        if k >= 1 {
+            sim.server_answer(id, Ok(()));
+            sim.run(2);
+        }
+        if k == 2 {
+            // A message of several frames, reset while its fragments are going.
+            assert!(sim.client_send(id, &msg(id, 0, 5000)));
+            sim.step();
+        }
+        if k == 3 {
+            sim.c.streams().half_close(id);
+            sim.run(2);
+        }
+        if k == 4 {
+            sim.s.streams().finish(id, Ok(MetadataMap::new()));
+            sim.run(2);
+        }
+        sim.c.streams().reset(id, Status::cancelled("gave up"));
+        sim.drain_client_events();
+        sim.run(3);
+        let want = if k == 4 { Code::Ok } else { Code::Cancelled };
+        assert_eq!(sim.end(id), Some(want), "{state}");
+        if k < 4 {
+            let end = sim.server[&id].end.as_ref().expect(state);
+            assert_eq!(end.as_ref().unwrap_err().code(), Code::Cancelled, "{state}");
+        }
+        if k == 0 {
+            // The handler answers late: nothing more is sent for the call.
+            sim.server_answer(id, Ok(()));
+        }
+        sim.assert_quiescent();
+    }
+}
+
+#[test]
+fn an_exhausted_window_stops_only_its_producer_and_resumes_when_read() {
+    let mut sim = StreamSim::plain();
+    sim.c_auto = false;
+    let slow = sim.open(None);
+    let fast = sim.open(None);
+    sim.run(2);
+    sim.server_answer(slow, Ok(()));
+    sim.server_answer(fast, Ok(()));
+    let mut sent = 0;
+    while sim.server_send(slow, b"x") {
+        sent += 1;
+    }
+    assert_eq!(sent, STREAM_WINDOW, "a window of messages, then no credit");
+    sim.run(5);
+    assert!(!sim.s.streams().can_send(slow), "the reader took nothing");
+    // The other call on the connection keeps moving, for many windows.
+    for i in 0..(5 * STREAM_WINDOW as usize) {
+        while !sim.server_send(fast, &msg(fast, i, 10)) {
+            sim.step();
+            sim.client_take(fast);
+        }
+    }
+    sim.run(5);
+    while !sim.client[&fast].unread.is_empty() {
+        sim.client_take(fast);
+    }
+    assert_eq!(sim.client[&fast].read.len(), 5 * STREAM_WINDOW as usize);
+    assert_eq!(sim.client[&slow].unread.len(), STREAM_WINDOW as usize);
+    // Reading half the window grants it back.
+    for _ in 0..STREAM_WINDOW / 2 {
+        sim.client_take(slow);
+    }
+    sim.run(3);
+    assert!(sim.s.streams().can_send(slow), "credit came back");
+    for id in [slow, fast] {
+        sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    }
+    sim.c_auto = true;
+    sim.run(5);
+    sim.assert_quiescent();
+}
+
+#[test]
+fn a_deadline_mid_stream_ends_the_call_at_both_ends() {
+    let mut sim = StreamSim::plain();
+    let id = sim.open(Some(Duration::from_millis(20)));
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    for i in 0..5 {
+        assert!(sim.server_send(id, &msg(id, i, 30)));
+        sim.step();
+    }
+    assert_eq!(sim.end(id), None);
+    sim.run(20);
+    assert_eq!(sim.end(id), Some(Code::DeadlineExceeded));
+    assert_eq!(sim.client[&id].read.len(), 5);
+    let end = sim.server[&id].end.as_ref().unwrap();
+    assert_eq!(end.as_ref().unwrap_err().code(), Code::DeadlineExceeded);
+    assert!(!sim.s.streams().is_open(id));
+    sim.assert_quiescent();
+}
+
+#[test]
+fn a_receiver_refusing_an_oversized_message_tells_the_sender() {
+    // The server accepts 1000 bytes; this client would send more.
+    let mut sim = StreamSim::new((1 << 20, 1 << 20), (1 << 20, 1000));
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(2);
+    assert!(sim.client_send(id, &msg(id, 0, 3000)));
+    sim.run(10);
+    assert_eq!(sim.end(id), Some(Code::ResourceExhausted));
+    let s = sim.client[&id].end.as_ref().unwrap().as_ref().unwrap_err();
+    assert!(s.message().contains("exceeds the limit of 1000"), "{s:?}");
+    let end = sim.server[&id].end.as_ref().unwrap();
+    assert_eq!(end.as_ref().unwrap_err().code(), Code::ResourceExhausted);
+    sim.assert_quiescent();
+
+    // The client accepts 1000 bytes; this server would send more.
+    let mut sim = StreamSim::new((1 << 20, 1000), (1 << 20, 1 << 20));
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(2);
+    assert!(sim.server_send(id, &msg(id, 0, 3000)));
+    sim.run(10);
+    assert_eq!(sim.end(id), Some(Code::ResourceExhausted));
+    let end = sim.server[&id].end.as_ref().unwrap();
+    assert_eq!(end.as_ref().unwrap_err().code(), Code::ResourceExhausted);
+    sim.assert_quiescent();
+}
+
+#[test]
+fn connection_credits_come_back_while_many_streams_send() {
+    // More server frames than the server's connection credits, on many calls: the
+    // client returns them as it reposts, and nothing lands without a receive.
+    let mut sim = StreamSim::plain();
+    let ids: Vec<u32> = (0..6).map(|_| sim.open(None)).collect();
+    sim.run(2);
+    for &id in &ids {
+        sim.server_answer(id, Ok(()));
+    }
+    let per = 3 * SERVER_CREDITS as usize;
+    let mut sent = vec![0usize; ids.len()];
+    for _ in 0..100_000 {
+        for (k, &id) in ids.iter().enumerate() {
+            if sent[k] < per && sim.server_send(id, &msg(id, sent[k], 700)) {
+                sent[k] += 1;
+            }
+        }
+        sim.step();
+        if sent.iter().all(|&s| s == per) {
+            break;
+        }
+    }
+    sim.run(10);
+    for &id in &ids {
+        assert_eq!(sim.client[&id].read.len(), per);
+        sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    }
+    sim.run(5);
+    sim.assert_quiescent();
+}
+
+#[test]
+fn a_handler_failing_before_its_headers_ends_the_call_trailers_only() {
+    let mut sim = StreamSim::plain();
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Err(Status::not_found("no such thing")));
+    sim.run(2);
+    assert_eq!(sim.end(id), Some(Code::NotFound));
+    assert!(!sim.client[&id].headers);
+    sim.assert_quiescent();
+}
