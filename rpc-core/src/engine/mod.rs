@@ -28,16 +28,25 @@
 //! are in [`ud`]: a second state machine (RC's credits and UD's retransmission differ
 //! in kind), sharing the codec.
 //!
+//! # Streaming calls (RC)
+//! A streaming call is two half-streams of messages, closed by the server's final
+//! status (trailers) or a reset from the client ([`wire`], "Streaming calls", says
+//! every frame and credit). Its state lives in `stream`, beside the unary engines:
+//! [`ClientConn`] and [`ServerConn`] hand it only frames and ids of streaming calls
+//! (ids with [`wire::STREAM_ID_BIT`]), so a unary call costs what it did. Inputs
+//! are the same `handle_*` calls; each side's outputs are one event per call and
+//! step ([`StreamEvent`]: headers, message, writable, end; [`ServerStreamEvent`]:
+//! message, half-closed, writable, reset), drained after each batch with
+//! `poll_stream_event`. A caller sends a message with `send_stream_message` when
+//! [`ClientStreams::can_send`] / [`ServerStreams::can_send`] says the call has the
+//! peer's credit (the client also on a reserved token, as a call's first frame);
+//! everything else (fragments of long messages, grants, half-close, reset,
+//! trailers, returned connection credits) goes out through `poll_transmit`.
+//!
 //! # What comes next (design, not built)
-//! A call becomes two half-streams of messages, each ended by end-of-stream, closed
-//! by the server's final status (trailers) or by a reset from either side; unary is
-//! one message each way and keeps today's one-frame-each-way path. [`wire`] reserves
-//! the frame kinds this needs (stream message, half-close, trailers, reset, credit
-//! grant) and the head flags (a streaming `REQ`; a body by reference, pulled by RDMA
-//! Read), and says what each will mean. The engines' outputs then become one event
-//! per call and step, as quinn's `Connection::poll` (headers, message, trailers,
-//! reset), in place of one [`Completion`] per call, so unary and streams share one
-//! driver loop.
+//! Messages larger than a slot go by reference (`BY_REF`, an RDMA Read) instead of
+//! the interim fragments; unary calls then report through the same per-call events
+//! as streams (quinn's `Connection::poll`), so both share one driver loop.
 
 mod client;
 pub mod codec;

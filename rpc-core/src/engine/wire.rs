@@ -146,8 +146,10 @@
 //!   other credits wait on slow handlers still returns the server's credits. RNR
 //!   stays impossible: every frame either side sends lands in a receive counted for
 //!   it.
-//! * **Fairness.** Each side sends one message (or one fragment) of a call at a
-//!   time and then lets the other calls with credit and data go first.
+//! * **Fairness.** A call's writer sends one message and then waits its turn
+//!   again behind the connection's other calls with credit and data (no call sends
+//!   a burst ahead of them); the later `MSG`s of long messages and the control
+//!   frames take turns round-robin among the calls that have them.
 //! * UD keeps one datagram each way: no streams (a UD channel opens RC for them).
 
 use crate::code::Code;

@@ -20,6 +20,20 @@
 //!   the spot until it first waits, spawning it only then
 //!   ([`Server::inline_handlers`]); the answers of one batch of completions leave
 //!   each connection as one post list.
+//! * **Streams** (RC only; `channel_stream.rs`, `client/stream.rs`,
+//!   `server/rc_stream.rs`): a streaming call opens with a `REQ`, its future resolves
+//!   with the handler's headers, and then messages flow each way within per-call
+//!   credit windows (see `crate::engine::wire`). Each direction's writer pulls one
+//!   message from its source only when the call has the peer's credit, encodes it
+//!   straight into a send slot, and then waits its turn again among the
+//!   connection's other calls. Received stream messages are copied out of their
+//!   receive slot (reposted at once), so a slow reader holds at most its call's
+//!   window of messages and never the connection's receives. A UD channel opens
+//!   its RC connection for streams; against `accept_rc(false)` they fail
+//!   `UNIMPLEMENTED`, naming why. The call's deadline covers it whole (the client
+//!   resets it at the deadline); a dead peer, a lost connection or a shutdown past
+//!   its grace period ends every open stream `UNAVAILABLE`, and a graceful shutdown
+//!   lets them finish within the grace period.
 //! * Completion reaping is selectable ([`CompletionMode`]): busy polling, event-driven
 //!   under tokio, or adaptive (spin briefly after activity, then sleep; the default).
 //! * Liveness: the handshake's TCP connection stays open; when it closes, every

@@ -239,11 +239,6 @@ impl ServerStreams {
         }
     }
 
-    /// Forgets a call whose handler is gone without a word (the connection dies).
-    pub fn forget(&mut self, id: u32) {
-        self.streams.remove(&id);
-    }
-
     fn queue(&mut self, id: u32) {
         if !self.transmit.contains(&id) {
             self.transmit.push_back(id);

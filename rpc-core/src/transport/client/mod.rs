@@ -9,14 +9,10 @@
 //! connection, and the guard that cancels a call its caller dropped. A link owns
 //! its engine and send slots and how it posts.
 //!
-//! # What comes next
-//! A [`conn::Conn`] is what a reconnecting channel replaces: the channel's handle
-//! will hold the current `Conn` behind a swappable pointer and dial a new one when
-//! it dies; reservations and new calls go to the current one, while a call started
-//! on a dead one ends with the engine's verdict (`UNAVAILABLE`, or moved when the
-//! engine proves it never reached the server). Stream calls will deliver engine
-//! events (message, trailers, reset) to their caller instead of one reply, through
-//! the same `deliver` point.
+//! Streaming calls (RC only) are in [`stream`]: the driver routes the engine's
+//! per-call events (headers, message, writable, end) to each call's shared state,
+//! a task per call pulls its request messages, and the caller reads the response
+//! messages through `InboundMessages`.
 
 mod backoff;
 mod channel;

@@ -136,9 +136,9 @@ pub(crate) fn start_inline<F: Future<Output = ()>>(fut: F, inline: bool) -> Opti
     fut.as_mut().poll(&mut cx).is_pending().then_some(fut)
 }
 
-/// A reply split for a one-frame answer (unary and client-streaming methods). A
-/// streaming reply on a path that cannot stream (UD, or RC until its streams are
-/// wired) is `UNIMPLEMENTED`, saying so.
+/// A reply split for a one-frame answer (a unary call). A streaming reply on a path
+/// that cannot stream (UD, or a unary call on RC: only a streaming call's answer
+/// can carry a stream) is `UNIMPLEMENTED`, saying so.
 pub(crate) fn unary_parts(
     result: Result<ServerReply, Status>,
 ) -> Result<(crate::MetadataMap, crate::server::BoxMessage), Status> {
