@@ -62,6 +62,7 @@
 //!   no receive is lost, and retransmission covers it.
 
 mod channel;
+mod channel_stream;
 mod client;
 mod completion;
 mod endpoint;
