@@ -8,6 +8,7 @@ fn main() -> std::io::Result<()> {
             "../proto/helloworld.proto",
             "../proto/echo.proto",
             "../proto/kv.proto",
+            "../proto/route_guide.proto",
             "protos/a/b/c/store.proto",
             "protos/naming.proto",
             "protos/multi.proto",

@@ -30,6 +30,12 @@ pub mod kv {
     rpc_core::include_proto!("kv");
 }
 
+/// `proto/route_guide.proto`: a method of each call shape.
+#[allow(missing_docs)]
+pub mod routeguide {
+    rpc_core::include_proto!("routeguide");
+}
+
 /// `protos/common/types.proto`: imported by `a.b.c`.
 #[allow(missing_docs)]
 pub mod common {
