@@ -522,3 +522,36 @@ async fn _streaming_calls_compile_over_a_channel(
         .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_client_interceptor_sees_a_streaming_call_before_it_opens() {
+    let transport = Loopback::new(RouteGuideServer::new(guide()));
+    let mut client = RouteGuideClient::with_interceptor(transport.clone(), |mut r: Request<()>| {
+        r.metadata_mut()
+            .insert("x-traveller", AsciiMetadataValue::from_static("grace"));
+        Ok(r)
+    });
+    let summary = client
+        .record_route(stream::iter([point(1, 1)]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        summary.elapsed_time, 5,
+        "the handler saw the interceptor's metadata"
+    );
+
+    let mut refusing = RouteGuideClient::with_interceptor(transport.clone(), |_| {
+        Err(Status::unauthenticated("no ticket"))
+    });
+    let err = refusing
+        .route_chat(stream::iter([note(0, "hi")]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    assert_eq!(
+        transport.paths(),
+        ["/routeguide.RouteGuide/RecordRoute"],
+        "the refused call never reached the transport"
+    );
+}
