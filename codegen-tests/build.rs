@@ -24,7 +24,11 @@ fn main() -> std::io::Result<()> {
         .generate_default_stubs(true)
         .out_dir(variants)
         .compile_protos(
-            &["../proto/helloworld.proto", "../proto/echo.proto"],
+            &[
+                "../proto/helloworld.proto",
+                "../proto/echo.proto",
+                "../proto/route_guide.proto",
+            ],
             &["../proto"],
         )
 }

@@ -86,4 +86,10 @@ pub mod variants {
     pub mod echo {
         include!(concat!(env!("OUT_DIR"), "/variants/echo.rs"));
     }
+
+    /// `proto/route_guide.proto`.
+    #[allow(missing_docs)]
+    pub mod routeguide {
+        include!(concat!(env!("OUT_DIR"), "/variants/routeguide.rs"));
+    }
 }
