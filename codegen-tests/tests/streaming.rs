@@ -555,3 +555,22 @@ async fn a_client_interceptor_sees_a_streaming_call_before_it_opens() {
         "the refused call never reached the transport"
     );
 }
+
+#[tokio::test]
+async fn each_streamed_reply_is_held_to_the_server_s_encoding_limit() {
+    let server = RouteGuideServer::new(Guide {
+        listing: Listing::Big(100),
+        ..guide()
+    })
+    .max_encoding_message_size(50);
+    let mut client = RouteGuideClient::new(Loopback::new(server));
+    let mut stream = client
+        .list_features(rect((0, 0), (0, 0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stream.message().await.unwrap().unwrap().name, "small");
+    let err = stream.message().await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("the limit is: 50 bytes"), "{err:?}");
+}

@@ -5,7 +5,7 @@ use prost::Message;
 use tower::{Service, ServiceExt};
 
 use crate::client::call::{IncomingReply, IncomingStream, OutgoingCall, OutgoingStream};
-use crate::codec::{requests_source, Side, Streaming};
+use crate::codec::{MessageStreamSource, Side, Streaming};
 use crate::codegen::MessageLimits;
 use crate::extensions::Extensions;
 use crate::metadata::{KeyAndValueRef, MetadataMap};
@@ -147,7 +147,10 @@ impl<T> Grpc<T> {
             metadata,
             timeout,
             extensions,
-            messages: Box::pin(requests_source(messages, self.limits.encoding)),
+            messages: Box::pin(MessageStreamSource::requests(
+                messages,
+                self.limits.encoding,
+            )),
         };
         let reply = self.inner.ready().await?.call(call).await?;
         let messages = Streaming::new(reply.messages, self.limits.decoding, Side::Client);

@@ -10,7 +10,6 @@ pub(crate) mod server;
 mod source;
 mod streaming;
 
-pub use source::MessageStreamSource;
-pub(crate) use source::{requests_source, responses_source};
+pub use source::{MessageStreamSource, RequestStream};
 pub(crate) use streaming::Side;
 pub use streaming::Streaming;

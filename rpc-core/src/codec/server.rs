@@ -9,7 +9,7 @@
 use futures_util::Stream;
 use prost::Message;
 
-use super::{responses_source, Side, Streaming};
+use super::{MessageStreamSource, Side, Streaming};
 use crate::codegen::MessageLimits;
 use crate::request::Request;
 use crate::response::Response;
@@ -67,5 +67,7 @@ where
     S: Stream<Item = Result<M, Status>> + Send + 'static,
     M: Message + Send + 'static,
 {
-    response.map(|stream| ReplyBody::Stream(Box::pin(responses_source(stream, limits.encoding))))
+    response.map(|stream| {
+        ReplyBody::Stream(Box::pin(MessageStreamSource::new(stream, limits.encoding)))
+    })
 }

@@ -47,28 +47,17 @@ where
 
 /// A client's request stream: messages, each made an `Ok` item by a plain function
 /// (no closure to name, nothing allocated).
-pub(crate) type RequestStream<S, M> = Map<S, fn(M) -> Result<M, Status>>;
+pub type RequestStream<S, M> = Map<S, fn(M) -> Result<M, Status>>;
 
-/// A client's request stream (items are messages, never errors) as a source.
-pub(crate) fn requests_source<S, M>(
-    stream: S,
-    max_encoding: Option<usize>,
-) -> MessageStreamSource<RequestStream<S, M>, M>
+impl<S, M> MessageStreamSource<RequestStream<S, M>, M>
 where
     S: Stream<Item = M>,
 {
-    MessageStreamSource::new(stream.map(Ok as fn(M) -> Result<M, Status>), max_encoding)
-}
-
-/// A handler's response stream as a source.
-pub(crate) fn responses_source<S, M>(
-    stream: S,
-    max_encoding: Option<usize>,
-) -> MessageStreamSource<S, M>
-where
-    S: Stream<Item = Result<M, Status>>,
-{
-    MessageStreamSource::new(stream, max_encoding)
+    /// A source of a client's request messages (a stream of messages, never errors),
+    /// each at most `max_encoding` bytes encoded.
+    pub fn requests(stream: S, max_encoding: Option<usize>) -> Self {
+        MessageStreamSource::new(stream.map(Ok as fn(M) -> Result<M, Status>), max_encoding)
+    }
 }
 
 impl<S, M> MessageSource for MessageStreamSource<S, M>
@@ -144,7 +133,7 @@ mod tests {
 
     #[test]
     fn messages_then_end_of_stream_and_nothing_after() {
-        let mut s = requests_source(stream::iter([5u32, 300]), None);
+        let mut s = MessageStreamSource::requests(stream::iter([5u32, 300]), None);
         for want in [5u32, 300] {
             let Poll::Ready(Some(Ok(len))) = poll(&mut s) else {
                 panic!("a message is ready")
@@ -159,7 +148,7 @@ mod tests {
     #[test]
     fn an_error_item_ends_the_stream_with_its_status() {
         let items = [Ok(1u32), Err(Status::aborted("stop")), Ok(2)];
-        let mut s = responses_source(stream::iter(items), None);
+        let mut s = MessageStreamSource::new(stream::iter(items), None);
         let Poll::Ready(Some(Ok(len))) = poll(&mut s) else {
             panic!("first message")
         };
@@ -176,7 +165,8 @@ mod tests {
 
     #[test]
     fn a_message_over_the_encoding_limit_ends_the_stream() {
-        let mut s = requests_source(stream::iter([String::from("0123456789")]), Some(4));
+        let mut s =
+            MessageStreamSource::requests(stream::iter([String::from("0123456789")]), Some(4));
         match poll(&mut s) {
             Poll::Ready(Some(Err(status))) => {
                 assert_eq!(status.code(), crate::Code::ResourceExhausted);
