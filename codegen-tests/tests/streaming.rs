@@ -574,3 +574,36 @@ async fn each_streamed_reply_is_held_to_the_server_s_encoding_limit() {
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("the limit is: 50 bytes"), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_call_of_the_wrong_shape_is_refused_naming_the_method() {
+    let mut grpc = rpc_core::client::Grpc::new(Loopback::new(RouteGuideServer::new(guide())));
+    let streamed = grpc
+        .streaming::<_, Point, Feature>(
+            Request::new(stream::iter([point(1, 1)])),
+            "/routeguide.RouteGuide/GetFeature",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(streamed.code(), Code::Internal);
+    assert!(
+        streamed
+            .message()
+            .contains("/routeguide.RouteGuide/GetFeature is a unary method"),
+        "{streamed:?}"
+    );
+    let unary = grpc
+        .unary::<Point, RouteSummary>(
+            Request::new(point(1, 1)),
+            "/routeguide.RouteGuide/RecordRoute",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(unary.code(), Code::Internal);
+    assert!(
+        unary
+            .message()
+            .contains("/routeguide.RouteGuide/RecordRoute is a streaming method"),
+        "{unary:?}"
+    );
+}

@@ -288,10 +288,7 @@ fn dispatch_arm(
     let stream_reply = quote!(Ok(#codegen::streaming_reply(response, limits)));
     let body = match shape {
         Shape::Unary => quote! {
-            let request = match limits
-                .check_decoding(call.message_len())
-                .and_then(|()| call.into_request::<#input>())
-            {
+            let request = match #codegen::unary_call_request::<#input>(call, limits) {
                 Ok(request) => request,
                 Err(status) => return Box::pin(async move { Err(status) }),
             };

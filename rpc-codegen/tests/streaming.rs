@@ -76,6 +76,11 @@ fn the_server_trait_has_each_shape_s_signature() {
         !file.contains("RecordRouteStream"),
         "nor client-streaming ones"
     );
+    // Everything goes through the codegen path: nothing names a crate the user may
+    // not depend on.
+    for other in ["rpc_core", "futures", "tokio", "tower"] {
+        assert!(!file.contains(other), "{other} named in:\n{file}");
+    }
 }
 
 #[test]

@@ -12,7 +12,9 @@ pub use tower::Service;
 pub use futures_util::Stream;
 
 pub use crate::client::{Grpc, IncomingReply, IncomingStream, OutgoingCall, OutgoingStream};
-pub use crate::codec::server::{streaming_reply, streaming_request, unary_request};
+pub use crate::codec::server::{
+    streaming_reply, streaming_request, unary_call_request, unary_request,
+};
 pub use crate::codec::Streaming;
 pub use crate::request::{IntoRequest, IntoStreamingRequest, Request};
 pub use crate::response::Response;

@@ -16,6 +16,28 @@ use crate::response::Response;
 use crate::server::{ReplyBody, ServerCall, ServerReply};
 use crate::status::Status;
 
+/// The request of a unary method: the call's message, decoded, within the decoding
+/// limit (checked before decoding).
+///
+/// # Errors
+/// `RESOURCE_EXHAUSTED` over the limit; `INVALID_ARGUMENT` for a body that does not
+/// decode; `INTERNAL` for a call that streams its messages (a client whose proto
+/// says the method streams): refused rather than run on an empty message.
+#[inline]
+pub fn unary_call_request<M: Message + Default>(
+    call: ServerCall,
+    limits: MessageLimits,
+) -> Result<Request<M>, Status> {
+    if call.is_streaming() {
+        return Err(Status::internal(format!(
+            "{} is a unary method, but the call streams its messages",
+            call.path()
+        )));
+    }
+    limits.check_decoding(call.message_len())?;
+    call.into_request()
+}
+
 /// The request of a client-streaming or bidirectional method: the call's head, and
 /// its inbound messages decoded as `M`, each within the decoding limit.
 ///
