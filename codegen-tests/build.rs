@@ -8,6 +8,7 @@ fn main() -> std::io::Result<()> {
             "../proto/helloworld.proto",
             "../proto/echo.proto",
             "../proto/kv.proto",
+            "../proto/route_guide.proto",
             "protos/a/b/c/store.proto",
             "protos/naming.proto",
             "protos/multi.proto",
@@ -23,7 +24,11 @@ fn main() -> std::io::Result<()> {
         .generate_default_stubs(true)
         .out_dir(variants)
         .compile_protos(
-            &["../proto/helloworld.proto", "../proto/echo.proto"],
+            &[
+                "../proto/helloworld.proto",
+                "../proto/echo.proto",
+                "../proto/route_guide.proto",
+            ],
             &["../proto"],
         )
 }

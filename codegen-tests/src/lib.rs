@@ -30,6 +30,12 @@ pub mod kv {
     rpc_core::include_proto!("kv");
 }
 
+/// `proto/route_guide.proto`: a method of each call shape.
+#[allow(missing_docs)]
+pub mod routeguide {
+    rpc_core::include_proto!("routeguide");
+}
+
 /// `protos/common/types.proto`: imported by `a.b.c`.
 #[allow(missing_docs)]
 pub mod common {
@@ -79,5 +85,11 @@ pub mod variants {
     #[allow(missing_docs)]
     pub mod echo {
         include!(concat!(env!("OUT_DIR"), "/variants/echo.rs"));
+    }
+
+    /// `proto/route_guide.proto`.
+    #[allow(missing_docs)]
+    pub mod routeguide {
+        include!(concat!(env!("OUT_DIR"), "/variants/routeguide.rs"));
     }
 }

@@ -1,5 +1,10 @@
 //! A transport without a network: what the RDMA transport does between two
 //! processes, done in one, so generated clients and servers can be tested together.
+//! Unary calls here; streaming calls (`Service<OutgoingStream>`) in [`stream`].
+
+mod stream;
+
+pub use stream::QUEUE_BOUND;
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -34,10 +39,15 @@ pub fn encode_reply(message: &dyn EncodeMessage) -> Vec<u8> {
 /// A client transport (`Service<OutgoingCall<M>>`) that hands each call, encoded,
 /// to a server service (`Service<ServerCall>`, e.g. a generated `GreeterServer`) and
 /// returns its encoded reply. Records the path of every call.
+///
+/// Streaming calls are connected message by message over bounded queues (see
+/// [`stream`]).
 #[derive(Debug, Clone)]
 pub struct Loopback<S> {
     server: S,
     paths: Arc<Mutex<Vec<&'static str>>>,
+    /// What a streaming call that ends OK gives the client as its trailers.
+    trailers: MetadataMap,
 }
 
 impl<S> Loopback<S> {
@@ -46,12 +56,25 @@ impl<S> Loopback<S> {
         Loopback {
             server,
             paths: Arc::default(),
+            trailers: MetadataMap::new(),
         }
+    }
+
+    /// Streaming calls that end OK end with `trailers` (as a server's transport
+    /// would send them with the final status).
+    #[must_use]
+    pub fn with_trailers(mut self, trailers: MetadataMap) -> Self {
+        self.trailers = trailers;
+        self
     }
 
     /// The paths of the calls made so far, in order.
     pub fn paths(&self) -> Vec<&'static str> {
         self.paths.lock().expect("not poisoned").clone()
+    }
+
+    fn record(&self, path: &'static str) {
+        self.paths.lock().expect("not poisoned").push(path);
     }
 }
 
@@ -69,7 +92,7 @@ where
     }
 
     fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {
-        self.paths.lock().expect("not poisoned").push(call.path);
+        self.record(call.path);
         let mut frame = call.path.as_bytes().to_vec();
         let path_len = frame.len();
         frame.extend_from_slice(&call.message.encode_to_vec());

@@ -58,3 +58,70 @@ async fn arc_self_methods_can_move_self_into_a_task() {
         .unwrap();
     assert_eq!(reply.into_inner().payload, b"re: hi");
 }
+
+mod streaming {
+    use std::pin::Pin;
+    use std::sync::Arc;
+
+    use codegen_tests::loopback::Loopback;
+    use codegen_tests::variants::routeguide::route_guide_client::RouteGuideClient;
+    use codegen_tests::variants::routeguide::route_guide_server::{RouteGuide, RouteGuideServer};
+    use codegen_tests::variants::routeguide::{Feature, Point, Rectangle, RouteNote};
+    use futures_util::{stream, Stream, StreamExt};
+    use rpc_core::{Code, Request, Response, Status, Streaming};
+
+    type Notes = Pin<Box<dyn Stream<Item = Result<RouteNote, Status>> + Send>>;
+
+    /// Implements only the chat, moving `self` into the reply stream; the other
+    /// methods are the generated stubs.
+    struct Chatty {
+        suffix: String,
+    }
+
+    #[rpc_core::async_trait]
+    impl RouteGuide for Chatty {
+        type ListFeaturesStream = stream::Empty<Result<Feature, Status>>;
+        type RouteChatStream = Notes;
+
+        async fn route_chat(
+            self: Arc<Self>,
+            request: Request<Streaming<RouteNote>>,
+        ) -> Result<Response<Notes>, Status> {
+            let replies = request.into_inner().map(move |note| {
+                note.map(|n| RouteNote {
+                    message: format!("{}{}", n.message, self.suffix),
+                    ..n
+                })
+            });
+            Ok(Response::new(Box::pin(replies)))
+        }
+    }
+
+    #[tokio::test]
+    async fn streaming_stubs_answer_unimplemented_and_arc_self_reaches_the_stream() {
+        let server = RouteGuideServer::new(Chatty { suffix: "!".into() });
+        let mut client = RouteGuideClient::new(Loopback::new(server));
+        let listed = client
+            .list_features(Rectangle::default())
+            .await
+            .unwrap_err();
+        assert_eq!(listed.code(), Code::Unimplemented);
+        let recorded = client
+            .record_route(stream::iter([Point::default()]))
+            .await
+            .unwrap_err();
+        assert_eq!(recorded.code(), Code::Unimplemented);
+
+        let note = RouteNote {
+            location: None,
+            message: "hey".into(),
+        };
+        let mut chat = client
+            .route_chat(stream::iter([note]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(chat.message().await.unwrap().unwrap().message, "hey!");
+        assert_eq!(chat.message().await.unwrap(), None);
+    }
+}

@@ -2,8 +2,11 @@
 //! example implementations (greeter, key-value store).
 #![forbid(unsafe_code)]
 
+pub mod checksum;
+pub mod file_store;
 pub mod greeter;
 pub mod kv_store;
+pub mod route_guide;
 
 /// `proto/helloworld.proto`.
 #[allow(missing_docs, unreachable_pub)]
@@ -15,6 +18,18 @@ pub mod hello_world {
 #[allow(missing_docs, unreachable_pub)]
 pub mod kv {
     rpc_core::include_proto!("kv");
+}
+
+/// `proto/route_guide.proto`.
+#[allow(missing_docs, unreachable_pub)]
+pub mod routeguide {
+    rpc_core::include_proto!("routeguide");
+}
+
+/// `proto/file_transfer.proto`.
+#[allow(missing_docs, unreachable_pub)]
+pub mod filetransfer {
+    rpc_core::include_proto!("filetransfer");
 }
 
 /// `proto/echo.proto`.

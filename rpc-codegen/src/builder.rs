@@ -351,9 +351,8 @@ impl Builder {
     /// `<package>.rs` per package.
     ///
     /// # Errors
-    /// A file that does not parse or resolve (with its line and column), a streaming
-    /// method (named), two methods with the same Rust name, an output directory that
-    /// cannot be written.
+    /// A file that does not parse or resolve (with its line and column), two methods
+    /// with the same Rust name, an output directory that cannot be written.
     pub fn compile_protos(
         self,
         protos: &[impl AsRef<Path>],

@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::docs::doc;
-use crate::model::{MethodModel, ServiceModel};
+use crate::model::{MethodModel, ServiceModel, Shape};
 use crate::service_generator::Settings;
 
 /// Attributes the builder puts on a service's client.
@@ -19,7 +19,9 @@ pub(crate) struct Attributes {
 ///
 /// `T` is any transport service: `Channel` in production, a mock or a middleware
 /// stack in tests. The bound lives on each method (one `OutgoingCall<M>` type per
-/// request message), so `new` and `Clone` work for any `T`.
+/// unary request message, `OutgoingStream` for the streaming shapes), so `new` and
+/// `Clone` work for any `T`, and a transport without streaming serves the unary
+/// methods.
 pub(crate) fn generate(
     service: &ServiceModel,
     codegen: &TokenStream,
@@ -143,7 +145,20 @@ fn limits() -> TokenStream {
     }
 }
 
+/// One client method, in tonic-build's shape for its kind: a unary or
+/// server-streaming method takes `impl IntoRequest<In>`, a client-streaming or
+/// bidirectional one `impl IntoStreamingRequest<Message = In>`; a reply stream is
+/// `Response<Streaming<Out>>`.
 fn method(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
+    match m.shape {
+        Shape::Unary => unary(m, codegen),
+        Shape::ServerStreaming => server_streaming(m, codegen),
+        Shape::ClientStreaming => client_streaming(m, codegen),
+        Shape::Bidirectional => bidirectional(m, codegen),
+    }
+}
+
+fn unary(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
     let MethodModel {
         path,
         client_ident,
@@ -166,6 +181,93 @@ fn method(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
             >,
         {
             self.inner.unary(request.into_request(), #path).await
+        }
+    }
+}
+
+/// The bound of every streaming method: the transport takes streaming calls.
+fn stream_transport(codegen: &TokenStream) -> TokenStream {
+    quote! {
+        T: #codegen::Service<
+            #codegen::OutgoingStream,
+            Response = #codegen::IncomingStream,
+            Error = #codegen::Status,
+        >
+    }
+}
+
+fn server_streaming(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
+    let MethodModel {
+        path,
+        client_ident,
+        input,
+        output,
+        docs,
+        ..
+    } = m;
+    let bound = stream_transport(codegen);
+    quote! {
+        #docs
+        pub async fn #client_ident(
+            &mut self,
+            request: impl #codegen::IntoRequest<#input>,
+        ) -> Result<#codegen::Response<#codegen::Streaming<#output>>, #codegen::Status>
+        where
+            #bound,
+        {
+            self.inner.server_streaming(request.into_request(), #path).await
+        }
+    }
+}
+
+fn client_streaming(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
+    let MethodModel {
+        path,
+        client_ident,
+        input,
+        output,
+        docs,
+        ..
+    } = m;
+    let bound = stream_transport(codegen);
+    quote! {
+        #docs
+        pub async fn #client_ident(
+            &mut self,
+            request: impl #codegen::IntoStreamingRequest<Message = #input>,
+        ) -> Result<#codegen::Response<#output>, #codegen::Status>
+        where
+            #bound,
+        {
+            self.inner
+                .client_streaming(request.into_streaming_request(), #path)
+                .await
+        }
+    }
+}
+
+fn bidirectional(m: &MethodModel, codegen: &TokenStream) -> TokenStream {
+    let MethodModel {
+        path,
+        client_ident,
+        input,
+        output,
+        docs,
+        ..
+    } = m;
+    let bound = stream_transport(codegen);
+    quote! {
+        #docs
+        pub async fn #client_ident(
+            &mut self,
+            request: impl #codegen::IntoStreamingRequest<Message = #input>,
+        ) -> Result<#codegen::Response<#codegen::Streaming<#output>>, #codegen::Status>
+        where
+            #bound,
+        {
+            self.inner
+                .streaming(request.into_streaming_request(), #path)
+                .await
         }
     }
 }

@@ -80,9 +80,37 @@
 //!   keeps `async fn connect`. Every other name (`ready`, `call`, ...) is unchanged.
 //! * Two RPCs of one service that map to the same Rust name are an error.
 //!
-//! # Not yet
+//! # Streaming methods
 //!
-//! Streaming methods: generation fails with an error naming the method.
+//! Each of the four call shapes has tonic-build's signatures. For
+//! `rpc ListFeatures(Rectangle) returns (stream Feature)`,
+//! `rpc RecordRoute(stream Point) returns (RouteSummary)` and
+//! `rpc RouteChat(stream RouteNote) returns (stream RouteNote)`, the trait has
+//!
+//! ```ignore
+//! type ListFeaturesStream: Stream<Item = Result<Feature, Status>> + Send + 'static;
+//! async fn list_features(&self, request: Request<Rectangle>)
+//!     -> Result<Response<Self::ListFeaturesStream>, Status>;
+//! async fn record_route(&self, request: Request<Streaming<Point>>)
+//!     -> Result<Response<RouteSummary>, Status>;
+//! type RouteChatStream: Stream<Item = Result<RouteNote, Status>> + Send + 'static;
+//! async fn route_chat(&self, request: Request<Streaming<RouteNote>>)
+//!     -> Result<Response<Self::RouteChatStream>, Status>;
+//! ```
+//!
+//! and the client
+//!
+//! ```ignore
+//! async fn list_features(&mut self, request: impl IntoRequest<Rectangle>)
+//!     -> Result<Response<Streaming<Feature>>, Status>;
+//! async fn record_route(&mut self, request: impl IntoStreamingRequest<Message = Point>)
+//!     -> Result<Response<RouteSummary>, Status>;
+//! async fn route_chat(&mut self, request: impl IntoStreamingRequest<Message = RouteNote>)
+//!     -> Result<Response<Streaming<RouteNote>>, Status>;
+//! ```
+//!
+//! A streaming client method needs a transport that takes streaming calls
+//! (`Service<OutgoingStream>`); its unary methods do not.
 #![forbid(unsafe_code)]
 
 mod builder;

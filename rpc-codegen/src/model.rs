@@ -1,5 +1,5 @@
 //! A service as the generators see it: names resolved, docs rendered, and the
-//! checks that must fail the build (streaming, clashing names) already made.
+//! checks that must fail the build (clashing names) already made.
 
 use proc_macro2::{Ident, TokenStream};
 use quote::format_ident;
@@ -31,7 +31,32 @@ pub(crate) struct ServiceModel {
     pub(crate) methods: Vec<MethodModel>,
 }
 
-/// One unary RPC.
+/// The four call shapes, as the proto's `stream` keywords say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// One message each way.
+    Unary,
+    /// One request, a stream of replies.
+    ServerStreaming,
+    /// A stream of requests, one reply.
+    ClientStreaming,
+    /// A stream each way.
+    Bidirectional,
+}
+
+impl Shape {
+    /// Whether the server answers with a stream (the trait has a `XStream` type).
+    pub(crate) fn streams_replies(self) -> bool {
+        matches!(self, Shape::ServerStreaming | Shape::Bidirectional)
+    }
+
+    /// Whether the client sends a stream (the handler gets `Request<Streaming<T>>`).
+    pub(crate) fn streams_requests(self) -> bool {
+        matches!(self, Shape::ClientStreaming | Shape::Bidirectional)
+    }
+}
+
+/// One RPC.
 pub(crate) struct MethodModel {
     /// `SayHello`.
     pub(crate) proto_name: String,
@@ -47,6 +72,11 @@ pub(crate) struct MethodModel {
     pub(crate) output: syn::Type,
     /// Docs from the method's proto comments.
     pub(crate) docs: TokenStream,
+    /// Unary, server-, client- or bidirectional streaming.
+    pub(crate) shape: Shape,
+    /// The server trait's type of reply stream, `ListFeaturesStream` (tonic-build's
+    /// name: the proto method name and `Stream`); used by reply-streaming shapes.
+    pub(crate) stream_ident: Ident,
 }
 
 impl ServiceModel {
@@ -100,19 +130,12 @@ impl MethodModel {
         method: &prost_build::Method,
         proto_path: &str,
     ) -> Result<MethodModel, String> {
-        let kind = match (method.client_streaming, method.server_streaming) {
-            (false, false) => None,
-            (true, false) => Some("client-streaming"),
-            (false, true) => Some("server-streaming"),
-            (true, true) => Some("bidirectional-streaming"),
+        let shape = match (method.client_streaming, method.server_streaming) {
+            (false, false) => Shape::Unary,
+            (false, true) => Shape::ServerStreaming,
+            (true, false) => Shape::ClientStreaming,
+            (true, true) => Shape::Bidirectional,
         };
-        if let Some(kind) = kind {
-            return Err(format!(
-                "method `{full_service}/{}` is {kind}; rpc-codegen only generates unary \
-                 methods for now (streaming is not supported yet)",
-                method.proto_name
-            ));
-        }
         let path = naming::method_path(full_service, &method.proto_name);
         Ok(MethodModel {
             server_ident: naming::ident(&method.name)?,
@@ -120,7 +143,9 @@ impl MethodModel {
             input: naming::message_type(&method.input_type, proto_path)?,
             output: naming::message_type(&method.output_type, proto_path)?,
             docs: doc_attrs(&method.comments, &format!("Calls `{path}`.")),
+            stream_ident: format_ident!("{}Stream", method.proto_name),
             proto_name: method.proto_name.clone(),
+            shape,
             path,
         })
     }

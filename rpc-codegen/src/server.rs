@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::docs::doc;
-use crate::model::{MethodModel, ServiceModel};
+use crate::model::{MethodModel, ServiceModel, Shape};
 use crate::service_generator::Settings;
 
 /// Attributes the builder puts on a service's server.
@@ -164,12 +164,17 @@ pub(crate) fn generate(
     }
 }
 
+/// One trait method in tonic-build's shape for its kind: a client stream comes in as
+/// `Request<Streaming<In>>`; a reply stream is the trait's own `type XStream`,
+/// declared just before the method.
 fn trait_method(m: &MethodModel, codegen: &TokenStream, settings: &Settings) -> TokenStream {
     let MethodModel {
         server_ident,
         input,
         output,
         docs,
+        shape,
+        stream_ident,
         ..
     } = m;
     let receiver = if settings.use_arc_self {
@@ -177,14 +182,37 @@ fn trait_method(m: &MethodModel, codegen: &TokenStream, settings: &Settings) -> 
     } else {
         quote!(&self)
     };
+    let request = if shape.streams_requests() {
+        quote!(#codegen::Request<#codegen::Streaming<#input>>)
+    } else {
+        quote!(#codegen::Request<#input>)
+    };
+    let (stream_type, reply) = if shape.streams_replies() {
+        let stream_doc = doc(&format!(
+            "The stream of replies of [`{server_ident}`](Self::{server_ident}): the call \
+             ends OK when it ends, or with its first `Err` item's status."
+        ));
+        (
+            quote! {
+                #stream_doc
+                type #stream_ident: #codegen::Stream<Item = Result<#output, #codegen::Status>>
+                    + Send
+                    + 'static;
+            },
+            quote!(Self::#stream_ident),
+        )
+    } else {
+        (TokenStream::new(), quote!(#output))
+    };
     let signature = quote! {
         async fn #server_ident(
             #receiver,
-            request: #codegen::Request<#input>,
-        ) -> Result<#codegen::Response<#output>, #codegen::Status>
+            request: #request,
+        ) -> Result<#codegen::Response<#reply>, #codegen::Status>
     };
     if settings.generate_default_stubs {
         quote! {
+            #stream_type
             #docs
             #signature {
                 drop(request);
@@ -193,6 +221,7 @@ fn trait_method(m: &MethodModel, codegen: &TokenStream, settings: &Settings) -> 
         }
     } else {
         quote! {
+            #stream_type
             #docs
             #signature;
         }
@@ -228,8 +257,9 @@ fn dispatch(service: &ServiceModel, codegen: &TokenStream, arc_self: bool) -> To
 
 /// Matches the full path, as tonic does, so a server reached under another
 /// service's name answers UNIMPLEMENTED rather than running a same-named method.
-/// Checks the size limit and decodes before boxing the future, so a refused or
-/// undecodable body costs no allocation; calls the trait by its full path, so an
+/// For a unary method, checks the size limit and decodes before boxing the future,
+/// so a refused or undecodable body costs no allocation (streamed messages are
+/// checked one by one as the handler reads them); calls the trait by its full path, so an
 /// RPC named like a `Service` or `Arc` method (`call`, `clone`) cannot be resolved
 /// to the wrong function.
 fn dispatch_arm(
@@ -242,6 +272,7 @@ fn dispatch_arm(
         path,
         server_ident,
         input,
+        shape,
         ..
     } = m;
     let receiver = if arc_self {
@@ -249,22 +280,57 @@ fn dispatch_arm(
     } else {
         quote!(&inner)
     };
-    quote! {
-        #path => {
-            let limits = self.limits;
-            let request = match limits
-                .check_decoding(call.message_len())
-                .and_then(|()| call.into_request::<#input>())
-            {
+    let handle = quote!(<T as #trait_ident>::#server_ident(#receiver, request).await?);
+    let one_reply = quote! {
+        limits.check_encoding(response.get_ref())?;
+        Ok(response.map(#codegen::ReplyBody::message))
+    };
+    let stream_reply = quote!(Ok(#codegen::streaming_reply(response, limits)));
+    let body = match shape {
+        Shape::Unary => quote! {
+            let request = match #codegen::unary_call_request::<#input>(call, limits) {
                 Ok(request) => request,
                 Err(status) => return Box::pin(async move { Err(status) }),
             };
             let inner = #codegen::Arc::clone(&self.inner);
             Box::pin(async move {
-                let response = <T as #trait_ident>::#server_ident(#receiver, request).await?;
-                limits.check_encoding(response.get_ref())?;
-                Ok(response.map(#codegen::ReplyBody::message))
+                let response = #handle;
+                #one_reply
             })
+        },
+        // The request is the first message of the client's stream: awaited inside
+        // the call's future.
+        Shape::ServerStreaming => quote! {
+            let inner = #codegen::Arc::clone(&self.inner);
+            Box::pin(async move {
+                let request = #codegen::unary_request::<#input>(call, limits).await?;
+                let response = #handle;
+                #stream_reply
+            })
+        },
+        Shape::ClientStreaming | Shape::Bidirectional => {
+            let reply = if shape.streams_replies() {
+                stream_reply
+            } else {
+                one_reply
+            };
+            quote! {
+                let request = match #codegen::streaming_request::<#input>(call, limits) {
+                    Ok(request) => request,
+                    Err(status) => return Box::pin(async move { Err(status) }),
+                };
+                let inner = #codegen::Arc::clone(&self.inner);
+                Box::pin(async move {
+                    let response = #handle;
+                    #reply
+                })
+            }
+        }
+    };
+    quote! {
+        #path => {
+            let limits = self.limits;
+            #body
         }
     }
 }

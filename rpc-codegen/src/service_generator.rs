@@ -65,7 +65,7 @@ pub(crate) struct Settings {
 /// Appends one client and/or server module per service to prost-build's output.
 ///
 /// `ServiceGenerator::generate` cannot fail, so a service that cannot be generated
-/// (a streaming method, clashing names) is recorded in `errors`, which the builder
+/// (clashing names, a bad attribute) is recorded in `errors`, which the builder
 /// checks before writing any file: the build fails with every reason at once and no
 /// half-generated output is left behind.
 pub(crate) struct RpcServiceGenerator {

@@ -27,52 +27,14 @@ fn is_empty(dir: &PathBuf) -> bool {
 }
 
 #[test]
-fn a_server_streaming_method_fails_naming_the_method_and_writes_nothing() {
-    let (err, dir) = compile("server_streaming", "streaming.proto");
-    let msg = err.to_string();
-    assert!(msg.contains("`stream.Clock/Subscribe`"), "{msg}");
-    assert!(msg.contains("server-streaming"), "{msg}");
-    assert!(msg.contains("not supported yet"), "{msg}");
-    assert!(!msg.contains("Now"), "the unary method is fine: {msg}");
-    assert!(is_empty(&dir), "no half-generated output");
-}
-
-#[test]
-fn every_streaming_method_is_reported_with_its_kind() {
-    let (err, _) = compile("client_streaming", "client_streaming.proto");
-    let msg = err.to_string();
-    assert!(
-        msg.contains("`upload.Uploader/Upload` is client-streaming"),
-        "{msg}"
-    );
-    assert!(
-        msg.contains("`upload.Uploader/Chat` is bidirectional-streaming"),
-        "{msg}"
-    );
-}
-
-#[test]
-fn streaming_methods_do_not_matter_when_no_service_code_is_generated() {
-    let dir = out_dir("messages_only");
-    rpc_codegen::configure()
-        .out_dir(&dir)
-        .build_client(false)
-        .build_server(false)
-        .compile_protos(&["tests/protos/streaming.proto"], &["tests/protos"])
-        .expect("messages only");
-    let generated = fs::read_to_string(dir.join("stream.rs")).unwrap();
-    assert!(generated.contains("pub struct Tick"));
-    assert!(!generated.contains("clock_client"));
-}
-
-#[test]
 fn methods_that_map_to_one_rust_name_are_an_error_naming_both() {
-    let (err, _) = compile("clash", "clash.proto");
+    let (err, dir) = compile("clash", "clash.proto");
     let msg = err.to_string();
     assert!(
         msg.contains("methods `GetFoo` and `get_foo` of service `clash.Twins`"),
         "{msg}"
     );
+    assert!(is_empty(&dir), "no half-generated output");
 }
 
 #[test]

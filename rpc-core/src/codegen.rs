@@ -9,8 +9,14 @@ pub use std::sync::Arc;
 pub use std::task::{Context, Poll};
 pub use tower::Service;
 
+pub use futures_util::Stream;
+
 pub use crate::client::{Grpc, IncomingReply, IncomingStream, OutgoingCall, OutgoingStream};
-pub use crate::request::{IntoRequest, Request};
+pub use crate::codec::server::{
+    streaming_reply, streaming_request, unary_call_request, unary_request,
+};
+pub use crate::codec::Streaming;
+pub use crate::request::{IntoRequest, IntoStreamingRequest, Request};
 pub use crate::response::Response;
 pub use crate::server::{
     BoxFuture, BoxMessage, EncodeMessage, NamedService, ReplyBody, ServerCall, ServerReply,

@@ -8,6 +8,7 @@
 
 pub mod client;
 mod code;
+pub mod codec;
 #[doc(hidden)]
 pub mod codegen;
 mod engine;
@@ -26,10 +27,11 @@ pub mod transport;
 
 pub use async_trait::async_trait;
 pub use code::Code;
+pub use codec::Streaming;
 pub use extensions::Extensions;
 pub use metadata::MetadataMap;
 pub use payload::Payload;
-pub use request::{IntoRequest, Request};
+pub use request::{IntoRequest, IntoStreamingRequest, Request};
 pub use response::Response;
 pub use status::Status;
 

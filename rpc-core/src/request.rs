@@ -203,6 +203,43 @@ impl<T> IntoRequest<T> for Request<T> {
     }
 }
 
+/// Anything a generated client method of a client-streaming or bidirectional method
+/// accepts, as tonic's: a `Stream` of messages, or a `Request` of one (to carry
+/// metadata or a timeout).
+pub trait IntoStreamingRequest: sealed::Sealed {
+    /// The stream of messages.
+    type Stream: futures_util::Stream<Item = Self::Message> + Send + 'static;
+    /// The message type.
+    type Message;
+
+    /// Wraps into a request.
+    fn into_streaming_request(self) -> Request<Self::Stream>;
+}
+
+impl<T> IntoStreamingRequest for T
+where
+    T: futures_util::Stream + Send + 'static,
+{
+    type Stream = T;
+    type Message = T::Item;
+
+    fn into_streaming_request(self) -> Request<Self> {
+        Request::new(self)
+    }
+}
+
+impl<T> IntoStreamingRequest for Request<T>
+where
+    T: futures_util::Stream + Send + 'static,
+{
+    type Stream = T;
+    type Message = T::Item;
+
+    fn into_streaming_request(self) -> Self {
+        self
+    }
+}
+
 mod sealed {
     pub trait Sealed {}
     impl<T> Sealed for T {}

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::ResponseFuture;
-use crate::client::OutgoingCall;
+use crate::client::{OutgoingCall, OutgoingStream};
 use crate::request::{ConnAddrs, Request};
 use crate::server::{NamedService, ServerCall};
 use crate::status::Status;
@@ -176,6 +176,43 @@ where
             }
             // The inner service keeps its reservation from `poll_ready` for the next
             // call (or gives it back when dropped).
+            Err(status) => ResponseFuture::ended(status),
+        }
+    }
+}
+
+/// The client side of a streaming call: intercepted once, before the call opens (as
+/// tonic's, which sees a streaming call's head only).
+impl<S, I> Service<OutgoingStream> for InterceptedService<S, I>
+where
+    S: Service<OutgoingStream>,
+    S::Error: From<Status>,
+    I: Interceptor,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut call: OutgoingStream) -> Self::Future {
+        let head = Request::received(
+            std::mem::take(&mut call.metadata),
+            std::mem::take(&mut call.extensions),
+            (),
+            call.timeout,
+            ConnAddrs::default(),
+        );
+        match self.interceptor.call(head) {
+            Ok(head) => {
+                let (metadata, extensions, (), timeout, _) = head.into_all();
+                call.metadata = metadata;
+                call.extensions = extensions;
+                call.timeout = timeout;
+                ResponseFuture::inner(self.inner.call(call))
+            }
             Err(status) => ResponseFuture::ended(status),
         }
     }

@@ -1,0 +1,5 @@
+fn main() {
+    tonic_build::configure()
+        .compile_protos(&["proto/routeguide/route_guide.proto"], &["proto"])
+        .unwrap();
+}

@@ -1,0 +1,217 @@
+//! `Streaming<T>`: the messages a peer streams, decoded one at a time.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures_util::future::poll_fn;
+use futures_util::stream::Stream;
+use prost::Message;
+
+use crate::metadata::MetadataMap;
+use crate::status::Status;
+use crate::stream::BoxInbound;
+
+/// Which end reads the stream, for the status of a message that does not decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The server reading requests: the caller sent something that is not this
+    /// method's input (`INVALID_ARGUMENT`, as for a unary request).
+    Server,
+    /// The client reading replies (`INTERNAL`, as tonic's).
+    Client,
+}
+
+/// A stream of messages from the peer, as tonic's `Streaming<T>`: a server handler
+/// gets the client's messages as `Request<Streaming<T>>`, a client the server's as
+/// `Response<Streaming<T>>`.
+///
+/// [`Streaming::message`] (or the `Stream` impl) gives each message, then `None` when
+/// the peer ended the stream with status OK, or the status that ended it (the
+/// server's error, a deadline, a dead connection) as `Err`, after which nothing
+/// follows. A message over the decoding limit, or one that does not decode, is an
+/// `Err` too, and ends the call: the rest of the stream is refused.
+///
+/// Reading is what lets the peer send more (each message read grants room for
+/// another), so a slow reader slows only its own stream. Dropping a client's
+/// `Streaming` before the end cancels the call.
+pub struct Streaming<T> {
+    /// `None` once the stream ended (the transport's half is then released).
+    inbound: Option<BoxInbound>,
+    max_decoding: Option<usize>,
+    side: Side,
+    /// The trailers of a stream that ended OK (client side).
+    trailers: Option<MetadataMap>,
+    _message: PhantomData<fn() -> T>,
+}
+
+impl<T> Streaming<T> {
+    /// Decodes the messages of `inbound`, each at most `max_decoding` bytes encoded.
+    pub(crate) fn new(inbound: BoxInbound, max_decoding: Option<usize>, side: Side) -> Self {
+        Streaming {
+            inbound: Some(inbound),
+            max_decoding,
+            side,
+            trailers: None,
+            _message: PhantomData,
+        }
+    }
+}
+
+impl<T: Message + Default> Streaming<T> {
+    /// The next message: `Ok(Some(m))`, `Ok(None)` once the stream ended with status
+    /// OK, or the status that ended it.
+    pub async fn message(&mut self) -> Result<Option<T>, Status> {
+        match poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await {
+            Some(Ok(m)) => Ok(Some(m)),
+            Some(Err(status)) => Err(status),
+            None => Ok(None),
+        }
+    }
+
+    /// The trailing metadata the server ended the call with. Messages not yet read
+    /// are read and dropped first (none, after [`Streaming::message`] gave `None`);
+    /// a call that ended with an error status gives that status. `None` on a
+    /// server's stream of requests, which has no trailers.
+    pub async fn trailers(&mut self) -> Result<Option<MetadataMap>, Status> {
+        while self.message().await?.is_some() {}
+        Ok(self.trailers.take())
+    }
+
+    fn decode(&mut self, payload: crate::Payload) -> Result<T, Status> {
+        let len = payload.as_slice().len();
+        if let Some(limit) = self.max_decoding {
+            if len > limit {
+                return Err(Status::resource_exhausted(format!(
+                    "Error, decoded message length too large: found {len} bytes, the limit \
+                     is: {limit} bytes"
+                )));
+            }
+        }
+        payload.decode(0..len).map_err(|e| match self.side {
+            Side::Server => {
+                Status::invalid_argument(format!("failed to decode request message: {e}"))
+            }
+            Side::Client => Status::internal(format!("failed to decode response message: {e}")),
+        })
+    }
+}
+
+impl<T: Message + Default> Stream for Streaming<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let Some(inbound) = this.inbound.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let item = match ready!(inbound.as_mut().poll_message(cx)) {
+            Some(Ok(payload)) => match this.decode(payload) {
+                Ok(message) => return Poll::Ready(Some(Ok(message))),
+                // Refused: dropping the inbound half tells the transport this side
+                // wants no more of the call.
+                Err(status) => Some(Err(status)),
+            },
+            Some(Err(status)) => Some(Err(status)),
+            None => {
+                this.trailers = inbound.as_mut().trailers();
+                None
+            }
+        };
+        this.inbound = None;
+        Poll::Ready(item)
+    }
+}
+
+impl<T> fmt::Debug for Streaming<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Streaming")
+            .field("ended", &self.inbound.is_none())
+            .field("max_decoding", &self.max_decoding)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::AsciiMetadataValue;
+    use crate::stream::InboundMessages;
+    use crate::Payload;
+    use std::collections::VecDeque;
+
+    /// Messages already received, then an end.
+    struct Received {
+        items: VecDeque<Result<Payload, Status>>,
+        trailers: Option<MetadataMap>,
+    }
+
+    impl InboundMessages for Received {
+        fn poll_message(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Payload, Status>>> {
+            Poll::Ready(self.items.pop_front())
+        }
+
+        fn trailers(mut self: Pin<&mut Self>) -> Option<MetadataMap> {
+            self.trailers.take()
+        }
+    }
+
+    fn streaming(
+        items: Vec<Result<Payload, Status>>,
+        trailers: Option<MetadataMap>,
+        max: Option<usize>,
+    ) -> Streaming<u32> {
+        let inbound = Received {
+            items: items.into(),
+            trailers,
+        };
+        Streaming::new(Box::pin(inbound), max, Side::Client)
+    }
+
+    fn encoded(v: u32) -> Result<Payload, Status> {
+        Ok(Payload::from_vec(v.encode_to_vec()))
+    }
+
+    #[tokio::test]
+    async fn messages_then_none_then_the_trailers() {
+        let mut md = MetadataMap::new();
+        md.insert("done", AsciiMetadataValue::from_static("yes"));
+        let mut s = streaming(vec![encoded(1), encoded(2)], Some(md), None);
+        assert_eq!(s.message().await.unwrap(), Some(1));
+        // `trailers` reads (and drops) what was not read yet.
+        let trailers = s.trailers().await.unwrap().expect("trailers");
+        assert_eq!(trailers.get("done").unwrap().to_str().unwrap(), "yes");
+        assert_eq!(s.message().await.unwrap(), None, "ended");
+    }
+
+    #[tokio::test]
+    async fn an_error_status_ends_the_stream_after_the_messages_before_it() {
+        let items = vec![encoded(7), Err(Status::aborted("gone")), encoded(8)];
+        let mut s = streaming(items, None, None);
+        assert_eq!(s.message().await.unwrap(), Some(7));
+        assert_eq!(s.message().await.unwrap_err().message(), "gone");
+        assert_eq!(s.message().await.unwrap(), None, "nothing after the status");
+    }
+
+    #[tokio::test]
+    async fn a_message_over_the_decoding_limit_is_refused_and_ends_the_stream() {
+        let items = vec![encoded(1), encoded(u32::MAX), encoded(2)];
+        let mut s = streaming(items, None, Some(2));
+        assert_eq!(s.message().await.unwrap(), Some(1));
+        let err = s.message().await.unwrap_err();
+        assert_eq!(err.code(), crate::Code::ResourceExhausted);
+        assert!(err.message().contains("found 6 bytes"), "{err:?}");
+        assert_eq!(s.message().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_message_that_does_not_decode_is_internal_on_the_client() {
+        let items = vec![Ok(Payload::from_vec(vec![0xff]))];
+        let err = streaming(items, None, None).message().await.unwrap_err();
+        assert_eq!(err.code(), crate::Code::Internal, "{err:?}");
+    }
+}
