@@ -87,7 +87,6 @@ fn run_port(name: &str) -> String {
 /// (`tokio_stream`, `async_stream`, `tonic::Streaming`), built with rpc-core as
 /// `tonic` and rpc-codegen as `tonic-build`, prints every answer of every shape.
 #[test]
-#[ignore = "needs the RC streaming transport (branch stream)"]
 fn tonic_routeguide_builds_and_runs_all_four_shapes_with_rpc_core_as_tonic() {
     let stdout = run_port("tonic-routeguide");
     let mut lines = stdout.lines();
