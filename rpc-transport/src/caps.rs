@@ -11,46 +11,23 @@
 //! payload instead); what the layers above must still do is below.
 //!
 //! # What rpc-core must do next
-//! 1. **Exchange capabilities at the handshake.** Each side sends
-//!    [`DeviceCaps::to_bits`] of its device in the handshake's capability field (or a
-//!    field beside it: that set is AND-combined, which suits the feature bits but not
-//!    the numbers) and decodes the peer's with [`DeviceCaps::from_bits`]; the
-//!    connection uses [`DeviceCaps::common`]. The framing follows from it:
-//!    [`crate::msg::ImmMode::for_caps`] of the common value, chosen by both sides
-//!    identically, for the `SendRing`/`RecvPool` of that connection. A side that
-//!    cannot send immediates must not receive them either (an iWARP peer's wire has no
-//!    field for them), so the mode is per connection, never per direction.
-//! 2. **`rdma+ud://` on a device without UD.** When `caps().ud` is false, a client
-//!    asked for `rdma+ud://` connects over RC instead and logs one info line naming
-//!    the device and why; a server started with UD serving enabled keeps serving RC
-//!    and logs the same. If the server refuses RC (`accept_rc(false)`), the client's
-//!    connect fails at once with a status that names "device has no UD" rather than
-//!    waiting for datagrams that can never be sent (creating the UD QP fails with
-//!    `EOPNOTSUPP`, which is the signal; it must not be retried).
-//! 3. **iWARP's connection rules.** iWARP QPs are connected by the RDMA connection
-//!    manager: the MPA handshake runs on a TCP connection that `rdma_cm` (librdmacm)
-//!    owns, and the QP is bound to it (`rdma_create_qp` on the `rdma_cm_id`). A QP
-//!    made with `ibv_create_qp` and moved to RTR/RTS by hand with a peer's QPN, as
-//!    rdma-rpc's out-of-band TCP exchange of [`crate::QpEndpoint`]s does, has no
-//!    stream under it: on `siw` the transition to RTS needs the socket that the
-//!    connection manager hands the driver (`siw_qp_modify` takes it from the cm's
-//!    `iw_cm_id`), so the hand-made path cannot work there. What works: keep the
-//!    out-of-band TCP handshake for what it carries (protocol version, capabilities,
-//!    credits, liveness) and, when the device's fabric is [`Fabric::Iwarp`], create
-//!    the RC QP through `rdma_cm` instead: the server `rdma_listen`s on a port named
-//!    in its handshake answer, the client `rdma_resolve_addr`/`rdma_resolve_route`/
-//!    `rdma_connect`s to it, and the QP endpoint exchange is skipped. iWARP also
-//!    requires the **active side to send first** (MPA peer-to-peer mode relaxes it
-//!    with a zero-length RDMA Read or Write that the cm issues): rdma-rpc's client is
-//!    the active side and the first frame of a connection is always a client
-//!    request, so the rule holds as long as the server never posts a frame before it
-//!    has received one (keepalives go over the TCP liveness channel, not the QP).
-//!    This needs an `rdma_cm` binding in the verbs provider (librdmacm is already a
-//!    build dependency); the soft provider keeps its own setup, since it emulates
-//!    the verbs, not the MPA stream.
-//!
-//! # iWARP for real: `siw` in the SoftRoCE VM
-//! See `docs/fabrics.md` for what building `siw.ko` for the VM's kernel takes.
+//! `docs/fabrics.md` has the details and the evidence; in short:
+//! 1. **Exchange capabilities at the handshake**: each side sends
+//!    [`DeviceCaps::to_bits`] (in a field of its own: the handshake's capability set
+//!    is AND-combined, which suits the feature bits but not the numbers); both use
+//!    [`crate::msg::ImmMode::for_caps`] of [`DeviceCaps::common`] for that
+//!    connection's rings and pools, and read immediates with
+//!    [`crate::msg::RecvSlot::imm`].
+//! 2. **`rdma+ud://` on a device without UD** falls back to RC with one info line,
+//!    or against `accept_rc(false)` fails at once with a status naming the reason;
+//!    creating the UD QP fails with `EOPNOTSUPP` on both providers, the signal.
+//! 3. **iWARP connects through `rdma_cm`**: `siw` refuses RTS to a QP that
+//!    `ibv_modify_qp` drives by hand (no socket: only its connection manager hands it
+//!    one), so rdma-rpc's out-of-band exchange of [`crate::QpEndpoint`]s cannot
+//!    connect an iWARP QP; the TCP handshake stays for version, capabilities and
+//!    liveness, and the QP comes from `rdma_create_qp`/`rdma_connect`. The active
+//!    side sends first (MPA), which rdma-rpc's client, whose request is always a
+//!    connection's first frame, already does.
 
 use std::fmt;
 

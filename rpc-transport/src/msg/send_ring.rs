@@ -41,9 +41,11 @@ pub struct SendRing {
     mr: MemoryRegion,
     id: u32,
     /// Registered bytes per slot (header included).
-    slot_size: usize,
+    stride: usize,
     /// Bytes at the head of each slot taken by the immediate header (0 or 4).
     hdr: usize,
+    /// Payload bytes per slot: `stride - hdr`.
+    payload: usize,
     free: Vec<u32>,
     /// Posted slots in post order, with whether each asked for a completion.
     in_flight: VecDeque<(u32, bool)>,
@@ -98,8 +100,9 @@ impl SendRing {
             qp,
             mr,
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
-            slot_size,
+            stride: slot_size,
             hdr,
+            payload: slot_size - hdr,
             free: (0..n).rev().collect(),
             in_flight: VecDeque::with_capacity(n as usize),
             unsignaled: 0,
@@ -118,7 +121,7 @@ impl SendRing {
     /// Payload bytes per slot: what [`SendRing::buf`] holds (in
     /// [`ImmMode::Header`], 4 fewer than each slot registers).
     pub fn slot_size(&self) -> usize {
-        self.slot_size - self.hdr
+        self.payload
     }
 
     /// Where the ring's immediates travel.
@@ -150,10 +153,8 @@ impl SendRing {
         // consumes it), so no WR names this range; `&mut self` and the non-Clone slot
         // make this the only reference to it.
         unsafe {
-            self.mr.slice_mut(
-                slot.idx as usize * self.slot_size + self.hdr,
-                self.slot_size - self.hdr,
-            )
+            self.mr
+                .slice_mut(slot.idx as usize * self.stride + self.hdr, self.payload)
         }
     }
 
@@ -165,8 +166,9 @@ impl SendRing {
 
     /// Posts the first `len` bytes of `slot`'s payload with immediate `imm` (inline
     /// when small): a Send with Immediate, or in [`ImmMode::Header`] a Send of the
-    /// header and the payload, `len + 4` bytes. The slot comes back once a completion covering it is reaped
-    /// through [`SendRing::handle_completion`]. On a refused post it comes back now.
+    /// header and the payload, `len + 4` bytes. The slot comes back once a completion
+    /// covering it is reaped through [`SendRing::handle_completion`]. On a refused
+    /// post it comes back now.
     pub fn post(&mut self, slot: SendSlot, len: usize, imm: u32) -> Result<()> {
         let frame = self.frame(slot, len, imm);
         if self.corked {
@@ -186,20 +188,29 @@ impl SendRing {
 
     /// Checks that `slot` is this ring's and `len` fits it, and writes the header in
     /// header mode: (slot, length on the wire, immediate).
+    #[inline]
     fn frame(&mut self, slot: SendSlot, len: usize, imm: u32) -> (u32, usize, u32) {
         assert_eq!(slot.ring, self.id, "slot of another ring");
         assert!(
-            len <= self.slot_size - self.hdr,
+            len <= self.payload,
             "{len} bytes do not fit a {}-byte slot",
-            self.slot_size - self.hdr
+            self.payload
         );
         if self.hdr != 0 {
-            // SAFETY: as in `buf`: the slot is held, not posted, so nothing else
-            // reads or writes its bytes.
-            let head = unsafe { self.mr.slice_mut(slot.idx as usize * self.slot_size, 4) };
-            head.copy_from_slice(&imm.to_be_bytes());
+            self.write_header(&slot, imm);
         }
         (slot.idx, len + self.hdr, imm)
+    }
+
+    /// Header mode: the immediate, in network order, at the head of the slot. Out of
+    /// line so that the immediate path's `frame` stays small.
+    #[cold]
+    #[inline(never)]
+    fn write_header(&mut self, slot: &SendSlot, imm: u32) {
+        // SAFETY: as in `buf`: the slot is held, not posted, so nothing else reads or
+        // writes its bytes.
+        let head = unsafe { self.mr.slice_mut(slot.idx as usize * self.stride, 4) };
+        head.copy_from_slice(&imm.to_be_bytes());
     }
 
     /// Posts held back by [`SendRing::hold`] or a cork wait for [`SendRing::uncork`].
@@ -244,7 +255,7 @@ impl SendRing {
         let n = frames.len().min(FLUSH_CHUNK);
         let mut unsignaled = self.unsignaled;
         for (k, &(idx, len, _)) in frames[..n].iter().enumerate() {
-            sges[k] = self.mr.sge(idx as usize * self.slot_size, len as u32);
+            sges[k] = self.mr.sge(idx as usize * self.stride, len as u32);
             // The last frame of a list that leaves no slot free always asks for a
             // completion, so a full ring has one coming that frees it.
             signaled[k] =
@@ -325,7 +336,7 @@ impl SendRing {
 impl std::fmt::Debug for SendRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendRing")
-            .field("slot_size", &self.slot_size)
+            .field("slot_size", &self.payload)
             .field("free", &self.free.len())
             .field("in_flight", &self.in_flight.len())
             .finish()

@@ -16,14 +16,16 @@ use super::error::check;
 use super::ffi;
 use super::{Cq, Device, Pd, Qp};
 use crate::caps::{DeviceCaps, Fabric};
-use crate::error::{Error, Result};
+use crate::error::{Error, PostError, Result};
 use crate::qp::QpCap;
 use crate::qp_state::QpType;
+use crate::wr::{SendOp, SendWr};
 
 /// `IBV_LINK_LAYER_ETHERNET` (a `#define` in verbs.h, which the bindings omit).
 const LINK_LAYER_ETHERNET: u8 = 2;
 
-/// Inline sizes tried, largest first, when probing an RC QP.
+/// Inline sizes tried, largest first, when probing an RC QP; between the largest
+/// granted and the next refused one, a bisection finds the exact limit.
 const INLINE_PROBES: [u32; 6] = [1024, 512, 256, 128, 64, 0];
 
 /// What `dev` offers. Probing needs a PD and a CQ; if even those cannot be made,
@@ -93,13 +95,68 @@ fn probe(dev: &Arc<Device>, sge: u32, try_ud: bool) -> (bool, u32) {
                 false
             }
         };
-    let inline = INLINE_PROBES
-        .iter()
-        .find_map(|&n| create(QpType::Rc, n).ok())
-        .map_or(0, |qp| qp.cap().max_inline_data);
+    let granted = |n: u32| {
+        create(QpType::Rc, n)
+            .ok()
+            .map(|qp| qp.cap().max_inline_data)
+    };
+    let Some(i) = INLINE_PROBES.iter().position(|&n| granted(n).is_some()) else {
+        return (ud, 0);
+    };
+    // Largest size known to be granted, and smallest known to be refused.
+    let (mut ok, mut refused) = (INLINE_PROBES[i], i.checked_sub(1).map(|j| INLINE_PROBES[j]));
+    if let Some(mut bad) = refused {
+        while bad - ok > 1 {
+            let mid = ok + (bad - ok) / 2;
+            if granted(mid).is_some() {
+                ok = mid;
+            } else {
+                bad = mid;
+            }
+        }
+        refused = Some(bad);
+    }
+    // A device may grant more than asked (rxe rounds up to its WQE size).
+    let inline = granted(ok).unwrap_or(ok).max(ok);
+    tracing::debug!(
+        device = dev.name(),
+        inline,
+        ?refused,
+        "probed max inline data"
+    );
     (ud, inline)
 }
 
 fn log_refusal(dev: &Device, what: &str, e: &Error) {
     tracing::debug!(device = dev.name(), error = %e, "device refuses a {what}");
+}
+
+/// Names an `EINVAL` refusal of an opcode the device lacks (libsiw refuses Send and
+/// Write with Immediate and atomics that way, in `push_send_wqe`) as
+/// [`PostError::Unsupported`], as the soft provider reports it. Only the error path
+/// looks at the capabilities.
+pub(super) fn name_unsupported(dev: &Device, wrs: &[SendWr<'_>], r: Result<()>) -> Result<()> {
+    match r {
+        Err(Error::Post {
+            index,
+            reason: PostError::Os(libc::EINVAL),
+        }) if wrs
+            .get(index)
+            .is_some_and(|wr| lacks(&dev.caps(), &wr.opcode)) =>
+        {
+            Err(Error::Post {
+                index,
+                reason: PostError::Unsupported,
+            })
+        }
+        r => r,
+    }
+}
+
+fn lacks(caps: &DeviceCaps, op: &SendOp) -> bool {
+    match op {
+        SendOp::SendWithImm { .. } | SendOp::RdmaWriteWithImm { .. } => !caps.imm_data,
+        SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. } => !caps.atomics,
+        _ => false,
+    }
 }
