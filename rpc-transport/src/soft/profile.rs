@@ -203,4 +203,28 @@ mod tests {
         assert!(SoftProfile::RcOnly.check_qp_type(QpType::Ud).is_err());
         assert!(SoftProfile::Full.check_qp_type(QpType::Ud).is_ok());
     }
+
+    #[test]
+    fn each_profile_reports_what_it_offers_in_caps_and_attr() {
+        for p in SoftProfile::ALL {
+            let dev = crate::Device::open_soft_with(crate::SoftConfig::default(), p).unwrap();
+            let caps = dev.caps();
+            assert_eq!(caps.fabric, Fabric::Soft);
+            assert_eq!(
+                (caps.imm_data, caps.ud, caps.atomics),
+                (p.imm_data(), p.ud(), p.atomics()),
+                "{p}"
+            );
+            assert_eq!(dev.attr().atomics, caps.atomics, "{p}");
+            assert_eq!(caps.max_inline, MAX_INLINE);
+            assert_eq!(caps.max_sge, dev.attr().max_sge);
+        }
+        let iw = DeviceCaps::from_bits(
+            crate::Device::open_soft_with(crate::SoftConfig::default(), SoftProfile::IwarpLike)
+                .unwrap()
+                .caps()
+                .to_bits(),
+        );
+        assert!(!iw.imm_data && !iw.ud && !iw.atomics && iw.srq);
+    }
 }
