@@ -4,13 +4,14 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use crate::addr::Gid;
+use crate::caps::DeviceCaps;
 use crate::cq::CompletionQueue;
 use crate::dispatch::dispatch;
 use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
 use crate::pd::ProtectionDomain;
 use crate::qp_state::Mtu;
-use crate::soft::{self, SoftConfig, SoftStats, UdFaults};
+use crate::soft::{self, SoftConfig, SoftProfile, SoftStats, UdFaults};
 
 /// Which implementation of the verbs runs underneath.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -125,7 +126,8 @@ impl Device {
         {
             return Ok(Device {
                 imp: DeviceImp::Verbs(crate::verbs::Device::open(name)?),
-            });
+            }
+            .log_caps());
         }
         #[allow(unreachable_code)]
         Err(Error::NoDevice(name.to_string()))
@@ -148,11 +150,29 @@ impl Device {
         Ok(dev)
     }
 
-    /// Opens a soft device with explicit settings (address, port, UD fault injection).
+    /// Opens a soft device with explicit settings (address, port, UD fault injection),
+    /// under the profile [`crate::SOFT_PROFILE_ENV`] names (`full` when unset).
     pub fn open_soft(config: SoftConfig) -> Result<Device> {
+        Device::open_soft_with(config, SoftProfile::from_env()?)
+    }
+
+    /// Opens a soft device that offers only what `profile` offers, whatever the
+    /// environment says.
+    pub fn open_soft_with(config: SoftConfig, profile: SoftProfile) -> Result<Device> {
         Ok(Device {
-            imp: DeviceImp::Soft(soft::Device::open(config)?),
-        })
+            imp: DeviceImp::Soft(soft::Device::open(config, profile)?),
+        }
+        .log_caps())
+    }
+
+    fn log_caps(self) -> Device {
+        tracing::info!(device = self.name(), caps = %self.caps(), "RDMA device capabilities");
+        self
+    }
+
+    /// What the device can do (detected when it was opened).
+    pub fn caps(&self) -> DeviceCaps {
+        dispatch!(&self.imp, DeviceImp, d => d.caps())
     }
 
     /// Which provider drives this device.

@@ -72,6 +72,10 @@ pub enum PostError {
     /// it at post time because some devices (rxe, following IBA C10-93.1.1) would
     /// otherwise report success and send nothing.
     MessageTooLarge,
+    /// The device does not offer this operation at all (`EINVAL`), e.g. Send with
+    /// Immediate on iWARP or an atomic on a device without atomics; see
+    /// [`crate::Device::caps`].
+    Unsupported,
     /// The provider returned another errno.
     Os(i32),
 }
@@ -86,6 +90,7 @@ impl fmt::Display for PostError {
             PostError::InvalidOpcode => "opcode not valid on this QP type",
             PostError::BadDestination => "destination does not match QP type",
             PostError::MessageTooLarge => "UD message longer than the port MTU",
+            PostError::Unsupported => "the device does not support this operation",
             PostError::Os(e) => return write!(f, "os error {e}"),
         };
         f.write_str(s)

@@ -27,6 +27,7 @@
 mod access;
 mod addr;
 mod ah;
+mod caps;
 mod cq;
 mod device;
 mod dispatch;
@@ -48,6 +49,7 @@ mod wr;
 pub use access::AccessFlags;
 pub use addr::{Gid, QpEndpoint};
 pub use ah::{AddressHandle, AhAttr, GlobalRoute};
+pub use caps::{DeviceCaps, Fabric};
 pub use cq::CompletionQueue;
 pub use device::{Device, DeviceAttr, DeviceInfo, PortAttr, ProviderKind};
 pub use error::{Error, PostError, Result};
@@ -58,7 +60,7 @@ pub use qp::{QpCap, QpInitAttr, QueuePair, RcRetry};
 pub use qp_state::{
     ack_timeout_us, rnr_timer_us, transition_allowed, Mtu, QpAttr, QpState, QpType,
 };
-pub use soft::{SoftConfig, SoftStats, UdFaults};
+pub use soft::{SoftConfig, SoftProfile, SoftStats, UdFaults, SOFT_PROFILE_ENV};
 pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

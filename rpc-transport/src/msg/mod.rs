@@ -12,11 +12,18 @@
 //! * [`UdSendRing`]: send slots of a UD QP that stay with their owner while posted,
 //!   so a retransmission reposts the same bytes; a slot is reused only once its
 //!   owner released it and every send of it completed.
+//! * [`ImmMode`]: where each frame's 32-bit immediate travels, in the verbs
+//!   immediate or (on devices without immediate data, such as iWARP) as a 4-byte
+//!   header at the head of the payload; rings and pools take it at construction
+//!   (`with_mode`) and [`RecvSlot::imm`] gives the value in both modes.
 //! * [`handshake`]: the exchange of QP endpoints (each with an opaque payload for the
 //!   layer above) over an out-of-band TCP connection that stays open as the liveness
 //!   channel.
 
 pub mod handshake;
+#[cfg(test)]
+mod header_tests;
+mod imm_mode;
 mod recv_pool;
 mod send_ring;
 #[cfg(test)]
@@ -24,6 +31,7 @@ mod tests;
 mod ud_ring;
 
 pub use handshake::Envelope;
+pub use imm_mode::{ImmMode, IMM_HEADER_LEN};
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
 pub use send_ring::{SendRing, SendSlot};
 pub use ud_ring::{UdDestination, UdSendRing, UdSlot};

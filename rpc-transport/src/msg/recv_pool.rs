@@ -11,6 +11,9 @@ use crate::qp::QueuePair;
 use crate::srq::SharedReceiveQueue;
 use crate::wc::{WcStatus, WorkCompletion};
 use crate::wr::{RecvWr, Sge};
+use crate::{QpType, GRH_LEN};
+
+use super::imm_mode::{ImmMode, IMM_HEADER_LEN};
 
 /// Where a pool posts its receives.
 #[derive(Clone)]
@@ -32,7 +35,13 @@ struct Inner {
     // Field order: the queue the receives sit on goes before the memory they name.
     target: RecvTarget,
     mr: MemoryRegion,
+    /// Registered bytes per slot.
     slot_size: usize,
+    /// Header mode: bytes presented slots skip (0 with immediates, else 4).
+    skip: usize,
+    /// Header mode: where the header sits in a received buffer (after the GRH area
+    /// on a UD QP).
+    hdr_at: usize,
     pending: Mutex<Vec<u32>>,
     batching: AtomicBool,
     reposted: AtomicU64,
@@ -40,6 +49,11 @@ struct Inner {
 }
 
 /// `n` receive slots of `slot_size` bytes in one registered region.
+///
+/// In [`ImmMode::Header`] each received frame starts with the sender's 4-byte
+/// immediate header (after the 40-byte GRH area on a UD QP); a [`RecvSlot`] reads it
+/// into [`RecvSlot::imm`] and presents the bytes after it, so a slot holds 4 bytes
+/// fewer ([`RecvPool::slot_size`]). A pool on an SRQ takes its frames as RC frames.
 #[derive(Clone)]
 pub struct RecvPool {
     inner: Arc<Inner>,
@@ -50,7 +64,10 @@ pub struct RecvPool {
 pub struct RecvSlot {
     pool: Arc<Inner>,
     idx: u32,
+    /// Presented bytes start this far into the slot (past a header in header mode).
+    off: u32,
     len: usize,
+    imm: Option<u32>,
     retired: bool,
 }
 
@@ -61,7 +78,7 @@ pub struct RecvBatch<'a> {
 }
 
 impl RecvPool {
-    /// Registers `n` slots and posts them all to `target`.
+    /// Registers `n` slots for frames with immediates and posts them all to `target`.
     pub fn new(
         pd: &ProtectionDomain,
         target: RecvTarget,
@@ -69,9 +86,30 @@ impl RecvPool {
         slot_size: usize,
         on_repost: Option<OnRepost>,
     ) -> Result<RecvPool> {
-        if n == 0 || slot_size == 0 || slot_size > u32::MAX as usize {
+        RecvPool::with_mode(pd, target, n, slot_size, on_repost, ImmMode::Immediate)
+    }
+
+    /// Registers `n` slots for frames whose immediates travel as `mode` says, and
+    /// posts them all to `target`.
+    pub fn with_mode(
+        pd: &ProtectionDomain,
+        target: RecvTarget,
+        n: u32,
+        slot_size: usize,
+        on_repost: Option<OnRepost>,
+        mode: ImmMode,
+    ) -> Result<RecvPool> {
+        let skip = mode.header_len();
+        let hdr_at = match &target {
+            RecvTarget::Qp(q) if q.qp_type() == QpType::Ud => GRH_LEN,
+            _ => 0,
+        };
+        // A header mode slot must hold at least the header where it lands.
+        let min = if skip == 0 { 1 } else { hdr_at + skip };
+        if n == 0 || slot_size < min || slot_size > u32::MAX as usize {
             return Err(Error::InvalidArgument(format!(
-                "receive pool of {n} slots of {slot_size} bytes"
+                "receive pool of {n} slots of {slot_size} bytes \
+                 ({hdr_at}-byte GRH area, {skip}-byte immediate header)"
             )));
         }
         let mr = pd.alloc_mr(n as usize * slot_size, AccessFlags::LOCAL_WRITE)?;
@@ -80,6 +118,8 @@ impl RecvPool {
                 target,
                 mr,
                 slot_size,
+                skip,
+                hdr_at,
                 pending: Mutex::new((0..n).collect()),
                 batching: AtomicBool::new(false),
                 reposted: AtomicU64::new(0),
@@ -96,9 +136,10 @@ impl RecvPool {
         })
     }
 
-    /// Bytes per slot.
+    /// Bytes a slot presents at most: the registered size, less the 4-byte header
+    /// in [`ImmMode::Header`].
     pub fn slot_size(&self) -> usize {
-        self.inner.slot_size
+        self.inner.slot_size - self.inner.skip
     }
 
     /// Receives reposted since creation.
@@ -113,10 +154,15 @@ impl RecvPool {
         let mut slot = RecvSlot {
             pool: self.inner.clone(),
             idx: wc.wr_id as u32,
+            off: 0,
             len: (wc.byte_len as usize).min(self.inner.slot_size),
+            imm: wc.imm_data,
             retired: false,
         };
         if wc.is_ok() {
+            if self.inner.skip != 0 {
+                slot.read_header();
+            }
             return Ok(slot);
         }
         // A QP's own receive is not reposted: its QP is in error and would flush it
@@ -208,18 +254,52 @@ impl Inner {
 }
 
 impl RecvSlot {
-    /// The received bytes.
+    /// Header mode: takes the immediate from the frame's head and presents the bytes
+    /// after it. On a UD QP the header follows the GRH area; the presented bytes then
+    /// start 4 bytes into that area, so the payload still begins `GRH_LEN` bytes in
+    /// (the 40 bytes before it are not a GRH any more; nothing reads them). A frame
+    /// too short for a header is one without an immediate, and presents nothing.
+    #[cold]
+    fn read_header(&mut self) {
+        let at = self.pool.hdr_at;
+        if self.len < at + IMM_HEADER_LEN {
+            self.imm = None;
+            self.len = 0;
+            return;
+        }
+        let mut h = [0u8; IMM_HEADER_LEN];
+        // SAFETY: as in `bytes`: the receive completed and the buffer is not reposted
+        // while this guard lives.
+        h.copy_from_slice(unsafe {
+            self.pool
+                .mr
+                .slice(self.idx as usize * self.pool.slot_size + at, IMM_HEADER_LEN)
+        });
+        self.imm = Some(u32::from_be_bytes(h));
+        self.off = IMM_HEADER_LEN as u32;
+        self.len -= IMM_HEADER_LEN;
+    }
+
+    /// The received bytes (after the immediate header in header mode; on a UD QP
+    /// starting with the 40-byte GRH area).
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: the receive for this slot completed and the buffer is reposted only
         // when this guard drops, so the device writes nothing here while it lives.
         unsafe {
-            self.pool
-                .mr
-                .slice(self.idx as usize * self.pool.slot_size, self.len)
+            self.pool.mr.slice(
+                self.idx as usize * self.pool.slot_size + self.off as usize,
+                self.len,
+            )
         }
     }
 
-    /// Number of received bytes.
+    /// The frame's 32-bit immediate, wherever it travelled (the completion's
+    /// immediate, or the header in header mode); `None` for a frame sent without one.
+    pub fn imm(&self) -> Option<u32> {
+        self.imm
+    }
+
+    /// Number of bytes [`RecvSlot::bytes`] presents.
     pub fn len(&self) -> usize {
         self.len
     }

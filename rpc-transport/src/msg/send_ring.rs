@@ -12,6 +12,8 @@ use crate::qp::QueuePair;
 use crate::wc::{WcStatus, WorkCompletion};
 use crate::wr::{SendFlags, SendOp, SendWr, Sge};
 
+use super::imm_mode::ImmMode;
+
 static NEXT_RING_ID: AtomicU32 = AtomicU32::new(1);
 
 /// A slot taken from a [`SendRing`], writable through [`SendRing::buf`] until it is
@@ -25,6 +27,10 @@ pub struct SendSlot {
 
 /// `n` send slots of `slot_size` bytes in one registered region, posted on one QP.
 ///
+/// Each frame carries a 32-bit immediate, as a Send with Immediate or, in
+/// [`ImmMode::Header`], as a header the ring writes before the payload (so
+/// [`SendRing::buf`] starts 4 bytes into the slot and holds 4 bytes fewer).
+///
 /// Every posted slot stays owned by the ring (unwritable) until a completion covers
 /// it, which is what makes [`SendRing::post`] safe. Selective signaling: one WR in
 /// `signal_every` asks for a completion, and so does the post that leaves the ring
@@ -34,14 +40,19 @@ pub struct SendRing {
     qp: Arc<QueuePair>,
     mr: MemoryRegion,
     id: u32,
-    slot_size: usize,
+    /// Registered bytes per slot (header included).
+    stride: usize,
+    /// Bytes at the head of each slot taken by the immediate header (0 or 4).
+    hdr: usize,
+    /// Payload bytes per slot: `stride - hdr`.
+    payload: usize,
     free: Vec<u32>,
     /// Posted slots in post order, with whether each asked for a completion.
     in_flight: VecDeque<(u32, bool)>,
     unsignaled: u32,
     signal_every: u32,
     max_inline: usize,
-    /// Posts held back by [`SendRing::cork`]: (slot, length, immediate).
+    /// Posts held back by [`SendRing::cork`]: (slot, length on the wire, immediate).
     held: Vec<(u32, usize, u32)>,
     corked: bool,
 }
@@ -51,17 +62,36 @@ pub struct SendRing {
 const FLUSH_CHUNK: usize = 32;
 
 impl SendRing {
-    /// Registers `n` slots of `slot_size` bytes in `pd` for sends on `qp`.
+    /// Registers `n` slots of `slot_size` bytes in `pd` for Sends with Immediate on
+    /// `qp`.
     pub fn new(
         pd: &ProtectionDomain,
         qp: Arc<QueuePair>,
         n: u32,
         slot_size: usize,
     ) -> Result<SendRing> {
+        SendRing::with_mode(pd, qp, n, slot_size, ImmMode::Immediate)
+    }
+
+    /// Registers `n` slots of `slot_size` bytes in `pd` for sends on `qp` whose
+    /// immediates travel as `mode` says.
+    pub fn with_mode(
+        pd: &ProtectionDomain,
+        qp: Arc<QueuePair>,
+        n: u32,
+        slot_size: usize,
+        mode: ImmMode,
+    ) -> Result<SendRing> {
         if n == 0 || slot_size == 0 || n > qp.cap().max_send_wr {
             return Err(Error::InvalidArgument(format!(
                 "send ring of {n} slots on a QP with {} send WRs",
                 qp.cap().max_send_wr
+            )));
+        }
+        let hdr = mode.header_len();
+        if slot_size < hdr {
+            return Err(Error::InvalidArgument(format!(
+                "{slot_size}-byte send slots cannot hold the {hdr}-byte immediate header"
             )));
         }
         let mr = pd.alloc_mr(n as usize * slot_size, AccessFlags::empty())?;
@@ -70,7 +100,9 @@ impl SendRing {
             qp,
             mr,
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
-            slot_size,
+            stride: slot_size,
+            hdr,
+            payload: slot_size - hdr,
             free: (0..n).rev().collect(),
             in_flight: VecDeque::with_capacity(n as usize),
             unsignaled: 0,
@@ -86,9 +118,19 @@ impl SendRing {
         &self.qp
     }
 
-    /// Bytes per slot.
+    /// Payload bytes per slot: what [`SendRing::buf`] holds (in
+    /// [`ImmMode::Header`], 4 fewer than each slot registers).
     pub fn slot_size(&self) -> usize {
-        self.slot_size
+        self.payload
+    }
+
+    /// Where the ring's immediates travel.
+    pub fn imm_mode(&self) -> ImmMode {
+        if self.hdr == 0 {
+            ImmMode::Immediate
+        } else {
+            ImmMode::Header
+        }
     }
 
     /// Slots neither in flight nor handed out.
@@ -101,7 +143,7 @@ impl SendRing {
         self.free.pop().map(|idx| SendSlot { ring: self.id, idx })
     }
 
-    /// The slot's bytes, to encode into.
+    /// The slot's payload bytes, to encode into ([`SendRing::slot_size`] of them).
     ///
     /// # Panics
     /// If `slot` belongs to another ring.
@@ -112,7 +154,7 @@ impl SendRing {
         // make this the only reference to it.
         unsafe {
             self.mr
-                .slice_mut(slot.idx as usize * self.slot_size, self.slot_size)
+                .slice_mut(slot.idx as usize * self.stride + self.hdr, self.payload)
         }
     }
 
@@ -122,9 +164,11 @@ impl SendRing {
         self.free.push(slot.idx);
     }
 
-    /// Posts the first `len` bytes of `slot` as a Send with immediate `imm` (inline
-    /// when small). The slot comes back once a completion covering it is reaped
-    /// through [`SendRing::handle_completion`]. On a refused post it comes back now.
+    /// Posts the first `len` bytes of `slot`'s payload with immediate `imm` (inline
+    /// when small): a Send with Immediate, or in [`ImmMode::Header`] a Send of the
+    /// header and the payload, `len + 4` bytes. The slot comes back once a completion
+    /// covering it is reaped through [`SendRing::handle_completion`]. On a refused
+    /// post it comes back now.
     pub fn post(&mut self, slot: SendSlot, len: usize, imm: u32) -> Result<()> {
         let frame = self.frame(slot, len, imm);
         if self.corked {
@@ -142,15 +186,31 @@ impl SendRing {
         self.held.push(frame);
     }
 
-    /// Checks that `slot` is this ring's and `len` fits it: (slot, length, immediate).
-    fn frame(&self, slot: SendSlot, len: usize, imm: u32) -> (u32, usize, u32) {
+    /// Checks that `slot` is this ring's and `len` fits it, and writes the header in
+    /// header mode: (slot, length on the wire, immediate).
+    #[inline]
+    fn frame(&mut self, slot: SendSlot, len: usize, imm: u32) -> (u32, usize, u32) {
         assert_eq!(slot.ring, self.id, "slot of another ring");
         assert!(
-            len <= self.slot_size,
+            len <= self.payload,
             "{len} bytes do not fit a {}-byte slot",
-            self.slot_size
+            self.payload
         );
-        (slot.idx, len, imm)
+        if self.hdr != 0 {
+            self.write_header(&slot, imm);
+        }
+        (slot.idx, len + self.hdr, imm)
+    }
+
+    /// Header mode: the immediate, in network order, at the head of the slot. Out of
+    /// line so that the immediate path's `frame` stays small.
+    #[cold]
+    #[inline(never)]
+    fn write_header(&mut self, slot: &SendSlot, imm: u32) {
+        // SAFETY: as in `buf`: the slot is held, not posted, so nothing else reads or
+        // writes its bytes.
+        let head = unsafe { self.mr.slice_mut(slot.idx as usize * self.stride, 4) };
+        head.copy_from_slice(&imm.to_be_bytes());
     }
 
     /// Posts held back by [`SendRing::hold`] or a cork wait for [`SendRing::uncork`].
@@ -195,7 +255,7 @@ impl SendRing {
         let n = frames.len().min(FLUSH_CHUNK);
         let mut unsignaled = self.unsignaled;
         for (k, &(idx, len, _)) in frames[..n].iter().enumerate() {
-            sges[k] = self.mr.sge(idx as usize * self.slot_size, len as u32);
+            sges[k] = self.mr.sge(idx as usize * self.stride, len as u32);
             // The last frame of a list that leaves no slot free always asks for a
             // completion, so a full ring has one coming that frees it.
             signaled[k] =
@@ -212,7 +272,12 @@ impl SendRing {
                 flags |= SendFlags::INLINE;
             }
             let sg: &[Sge] = if len == 0 { &[] } else { &sges[k..k + 1] };
-            SendWr::new(u64::from(idx), SendOp::SendWithImm { imm }, sg).flags(flags)
+            let op = if self.hdr == 0 {
+                SendOp::SendWithImm { imm }
+            } else {
+                SendOp::Send
+            };
+            SendWr::new(u64::from(idx), op, sg).flags(flags)
         };
         // SAFETY (both posts): each SGE names `len` bytes of this ring's own live
         // region; the slots go into `in_flight` and are neither handed out nor written
@@ -271,7 +336,7 @@ impl SendRing {
 impl std::fmt::Debug for SendRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendRing")
-            .field("slot_size", &self.slot_size)
+            .field("slot_size", &self.payload)
             .field("free", &self.free.len())
             .field("in_flight", &self.in_flight.len())
             .finish()

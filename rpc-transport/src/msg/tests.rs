@@ -8,25 +8,30 @@ use std::time::{Duration, Instant};
 use super::{RecvPool, RecvSlot, RecvTarget, SendRing};
 use crate::{
     AccessFlags, CompletionQueue, Device, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair,
-    SharedReceiveQueue, SoftConfig, SrqInitAttr, WcOpcode, WorkCompletion,
+    SharedReceiveQueue, SoftConfig, SoftProfile, SrqInitAttr, WcOpcode, WorkCompletion,
 };
 
-struct Side {
-    pd: ProtectionDomain,
-    cq: Arc<CompletionQueue>,
-    _dev: Device,
+pub(super) struct Side {
+    pub(super) pd: ProtectionDomain,
+    pub(super) cq: Arc<CompletionQueue>,
+    pub(super) dev: Device,
 }
 
 fn side() -> Side {
-    let dev = Device::open_soft(SoftConfig::default()).unwrap();
+    side_with(SoftProfile::Full)
+}
+
+/// A soft device with `profile` (whatever the environment says), a PD and a CQ.
+pub(super) fn side_with(profile: SoftProfile) -> Side {
+    let dev = Device::open_soft_with(SoftConfig::default(), profile).unwrap();
     Side {
         pd: dev.alloc_pd().unwrap(),
         cq: Arc::new(dev.create_cq(256).unwrap()),
-        _dev: dev,
+        dev,
     }
 }
 
-fn qp(s: &Side, srq: Option<&SharedReceiveQueue>) -> Arc<QueuePair> {
+pub(super) fn qp(s: &Side, srq: Option<&SharedReceiveQueue>) -> Arc<QueuePair> {
     let mut init = QpInitAttr::new(QpType::Rc, &s.cq, &s.cq);
     init.srq = srq;
     init.cap = QpCap {
@@ -39,14 +44,14 @@ fn qp(s: &Side, srq: Option<&SharedReceiveQueue>) -> Arc<QueuePair> {
     Arc::new(s.pd.create_qp(&init).unwrap())
 }
 
-fn connect(a: &QueuePair, b: &QueuePair) {
+pub(super) fn connect(a: &QueuePair, b: &QueuePair) {
     let (ea, eb) = (a.endpoint(1).unwrap(), b.endpoint(2).unwrap());
     a.connect_rc(&eb, 1, AccessFlags::empty()).unwrap();
     b.connect_rc(&ea, 2, AccessFlags::empty()).unwrap();
 }
 
 /// Polls `cq` (driving `other` too) until a completion comes.
-fn next(cq: &CompletionQueue, other: &CompletionQueue) -> WorkCompletion {
+pub(super) fn next(cq: &CompletionQueue, other: &CompletionQueue) -> WorkCompletion {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut wc = [WorkCompletion::default()];
     loop {

@@ -19,6 +19,8 @@ use crate::qp_state::QpType;
 use crate::wc::{WcStatus, WorkCompletion};
 use crate::wr::{SendFlags, SendOp, SendWr, Sge, UdDest};
 
+use super::imm_mode::{ImmMode, IMM_HEADER_LEN};
+
 static NEXT_RING_ID: AtomicU32 = AtomicU32::new(1);
 
 /// Where a datagram goes: a cached address handle, the peer's QPN and Q_Key.
@@ -52,12 +54,18 @@ struct SlotState {
 }
 
 /// `n` send slots of `slot_size` bytes in one registered region, posted on a UD QP.
+///
+/// In [`ImmMode::Header`] the immediate is written at the head of the slot and
+/// [`UdSendRing::buf`] starts 4 bytes into it, as with [`super::SendRing`].
 pub struct UdSendRing {
     // Field order: the QP (which may still read the slots) goes before the memory.
     qp: Arc<QueuePair>,
     mr: MemoryRegion,
     id: u32,
+    /// Registered bytes per slot (header included).
     slot_size: usize,
+    /// Bytes at the head of each slot taken by the immediate header (0 or 4).
+    hdr: usize,
     free: Vec<u32>,
     slots: Vec<SlotState>,
     in_flight: u32,
@@ -65,14 +73,28 @@ pub struct UdSendRing {
 }
 
 impl UdSendRing {
-    /// Registers `n` slots of `slot_size` bytes in `pd` for sends on the UD QP `qp`.
+    /// Registers `n` slots of `slot_size` bytes in `pd` for Sends with Immediate on
+    /// the UD QP `qp`.
     pub fn new(
         pd: &ProtectionDomain,
         qp: Arc<QueuePair>,
         n: u32,
         slot_size: usize,
     ) -> Result<UdSendRing> {
-        if qp.qp_type() != QpType::Ud || n == 0 || slot_size == 0 {
+        UdSendRing::with_mode(pd, qp, n, slot_size, ImmMode::Immediate)
+    }
+
+    /// Registers `n` slots of `slot_size` bytes in `pd` for sends on the UD QP `qp`
+    /// whose immediates travel as `mode` says.
+    pub fn with_mode(
+        pd: &ProtectionDomain,
+        qp: Arc<QueuePair>,
+        n: u32,
+        slot_size: usize,
+        mode: ImmMode,
+    ) -> Result<UdSendRing> {
+        let hdr = mode.header_len();
+        if qp.qp_type() != QpType::Ud || n == 0 || slot_size == 0 || slot_size < hdr {
             return Err(Error::InvalidArgument(format!(
                 "UD send ring of {n} slots of {slot_size} bytes on a {:?} QP",
                 qp.qp_type()
@@ -85,6 +107,7 @@ impl UdSendRing {
             mr,
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
             slot_size,
+            hdr,
             free: (0..n).rev().collect(),
             slots: (0..n).map(|_| SlotState::default()).collect(),
             in_flight: 0,
@@ -92,9 +115,10 @@ impl UdSendRing {
         })
     }
 
-    /// Bytes per slot.
+    /// Payload bytes per slot: what [`UdSendRing::buf`] holds (in
+    /// [`ImmMode::Header`], 4 fewer than each slot registers).
     pub fn slot_size(&self) -> usize {
-        self.slot_size
+        self.slot_size - self.hdr
     }
 
     /// Slots free for [`UdSendRing::acquire`].
@@ -128,13 +152,18 @@ impl UdSendRing {
         // this range; `&mut self` and the non-Clone `UdSlot` make this the only
         // reference to it.
         unsafe {
-            self.mr
-                .slice_mut(slot.idx as usize * self.slot_size, self.slot_size)
+            self.mr.slice_mut(
+                slot.idx as usize * self.slot_size + self.hdr,
+                self.slot_size - self.hdr,
+            )
         }
     }
 
-    /// Posts the first `len` bytes of `slot` to `dest` as a Send with immediate `imm`
-    /// (inline when small). The slot stays with its owner and may be posted again.
+    /// Posts the first `len` bytes of `slot`'s payload to `dest` with immediate `imm`
+    /// (inline when small): a Send with Immediate, or in [`ImmMode::Header`] a Send
+    /// of header and payload, `len + 4` bytes. The slot stays with its owner and may
+    /// be posted again; a repost while an earlier post is in flight must carry the
+    /// same immediate in header mode (the device may still be reading the header).
     pub fn post(
         &mut self,
         slot: &UdSlot,
@@ -143,7 +172,17 @@ impl UdSendRing {
         dest: &UdDestination,
     ) -> Result<()> {
         assert_eq!(slot.ring, self.id, "slot of another ring");
-        assert!(len <= self.slot_size, "{len} bytes do not fit the slot");
+        assert!(
+            len <= self.slot_size - self.hdr,
+            "{len} bytes do not fit the slot"
+        );
+        let op = if self.hdr == 0 {
+            SendOp::SendWithImm { imm }
+        } else {
+            self.write_header(slot, imm)?;
+            SendOp::Send
+        };
+        let len = len + self.hdr;
         let mut flags = SendFlags::SIGNALED;
         if len <= self.max_inline {
             flags |= SendFlags::INLINE;
@@ -155,7 +194,7 @@ impl UdSendRing {
             remote_qpn: dest.qpn,
             remote_qkey: dest.qkey,
         };
-        let wr = SendWr::new(u64::from(slot.idx), SendOp::SendWithImm { imm }, sg_list)
+        let wr = SendWr::new(u64::from(slot.idx), op, sg_list)
             .flags(flags)
             .ud(ud);
         // SAFETY: the SGE names `len` bytes of this ring's own live region; `posted`
@@ -168,6 +207,29 @@ impl UdSendRing {
         st.posted += 1;
         st.ah = Some(dest.ah.clone());
         self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Header mode: puts `imm` at the head of the slot, or with a post of it still in
+    /// flight checks that the header there already says `imm`.
+    fn write_header(&mut self, slot: &UdSlot, imm: u32) -> Result<()> {
+        let at = slot.idx as usize * self.slot_size;
+        let want = imm.to_be_bytes();
+        if self.slots[slot.idx as usize].posted == 0 {
+            // SAFETY: no post of this slot is in flight, so nothing reads these bytes;
+            // `&mut self` and the held `UdSlot` make this the only reference.
+            unsafe { self.mr.slice_mut(at, IMM_HEADER_LEN) }.copy_from_slice(&want);
+            return Ok(());
+        }
+        // SAFETY: the device may be reading these bytes; reading them too is sound, and
+        // nothing writes them while a post is in flight (this very check).
+        let have = unsafe { self.mr.slice(at, IMM_HEADER_LEN) };
+        if have != want {
+            return Err(Error::InvalidArgument(format!(
+                "UD slot reposted with immediate {imm:#x} while a post with {:#x} is in flight",
+                u32::from_be_bytes([have[0], have[1], have[2], have[3]])
+            )));
+        }
         Ok(())
     }
 

@@ -20,7 +20,7 @@ use super::keys::KeyTable;
 use super::pd::Pd;
 use super::qp::Qp;
 use super::ud::UdShared;
-use super::{SoftConfig, SoftStats, UdFaults, DEVICE_NAME};
+use super::{SoftConfig, SoftProfile, SoftStats, UdFaults, DEVICE_NAME};
 
 /// Largest number of SGEs per WR.
 pub(crate) const MAX_SGE: usize = 16;
@@ -71,6 +71,7 @@ pub(crate) struct Device {
     pub(crate) ud: UdShared,
     pub(crate) parked: Mutex<Vec<Parked>>,
     pub(crate) helper: Arc<helper::Shared>,
+    pub(crate) profile: SoftProfile,
     epoch: Instant,
     next_qpn: AtomicU32,
     next_pd: AtomicU32,
@@ -92,7 +93,7 @@ fn bind_pair(cfg: &SoftConfig) -> std::io::Result<(TcpListener, UdpSocket)> {
 }
 
 impl Device {
-    pub(crate) fn open(config: SoftConfig) -> Result<Arc<Device>> {
+    pub(crate) fn open(config: SoftConfig, profile: SoftProfile) -> Result<Arc<Device>> {
         let verb = |e| Error::verb("ibv_open_device", e);
         if config.bind.is_unspecified() || config.bind.is_multicast() || config.bind.is_broadcast()
         {
@@ -129,6 +130,7 @@ impl Device {
             ud: UdShared::new(config.ud_faults),
             parked: Mutex::new(Vec::new()),
             helper: shared.clone(),
+            profile,
             epoch: Instant::now(),
             // QPN 0 and 1 are special in verbs; start above them.
             next_qpn: AtomicU32::new(0x11),
@@ -154,7 +156,7 @@ impl Device {
             max_srq: 1 << 16,
             max_srq_wr: MAX_WR,
             max_qp_rd_atom: 16,
-            atomics: true,
+            atomics: self.profile.atomics(),
         }
     }
 

@@ -37,6 +37,7 @@ mod helper;
 mod keys;
 mod mem;
 mod pd;
+mod profile;
 mod qp;
 mod rc;
 mod srq;
@@ -52,6 +53,7 @@ use std::net::Ipv4Addr;
 pub(crate) use cq::Cq;
 pub(crate) use device::Device;
 pub(crate) use pd::{Ah, Mr, Pd};
+pub use profile::{SoftProfile, SOFT_PROFILE_ENV};
 pub(crate) use qp::Qp;
 pub(crate) use srq::Srq;
 

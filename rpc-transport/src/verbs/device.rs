@@ -6,13 +6,14 @@ use std::os::fd::RawFd;
 use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::error::{check, last_error, set_nonblocking};
 use super::event::read_async_event;
 use super::ffi;
 use super::{Cq, Pd};
 use crate::addr::Gid;
+use crate::caps::DeviceCaps;
 use crate::device::{DeviceAttr, PortAttr};
 use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
@@ -28,6 +29,8 @@ pub(crate) struct Device {
     /// Only a hit is cached: rxe fills its GID table asynchronously after the link is
     /// added, so an early miss must not stick.
     mapped_gid: AtomicU16,
+    /// Detected right after opening (probing needs the `Arc`).
+    caps: OnceLock<DeviceCaps>,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread; the fields besides the
@@ -112,10 +115,14 @@ impl Device {
             name: name.to_string(),
             attr: DeviceAttr::default(),
             mapped_gid: AtomicU16::new(0),
+            caps: OnceLock::new(),
         };
         device.attr = device.query_attr()?;
         set_nonblocking("ibv_get_async_event", device.async_event_fd())?;
-        Ok(Arc::new(device))
+        let device = Arc::new(device);
+        let caps = super::caps::detect(&device)?;
+        device.caps.get_or_init(|| caps);
+        Ok(device)
     }
 
     pub(super) fn ctx(&self) -> *mut ffi::ibv_context {
@@ -152,6 +159,11 @@ impl Device {
 
     pub(crate) fn attr(&self) -> DeviceAttr {
         self.attr
+    }
+
+    pub(crate) fn caps(&self) -> DeviceCaps {
+        // Set in `open` before the device is handed out.
+        *self.caps.get().expect("capabilities detected at open")
     }
 
     pub(crate) fn port_attr(&self, port: u8) -> Result<PortAttr> {

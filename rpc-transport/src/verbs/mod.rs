@@ -21,6 +21,7 @@
 //! resolution: on InfiniBand fabrics (not RoCE) the LID route is taken as given.
 
 mod ah;
+mod caps;
 mod cq;
 mod device;
 mod error;

@@ -274,7 +274,7 @@ fn fill_recv(
 /// The neutral `QueuePair::post_send` contract: every non-inline SGE names registered
 /// memory that stays owned until the WR completes.
 pub(super) unsafe fn post_send(qp: &Qp, wrs: &[SendWr<'_>]) -> Result<()> {
-    post_chain(
+    let r = post_chain(
         wrs,
         |raw, wr| fill_send(raw, wr, qp),
         // SAFETY: live QP; `head` is a well-formed, null-terminated chain whose SGE
@@ -282,7 +282,8 @@ pub(super) unsafe fn post_send(qp: &Qp, wrs: &[SendWr<'_>]) -> Result<()> {
         // caller's contract; inline payloads are copied before the verb returns.
         |head, bad| unsafe { ffi::ibv_post_send(qp.raw(), head, bad) },
         || !matches!(qp.state(), QpState::Rts | QpState::Sqd),
-    )
+    );
+    super::caps::name_unsupported(qp.pd.device(), wrs, r)
 }
 
 /// # Safety

@@ -31,7 +31,7 @@ pub(crate) struct Qp {
     _send_cq: Arc<Cq>,
     _recv_cq: Arc<Cq>,
     _srq: Option<Arc<Srq>>,
-    pd: Arc<Pd>,
+    pub(super) pd: Arc<Pd>,
 }
 
 // SAFETY: ibv_post_send/recv, ibv_modify_qp and ibv_query_qp are thread-safe in

@@ -124,6 +124,36 @@ fn device_ports_and_preferred_gid() {
 
 #[test]
 #[ignore = "needs an RDMA device: run in the SoftRoCE VM (scripts/softroce-vm)"]
+fn detected_caps_hold_for_the_device() {
+    let dev = device();
+    let caps = dev.caps();
+    eprintln!("{}: {caps}", dev.name());
+    // rxe and siw are what the VM has; each fabric has what it promises.
+    if dev.name().starts_with("rxe") {
+        assert_eq!(caps.fabric, crate::Fabric::Roce, "{caps}");
+    }
+    if dev.name().starts_with("siw") {
+        assert_eq!(caps.fabric, crate::Fabric::Iwarp, "{caps}");
+    }
+    assert_eq!(caps.imm_data, caps.fabric != crate::Fabric::Iwarp, "{caps}");
+    assert_eq!(caps.atomics, dev.attr().atomics);
+    assert_eq!(caps.max_sge, dev.attr().max_sge);
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(4).unwrap();
+    let mut init = QpInitAttr::new(QpType::Ud, &cq, &cq);
+    init.cap.max_inline_data = 0;
+    assert_eq!(pd.create_qp(&init).is_ok(), caps.ud, "{caps}");
+    // The detected inline size is one an RC QP is granted.
+    init.qp_type = QpType::Rc;
+    init.cap.max_inline_data = caps.max_inline;
+    let qp = pd
+        .create_qp(&init)
+        .expect("an RC QP with the detected inline size");
+    assert!(qp.cap().max_inline_data >= caps.max_inline);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the SoftRoCE VM (scripts/softroce-vm)"]
 fn post_lists_longer_than_the_stack_chain_complete_in_order() {
     let dev = device();
     let p = rc_pair(&dev, QpCap::default());

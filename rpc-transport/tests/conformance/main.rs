@@ -5,8 +5,14 @@
 //! independent soft devices; a verbs device name such as `rxe0` opens that device
 //! twice). A device that cannot be opened fails every test: nothing is skipped.
 //!
+//! A feature the device lacks (UD, immediate data, atomics: see `Device::caps`) is
+//! not skipped: its tests assert that the device refuses it (`common::caps`). The
+//! soft device's profiles make every such path run without special hardware:
+//!
 //! ```text
 //! cargo test -p rpc-transport --test conformance
+//! RDMA_RPC_SOFT_PROFILE=iwarp_like cargo test -p rpc-transport --test conformance
+//! RDMA_RPC_SOFT_PROFILE=rc_only cargo test -p rpc-transport --test conformance
 //! RDMA_RPC_TEST_DEVICE=rxe0 cargo test -p rpc-transport --features rdma --test conformance
 //! ```
 //!

@@ -5,7 +5,9 @@
 use rpc_transport::{AccessFlags, MemoryRegion, QpState, SendOp, SendWr, Sge, WcStatus};
 
 use crate::common::quirks::{assert_status, Quirk, RXE_UNKNOWN_LKEY};
-use crate::common::{pattern, post_send, wait_state, wait_wc, Host, RcPair};
+use crate::common::{
+    has_atomics_or_refuses, pattern, post_send, wait_state, wait_wc, Host, RcPair,
+};
 
 /// Posts `op` from `p.a` with gather/scatter list `sges` and expects it to fail with
 /// `status` (or the device's documented `quirk`), leaving the QP in ERR.
@@ -154,6 +156,9 @@ fn atomic_without_remote_atomic_access_fails_with_rem_access_err() {
         rkey: r.rkey,
         add: 1,
     };
+    if !has_atomics_or_refuses(&p, op) {
+        return;
+    }
     expect_failure(&p, op, &[local.sge(0, 8)], WcStatus::RemAccessErr);
     assert!(zeroed(&target), "the add happened without REMOTE_ATOMIC");
 }

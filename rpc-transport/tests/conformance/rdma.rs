@@ -2,7 +2,7 @@
 
 use rpc_transport::{SendOp, SendWr, WcOpcode, WcStatus};
 
-use crate::common::{pattern, post_recv, post_send, wait_wc, RcPair};
+use crate::common::{has_imm_or_refuses, pattern, post_recv, post_send, wait_wc, RcPair};
 
 #[test]
 fn rdma_write_lands_in_remote_mr_without_consuming_a_receive() {
@@ -52,6 +52,14 @@ fn rdma_write_with_imm_consumes_a_receive_and_delivers_imm() {
     let data = pattern(2048, 3);
     src.write(0, &data);
     let remote = target.remote();
+    let probe = SendOp::RdmaWriteWithImm {
+        remote_addr: remote.addr,
+        rkey: remote.rkey,
+        imm: 1,
+    };
+    if !has_imm_or_refuses(&p, probe) {
+        return;
+    }
 
     // SAFETY: `rbuf` is read only after completion.
     unsafe { post_recv(&p.b.qp, 42, &[rbuf.sge(0, 64)]) };

@@ -4,7 +4,9 @@
 use rpc_transport::{QpState, SendOp, SendWr, WcStatus};
 
 use crate::common::wait::poll_now;
-use crate::common::{post_recv, post_send, wait_state, wait_wc, RcOpts, RcPair};
+use crate::common::{
+    has_imm_or_refuses, post_recv, post_send, wait_state, wait_wc, RcOpts, RcPair,
+};
 
 /// A 10 µs RNR timer (code 1) and one retry: the failure comes fast.
 fn impatient() -> RcPair {
@@ -40,6 +42,9 @@ fn write_with_imm_without_receive_fails_with_rnr_retry_exc_err() {
         rkey: r.rkey,
         imm: 1,
     };
+    if !has_imm_or_refuses(&p, op) {
+        return;
+    }
     // SAFETY: `src` outlives the completion.
     unsafe { post_send(&p.a.qp, SendWr::new(6, op, &sge)) };
 

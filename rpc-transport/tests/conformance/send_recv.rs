@@ -6,7 +6,8 @@ use rpc_transport::{PostError, QpCap, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc
 use crate::common::quirks::{assert_status, RXE_RECV_TOO_SMALL, RXE_RECV_TOO_SMALL_NAK};
 use crate::common::wait::poll_now;
 use crate::common::{
-    assert_refused, pattern, post_recv, post_send, wait_wc, wait_wcs, RcOpts, RcPair,
+    assert_refused, has_imm_or_refuses, pattern, post_recv, post_send, wait_wc, wait_wcs, RcOpts,
+    RcPair,
 };
 
 #[test]
@@ -46,6 +47,9 @@ fn send_delivers_payload_and_completes_both_sides() {
 #[test]
 fn send_with_imm_delivers_immediate_data() {
     let p = RcPair::new();
+    if !has_imm_or_refuses(&p, SendOp::SendWithImm { imm: 1 }) {
+        return;
+    }
     let src = p.a.host.mr_all(64);
     let dst = p.b.host.mr_all(64);
     src.write(0, b"imm!");

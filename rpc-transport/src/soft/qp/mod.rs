@@ -151,6 +151,7 @@ impl Pd {
         if !Arc::ptr_eq(&send_cq.dev, &self.dev) || !Arc::ptr_eq(&recv_cq.dev, &self.dev) {
             return Err(Error::ProviderMismatch);
         }
+        self.dev.profile.check_qp_type(qp_type)?;
         if cap.max_send_wr > MAX_WR
             || cap.max_recv_wr > MAX_WR
             || cap.max_send_sge as usize > MAX_SGE

@@ -82,6 +82,7 @@ impl Qp {
         {
             return Err(PostError::InlineTooLarge);
         }
+        self.dev.profile.check_op(&wr.opcode)?;
         match self.qp_type {
             QpType::Rc if wr.ud.is_some() => Err(PostError::BadDestination),
             QpType::Ud if wr.ud.is_none() => Err(PostError::BadDestination),

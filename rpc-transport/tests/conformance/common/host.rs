@@ -1,6 +1,7 @@
 //! One "host": an opened device of the provider under test and a protection domain.
 //!
-//! The provider is chosen by `RDMA_RPC_TEST_DEVICE` (default `soft0`). For `soft0`
+//! The provider is chosen by `RDMA_RPC_TEST_DEVICE` (default `soft0`); a soft device
+//! takes the profile `RDMA_RPC_SOFT_PROFILE` names (`full`, `iwarp_like`, `rc_only`). For `soft0`
 //! each host is an independent soft device; for a verbs device (e.g. `rxe0`) each host
 //! opens the same device again, as two processes on one machine would.
 
@@ -70,10 +71,13 @@ fn announce(dev: &Device) {
     ONCE.call_once(|| {
         let _ = writeln!(
             std::io::stderr(),
-            "conformance: provider {} (device {}, from ${DEVICE_ENV}={})",
+            "conformance: provider {} (device {}, from ${DEVICE_ENV}={}; {} {:?}): {}",
             dev.provider(),
             dev.name(),
-            device_name()
+            device_name(),
+            rpc_transport::SOFT_PROFILE_ENV,
+            std::env::var(rpc_transport::SOFT_PROFILE_ENV).unwrap_or_default(),
+            dev.caps()
         );
     });
 }

@@ -1,6 +1,7 @@
 //! Fixtures shared by every conformance test: opening the provider under test,
 //! connecting queue pairs, and waiting for completions with a deadline.
 
+pub mod caps;
 pub mod child;
 pub mod host;
 pub mod pattern;
@@ -10,6 +11,7 @@ pub mod rc;
 pub mod ud;
 pub mod wait;
 
+pub use caps::{has_atomics_or_refuses, has_imm_or_refuses, has_ud_or_refuses_it};
 pub use host::Host;
 pub use pattern::pattern;
 pub use post::{assert_refused, post_recv, post_send};
