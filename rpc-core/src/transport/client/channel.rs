@@ -144,6 +144,19 @@ impl<L: Dial, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
     }
 
     fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {
+        self.start(call, true)
+    }
+}
+
+impl<L: Dial> LinkChannel<L> {
+    /// Starts a reserved call; `retry` allows one transparent retry on the next
+    /// connection if this one died before the request left. Once only: a connection
+    /// that can never post (a device refusing the operation) must end the call with
+    /// that error, not dial forever.
+    fn start<M>(&mut self, call: OutgoingCall<M>, retry: bool) -> BoxFuture<IncomingReply>
+    where
+        M: Message + Send + 'static,
+    {
         let Some(conn) = self.reserved.take() else {
             return Box::pin(async { Err(Status::internal("Channel::call without poll_ready")) });
         };
@@ -168,13 +181,13 @@ impl<L: Dial, M: Message + Send + 'static> Service<OutgoingCall<M>> for LinkChan
                 }
                 .wait(rx),
             ),
-            Err(_) if !conn.usable() => {
+            Err(_) if retry && !conn.usable() => {
                 // The connection died before the request left (nothing was posted,
                 // so the server never saw it): once more on the next connection.
                 let mut again = self.clone();
                 Box::pin(async move {
                     ServiceExt::<OutgoingCall<M>>::ready(&mut again).await?;
-                    again.call(call).await
+                    again.start(call, false).await
                 })
             }
             Err(s) => Box::pin(async move { Err(s) }),
