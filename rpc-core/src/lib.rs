@@ -29,7 +29,7 @@ pub use code::Code;
 pub use extensions::Extensions;
 pub use metadata::MetadataMap;
 pub use payload::Payload;
-pub use request::{IntoRequest, Request};
+pub use request::{IntoRequest, Request, WaitForReady};
 pub use response::Response;
 pub use status::Status;
 

@@ -61,10 +61,12 @@
 //!   UD flood cannot take the receives the RC credits count on; a datagram that finds
 //!   no receive is lost, and retransmission covers it.
 
-mod channel;
+mod balance;
+pub mod channel;
 mod client;
 mod completion;
 mod endpoint;
+mod limit;
 mod ready;
 mod server;
 mod ud_device;
