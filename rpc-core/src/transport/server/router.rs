@@ -98,7 +98,9 @@ where
     ) -> Result<(), Error> {
         tracing::debug!(addr = ?listener.local_addr(), "rdma-rpc server listening");
         let incoming = futures_util::stream::poll_fn(move |cx| {
-            listener.poll_accept(cx).map(|r| Some(r.map(|(tcp, _)| tcp)))
+            listener
+                .poll_accept(cx)
+                .map(|r| Some(r.map(|(tcp, _)| tcp)))
         });
         self.serve_with_incoming_shutdown(incoming, signal).await
     }
