@@ -87,6 +87,20 @@ impl Channel {
         Endpoint::from_shared(uri)?.connect().await
     }
 
+    /// An [`Endpoint`] for a constant address, as tonic's `Channel::from_static`.
+    ///
+    /// # Panics
+    /// If `s` is not an `rdma://host:port` or `rdma+ud://host:port` address.
+    pub fn from_static(s: &'static str) -> Endpoint {
+        Endpoint::from_static(s)
+    }
+
+    /// An [`Endpoint`] for an address built at run time, as tonic's
+    /// `Channel::from_shared` (which takes bytes; this takes a string).
+    pub fn from_shared(s: impl Into<String>) -> Result<Endpoint, Error> {
+        Endpoint::from_shared(s)
+    }
+
     /// A channel over `endpoint` that dials on its first call.
     fn lazy(endpoint: &Endpoint) -> Channel {
         let transport = if endpoint.settings.ud {
