@@ -31,6 +31,8 @@ pub mod parity {
     tonic::include_proto!("parity");
 }
 
+mod same_items;
+
 /// `http` on tonic.
 const SCHEME: &str = "rdma";
 /// Nothing listens there.
@@ -63,6 +65,7 @@ fn add_token(mut request: Request<()>) -> Result<Request<()>, Status> {
     Ok(request)
 }
 
+#[derive(Default)]
 struct MyParity {
     shutdown: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }

@@ -104,6 +104,22 @@ impl Endpoint {
         })
     }
 
+    /// An endpoint from anything that converts to one (a `&'static str`, a `String`,
+    /// an `Endpoint`), as tonic's `Endpoint::new`.
+    pub fn new<D>(dst: D) -> Result<Endpoint, Error>
+    where
+        D: TryInto<Endpoint>,
+        D::Error: Into<crate::codegen::StdError>,
+    {
+        dst.try_into()
+            .map_err(|e| crate::codegen::endpoint_error(e.into()))
+    }
+
+    /// The connect timeout, as tonic's (here always set: default 10 s).
+    pub fn get_connect_timeout(&self) -> Option<Duration> {
+        Some(self.settings.connect_timeout)
+    }
+
     /// Parses a constant address, as [`Endpoint::from_shared`].
     ///
     /// # Panics
@@ -223,6 +239,15 @@ impl TryFrom<&'static str> for Endpoint {
 
     fn try_from(uri: &'static str) -> Result<Endpoint, Error> {
         Endpoint::from_shared(uri)
+    }
+}
+
+/// `"rdma://host:port".parse()`, as tonic's.
+impl std::str::FromStr for Endpoint {
+    type Err = Error;
+
+    fn from_str(uri: &str) -> Result<Endpoint, Error> {
+        Endpoint::from_shared(uri.to_string())
     }
 }
 

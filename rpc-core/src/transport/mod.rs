@@ -68,7 +68,7 @@ mod completion;
 mod endpoint;
 mod limit;
 mod ready;
-mod server;
+pub mod server;
 mod ud_device;
 
 use std::fmt;
