@@ -136,3 +136,10 @@ async fn the_rate_limit_holds_calls_beyond_it_for_the_window() {
         .await
         .expect("no limit");
 }
+
+/// Limits, balancing and wait-for-ready keep a channel shareable across tasks.
+#[test]
+fn a_channel_is_still_send_sync_and_clone() {
+    fn assert_shareable<T: Send + Sync + Clone + 'static>() {}
+    assert_shareable::<Channel>();
+}

@@ -139,5 +139,9 @@ fn every_compilable_same_item_is_named_in_the_compiled_module() {
             missing.push(format!("{at}: not named as {:?}", it.compiled_as));
         }
     }
-    assert!(missing.is_empty(), "tonic-parity does not compile:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "tonic-parity does not compile:\n{}",
+        missing.join("\n")
+    );
 }

@@ -274,9 +274,9 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
     /// channel cannot connect, `call` ends the call `UNAVAILABLE` (or, for a
     /// wait-for-ready call, waits for the connection until its deadline).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        if self.not_ready.is_some() {
-            return Poll::Ready(Ok(()));
-        }
+        // A failure seen by an earlier poll is looked at again: the channel may be
+        // able to connect by now.
+        self.not_ready = None;
         match ready!(self.poll_ready_or_fail::<M>(cx)) {
             Ok(()) => Poll::Ready(Ok(())),
             Err(s) => {
