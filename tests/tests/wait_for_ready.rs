@@ -39,15 +39,24 @@ fn request(wait: bool, timeout: Duration) -> Request<HelloRequest> {
     r
 }
 
-fn lazy_client(port: u16) -> GreeterClient<Channel> {
-    let endpoint = Endpoint::from_shared(format!("rdma://127.0.0.1:{port}")).unwrap();
+fn lazy_client(scheme: &str, port: u16) -> GreeterClient<Channel> {
+    let endpoint = Endpoint::from_shared(format!("{scheme}://127.0.0.1:{port}")).unwrap();
     GreeterClient::new(endpoint.connect_lazy())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_for_ready_call_made_before_the_server_is_up_succeeds_once_it_starts() {
+    waits_for_a_server_that_starts("rdma").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_ready_call_over_ud_waits_for_its_session_too() {
+    waits_for_a_server_that_starts("rdma+ud").await;
+}
+
+async fn waits_for_a_server_that_starts(scheme: &str) {
     let port = free_port().await;
-    let mut client = lazy_client(port);
+    let mut client = lazy_client(scheme, port);
 
     // Without wait-for-ready: UNAVAILABLE at once, well within its 5 s deadline.
     let err = client
@@ -91,7 +100,7 @@ async fn a_wait_for_ready_call_made_before_the_server_is_up_succeeds_once_it_sta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_for_ready_call_ends_deadline_exceeded_when_no_server_comes() {
-    let mut client = lazy_client(free_port().await);
+    let mut client = lazy_client("rdma", free_port().await);
     let err = client
         .say_hello(request(true, Duration::from_millis(300)))
         .await
