@@ -80,17 +80,38 @@ async fn hello(client: &mut GreeterClient<Channel>) -> Result<String, Status> {
     Ok(r.into_inner().message)
 }
 
+/// Calls until every server has answered once: every endpoint is then connected
+/// (an endpoint still dialing is passed over, so the first calls may all go to the
+/// endpoint that connected first).
+async fn until_every_server_answered(client: &mut GreeterClient<Channel>, servers: &[&Running]) {
+    let mut calls = 0;
+    while servers.iter().any(|s| s.calls() == 0) {
+        hello(client).await.expect("a balanced call succeeds");
+        calls += 1;
+        assert!(calls < 100_000, "calls never reached every server");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balance_list_spreads_calls_over_every_server() {
     let servers = [serve("a").await, serve("b").await, serve("c").await];
     let channel = Channel::balance_list(servers.iter().map(Running::endpoint));
     let mut client = GreeterClient::new(channel);
+    until_every_server_answered(&mut client, &servers.iter().collect::<Vec<_>>()).await;
+    let before: Vec<usize> = servers.iter().map(Running::calls).collect();
     for _ in 0..90 {
         let name = hello(&mut client).await.expect("a balanced call succeeds");
         assert!(["a", "b", "c"].contains(&name.as_str()), "{name}");
     }
-    let counts: Vec<usize> = servers.iter().map(Running::calls).collect();
+    let counts: Vec<usize> = servers
+        .iter()
+        .zip(&before)
+        .map(|(s, b)| s.calls() - b)
+        .collect();
     assert_eq!(counts.iter().sum::<usize>(), 90, "{counts:?}");
+    // Each of the 90 goes to one of two random endpoints: all three are used
+    // (each call picks a server first with odds 1/3: one missed by all 90 has odds
+    // of (2/3)^90, about 1e-16).
     assert!(
         counts.iter().all(|&n| n > 0),
         "every server got calls: {counts:?}"
@@ -108,14 +129,8 @@ async fn balance_channel_follows_inserts_and_removes() {
             .unwrap();
     }
     let mut client = GreeterClient::new(channel);
-    for _ in 0..60 {
-        hello(&mut client).await.expect("a balanced call succeeds");
-    }
+    until_every_server_answered(&mut client, &servers.iter().collect::<Vec<_>>()).await;
     let before: Vec<usize> = servers.iter().map(Running::calls).collect();
-    assert!(
-        before.iter().all(|&n| n > 0),
-        "every server got calls: {before:?}"
-    );
 
     changes.send(Change::Remove("b")).await.unwrap();
     for _ in 0..60 {
@@ -135,13 +150,7 @@ async fn a_server_that_stops_is_passed_over_once_its_connection_fails() {
     let [a, b, c] = [serve("a").await, serve("b").await, serve("c").await];
     let channel = Channel::balance_list([&a, &b, &c].into_iter().map(Running::endpoint));
     let mut client = GreeterClient::new(channel);
-    // Until every server has answered: every endpoint is connected.
-    let mut calls = 0;
-    while a.calls() == 0 || b.calls() == 0 || c.calls() == 0 {
-        hello(&mut client).await.expect("a balanced call succeeds");
-        calls += 1;
-        assert!(calls < 1000, "calls never reached every server");
-    }
+    until_every_server_answered(&mut client, &[&a, &b, &c]).await;
 
     c.stop.send(()).unwrap();
     c.task.await.expect("server c stopped");
