@@ -109,6 +109,18 @@ fn the_guide_lists_every_item_with_its_status_note_and_counts() {
         guide.contains(&summary),
         "the guide's counts are not {summary}"
     );
+    // The README quotes the counts too.
+    let quoted = format!(
+        "({} same, {} different, {} absent,",
+        counts.get("same").copied().unwrap_or(0),
+        counts.get("different").copied().unwrap_or(0),
+        counts.get("absent").copied().unwrap_or(0),
+    );
+    let readme = read("README.md").replace('\n', " ");
+    assert!(
+        readme.contains(&quoted),
+        "README.md does not quote {quoted}"
+    );
 }
 
 #[test]
