@@ -31,7 +31,7 @@ pub use codec::Streaming;
 pub use extensions::Extensions;
 pub use metadata::MetadataMap;
 pub use payload::Payload;
-pub use request::{IntoRequest, IntoStreamingRequest, Request};
+pub use request::{IntoRequest, IntoStreamingRequest, Request, WaitForReady};
 pub use response::Response;
 pub use status::Status;
 

@@ -144,6 +144,29 @@ impl<T> Request<T> {
         self.timeout
     }
 
+    /// Makes the call wait for the channel to connect, until its deadline, instead
+    /// of failing fast `UNAVAILABLE` while the channel cannot connect: gRPC's
+    /// *wait-for-ready* (grpc-go's `WaitForReady(true)`, grpc-java's
+    /// `withWaitForReady()`; tonic has none). Off by default, as in gRPC. The
+    /// deadline is the smaller of [`Request::set_timeout`] and the channel's
+    /// `Endpoint::timeout`; with neither, the call waits as long as it takes. A
+    /// deadline that passes while waiting ends the call `DEADLINE_EXCEEDED`.
+    ///
+    /// It is the [`WaitForReady`] extension: a client interceptor or layer may set
+    /// it too.
+    pub fn set_wait_for_ready(&mut self, wait: bool) {
+        if wait {
+            self.extensions.insert(WaitForReady);
+        } else {
+            self.extensions.remove::<WaitForReady>();
+        }
+    }
+
+    /// Whether [`Request::set_wait_for_ready`] is on.
+    pub fn wait_for_ready(&self) -> bool {
+        self.extensions.get::<WaitForReady>().is_some()
+    }
+
     /// Maps the message, keeping everything else.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Request<U> {
         Request {
@@ -184,6 +207,11 @@ impl<T> Request<T> {
         )
     }
 }
+
+/// The request extension that makes a call wait for the channel to connect instead
+/// of failing fast: see [`Request::set_wait_for_ready`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitForReady;
 
 /// Anything a generated client method accepts: a message or a `Request` of it.
 pub trait IntoRequest<T>: sealed::Sealed {
@@ -266,6 +294,17 @@ mod tests {
         assert_eq!(r.metadata().get("k").unwrap().to_str().unwrap(), "v");
         assert_eq!(r.extensions().get::<String>().unwrap(), "ext");
         assert_eq!(r.timeout(), None);
+    }
+
+    #[test]
+    fn wait_for_ready_is_off_until_set_and_can_be_unset() {
+        let mut r = Request::new(());
+        assert!(!r.wait_for_ready());
+        r.set_wait_for_ready(true);
+        assert!(r.wait_for_ready());
+        assert!(r.extensions().get::<WaitForReady>().is_some());
+        r.set_wait_for_ready(false);
+        assert!(!r.wait_for_ready());
     }
 
     #[test]

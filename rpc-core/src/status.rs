@@ -49,6 +49,25 @@ impl Status {
         s
     }
 
+    /// A status carrying metadata (the trailers), as tonic's.
+    pub fn with_metadata(code: Code, message: impl Into<String>, metadata: MetadataMap) -> Status {
+        let mut s = Status::new(code, message);
+        s.0.metadata = metadata;
+        s
+    }
+
+    /// A status with binary details and metadata, as tonic's.
+    pub fn with_details_and_metadata(
+        code: Code,
+        message: impl Into<String>,
+        details: Bytes,
+        metadata: MetadataMap,
+    ) -> Status {
+        let mut s = Status::with_details(code, message, details);
+        s.0.metadata = metadata;
+        s
+    }
+
     constructors! {
         /// [`Code::Cancelled`].
         cancelled => Cancelled;

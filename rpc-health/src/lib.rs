@@ -57,8 +57,6 @@
 //!
 //! * No `Watch` (above). An implementation of tonic-health's `Health` trait of your
 //!   own drops its `WatchStream` type and `watch` method.
-//! * `HealthClient::connect` takes an address string (`rdma://host:port`), as
-//!   rdma-rpc's generated clients do.
 //! * `HealthClient` and `HealthServer` have no interceptors, message size limits or
 //!   compression settings, as rdma-rpc's generated clients and servers do not yet.
 #![forbid(unsafe_code)]

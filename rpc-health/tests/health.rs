@@ -143,3 +143,19 @@ async fn a_cloned_reporter_updates_clients_already_connected() {
         .await;
     assert_eq!(check(&mut first, "").await.unwrap(), WireStatus::Serving);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_takes_what_tonic_health_s_takes_an_endpoint_or_an_address() {
+    let (_reporter, uri, _stop) = serve().await;
+    let endpoint = rpc_core::transport::Endpoint::from_shared(uri.clone()).unwrap();
+    let mut client = HealthClient::connect(endpoint).await.unwrap();
+    assert_eq!(check(&mut client, "").await.unwrap(), WireStatus::Serving);
+    let mut client = HealthClient::connect(uri.as_str().to_owned())
+        .await
+        .unwrap();
+    assert_eq!(check(&mut client, "").await.unwrap(), WireStatus::Serving);
+    let err = HealthClient::connect("http://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not an rdma://"), "{err}");
+}

@@ -160,3 +160,46 @@ fn tonic_routeguide_builds_and_runs_all_four_shapes_with_rpc_core_as_tonic() {
     }
     assert_eq!(next(), "", "nothing else: {stdout}");
 }
+
+/// `porting/tonic-parity`: a tonic 0.14 client and server using every item of issue
+/// 13's Build 2-8 (interceptors with a bearer token, `from_static`, `connect_lazy`
+/// before the server is up, a server layer, `Server::timeout`, `remote_addr`,
+/// extensions, an error's details and metadata, health `Check`, a channel timeout
+/// under a request's, size limits each way, `serve_with_shutdown` from a call),
+/// written against `tonic::`/`tonic_health::` paths, built with rpc-core as `tonic`,
+/// rpc-codegen as `tonic-build` and rpc-health as `tonic-health`. Its transcript,
+/// line by line.
+#[test]
+fn tonic_parity_pair_builds_and_prints_its_transcript() {
+    let stdout = run_port("tonic-parity");
+    let expected = [
+        "from_static, nothing there: Unavailable",
+        "connect_lazy, no server yet: Unavailable",
+        "after the server started: Hello Tonic (token-holder, from 127.0.0.1)",
+        "no token: Unauthenticated no token",
+        r#"error: InvalidArgument "name must not be empty" details=detail-bytes x-reason=empty-name"#,
+        "request over the server's decoding limit: ResourceExhausted",
+        "reply over the client's decoding limit: ResourceExhausted",
+        "request over the client's encoding limit: ResourceExhausted",
+        "reply over the server's encoding limit: ResourceExhausted",
+        "channel timeout 300 ms under a 5 s request (tonic: Cancelled): DeadlineExceeded",
+        "Server::timeout 500 ms under a 5 s request (tonic: Cancelled): DeadlineExceeded",
+        "health overall: Serving",
+        "health parity.Parity: Serving",
+        "health parity.Parity after set_not_serving: NotServing",
+        "health parity.Parity after set_service_status: Serving",
+        "health unknown.Service: NotFound",
+        "shutdown call: stopping",
+        "server stopped; the layer counted 14 calls",
+    ];
+    let lines: Vec<&str> = stdout.lines().collect();
+    for (i, want) in expected.iter().enumerate() {
+        assert_eq!(
+            lines.get(i).copied(),
+            Some(*want),
+            "line {}:\n{stdout}",
+            i + 1
+        );
+    }
+    assert_eq!(lines.len(), expected.len(), "nothing else:\n{stdout}");
+}

@@ -1,6 +1,9 @@
-//! `Channel`: the client handle, over an RC connection or a UD session.
+//! `Channel`: the client handle, over an RC connection, a UD session, or several
+//! endpoints balanced (`Channel::balance_list`, `Channel::balance_channel`).
 
-use std::task::{Context, Poll};
+use std::hash::Hash;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use prost::Message;
 use tower::{Service, ServiceExt};
@@ -9,11 +12,26 @@ use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::UdClientStats;
 use crate::server::BoxFuture;
 use crate::status::Status;
+use crate::transport::balance::Balanced;
 use crate::transport::client::rc::RcLink;
 use crate::transport::client::ud::UdLink;
 use crate::transport::client::LinkChannel;
-use crate::transport::endpoint::Endpoint;
+use crate::transport::limit::Limits;
 use crate::transport::Error;
+use crate::WaitForReady;
+
+pub use crate::transport::endpoint::Endpoint;
+
+/// A change in the set of endpoints of a [`Channel::balance_channel`], as tonic's
+/// `tonic::transport::channel::Change`.
+#[derive(Debug, Clone)]
+pub enum Change<K, V> {
+    /// A new endpoint, identified by `K` (an endpoint inserted again under the same
+    /// key replaces the first).
+    Insert(K, V),
+    /// The endpoint identified by `K` is gone: it gets no more calls.
+    Remove(K),
+}
 
 /// A client connection: cheap to clone (clones share it), many calls in flight, a
 /// `tower::Service` whose `poll_ready` waits for room to send.
@@ -23,9 +41,21 @@ use crate::transport::Error;
 /// datagram each way, retransmitted on timeout and executed at most once by the
 /// server; a call too big for a datagram goes over RC when the server accepts it,
 /// else fails `RESOURCE_EXHAUSTED` naming the UD payload limit.
+///
+/// An [`Endpoint::concurrency_limit`] or [`Endpoint::rate_limit`] makes
+/// `poll_ready` wait; a connection that cannot be made ends the call `UNAVAILABLE`
+/// at once, unless the request asks to wait for it
+/// ([`Request::set_wait_for_ready`](crate::Request::set_wait_for_ready)).
 #[derive(Clone)]
 pub struct Channel {
     transport: Transport,
+    /// The endpoint's limits; `None` (the default) costs one branch.
+    limits: Option<Box<Limits>>,
+    /// `poll_ready` found that the channel cannot connect: the status `call` ends
+    /// the call with, or waits out for a wait-for-ready call.
+    not_ready: Option<Box<Status>>,
+    /// The endpoint's `timeout`, which bounds a wait-for-ready call's wait.
+    timeout: Option<Duration>,
 }
 
 #[derive(Clone)]
@@ -37,6 +67,8 @@ enum Transport {
         /// and shared by the channel's clones.
         rc: LinkChannel<RcLink>,
     },
+    /// Boxed: a lone channel stays small.
+    Balanced(Box<Balanced>),
 }
 
 impl std::fmt::Debug for Channel {
@@ -44,6 +76,7 @@ impl std::fmt::Debug for Channel {
         match &self.transport {
             Transport::Rc(c) => c.fmt(f),
             Transport::Ud { ud, .. } => ud.fmt(f),
+            Transport::Balanced(b) => b.fmt(f),
         }
     }
 }
@@ -52,6 +85,20 @@ impl Channel {
     /// Connects to `rdma://host:port` (RC) or `rdma+ud://host:port` (UD).
     pub async fn connect(uri: impl Into<String>) -> Result<Channel, Error> {
         Endpoint::from_shared(uri)?.connect().await
+    }
+
+    /// An [`Endpoint`] for a constant address, as tonic's `Channel::from_static`.
+    ///
+    /// # Panics
+    /// If `s` is not an `rdma://host:port` or `rdma+ud://host:port` address.
+    pub fn from_static(s: &'static str) -> Endpoint {
+        Endpoint::from_static(s)
+    }
+
+    /// An [`Endpoint`] for an address built at run time, as tonic's
+    /// `Channel::from_shared` (which takes bytes; this takes a string).
+    pub fn from_shared(s: impl Into<String>) -> Result<Endpoint, Error> {
+        Endpoint::from_shared(s)
     }
 
     /// A channel over `endpoint` that dials on its first call.
@@ -66,14 +113,120 @@ impl Channel {
         } else {
             Transport::Rc(LinkChannel::lazy(endpoint.clone()))
         };
-        Channel { transport }
+        Channel {
+            transport,
+            limits: Limits::of(&endpoint.settings),
+            not_ready: None,
+            timeout: endpoint.settings.timeout,
+        }
+    }
+
+    /// A channel that balances calls over `list`, as tonic's: each call goes to the
+    /// less loaded of two endpoints picked at random among those ready (power of two
+    /// choices). Each endpoint connects lazily, with its own settings and limits; an
+    /// endpoint that cannot connect is passed over while another can.
+    pub fn balance_list(list: impl Iterator<Item = Endpoint>) -> Self {
+        Channel::balanced(Balanced::list(list))
+    }
+
+    /// A balanced channel (as [`Channel::balance_list`]) whose endpoints come and go
+    /// through the returned sender, as tonic's: [`Change::Insert`] adds one (dialed
+    /// on first need), [`Change::Remove`] takes one out (its calls in flight finish;
+    /// it gets no new ones). Changes are applied by the next call; while there is no
+    /// endpoint, calls wait in `poll_ready`. `capacity` bounds the changes queued.
+    pub fn balance_channel<K>(
+        capacity: usize,
+    ) -> (Self, tokio::sync::mpsc::Sender<Change<K, Endpoint>>)
+    where
+        K: Hash + Eq + Send + Clone + 'static,
+    {
+        let (balanced, tx) = Balanced::channel(capacity);
+        (Channel::balanced(balanced), tx)
+    }
+
+    fn balanced(balanced: Balanced) -> Channel {
+        Channel {
+            transport: Transport::Balanced(Box::new(balanced)),
+            limits: None,
+            not_ready: None,
+            timeout: None,
+        }
+    }
+
+    /// Ready to send, or why not: waits for the endpoint's limits, then for room on
+    /// the connection; `Err` while the channel cannot connect.
+    pub(crate) fn poll_ready_or_fail<M: Message + Send + 'static>(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Status>> {
+        if let Some(limits) = &mut self.limits {
+            ready!(limits.poll_ready(cx));
+        }
+        match &mut self.transport {
+            Transport::Rc(c) => Service::<OutgoingCall<M>>::poll_ready(c, cx),
+            Transport::Ud { ud, .. } => Service::<OutgoingCall<M>>::poll_ready(ud, cx),
+            Transport::Balanced(b) => b.poll_ready::<M>(cx),
+        }
+    }
+
+    /// When the channel will dial again after a failed dial.
+    pub(crate) fn retry_at(&self) -> Option<Instant> {
+        match &self.transport {
+            Transport::Rc(c) => c.retry_at(),
+            Transport::Ud { ud, .. } => ud.retry_at(),
+            Transport::Balanced(b) => b.retry_at(),
+        }
+    }
+
+    /// A wait-for-ready call on a channel that could not connect: waits (dialing
+    /// again as the backoff allows) until the channel is ready or the call's
+    /// deadline passes, then starts it with the time left.
+    async fn wait_then_call<M: Message + Send + 'static>(
+        mut self,
+        mut call: OutgoingCall<M>,
+    ) -> Result<IncomingReply, Status> {
+        let timeout = match (call.timeout, self.timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let wait = async {
+            loop {
+                match std::future::poll_fn(|cx| self.poll_ready_or_fail::<M>(cx)).await {
+                    Ok(()) => return,
+                    Err(_) => {
+                        // Until the backoff lets the channel dial again.
+                        let retry = self
+                            .retry_at()
+                            .map(tokio::time::Instant::from_std)
+                            .unwrap_or_else(|| {
+                                tokio::time::Instant::now() + Duration::from_millis(10)
+                            });
+                        tokio::time::sleep_until(retry).await;
+                    }
+                }
+            }
+        };
+        if let Some(deadline) = deadline {
+            if tokio::time::timeout_at(deadline, wait).await.is_err() {
+                return Err(Status::deadline_exceeded(format!(
+                    "deadline of {:?} passed while waiting for the channel to connect \
+                     (wait-for-ready)",
+                    timeout.unwrap_or_default()
+                )));
+            }
+            call.timeout = Some(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        } else {
+            wait.await;
+        }
+        Service::<OutgoingCall<M>>::call(&mut self, call).await
     }
 
     /// The UD session's counters (retransmissions, dropped replies, ...); `None` on RC
     /// and while no session is up.
     pub fn ud_stats(&self) -> Option<UdClientStats> {
         match &self.transport {
-            Transport::Rc(_) => None,
+            Transport::Rc(_) | Transport::Balanced(_) => None,
             Transport::Ud { ud, .. } => ud.with_link(|l| l.engine().stats()),
         }
     }
@@ -83,25 +236,30 @@ impl Channel {
     /// no session is up.
     pub fn ud_datagram_limit(&self) -> Option<usize> {
         match &self.transport {
-            Transport::Rc(_) => None,
+            Transport::Rc(_) | Transport::Balanced(_) => None,
             Transport::Ud { ud, .. } => ud.with_link(|l| l.engine().config().datagram),
         }
     }
 }
 
-// For `channel_stream.rs`: streams go on RC, and a UD channel's session says
-// whether the server takes RC.
-impl Channel {
-    pub(crate) fn stream_rc(&mut self) -> &mut LinkChannel<RcLink> {
-        match &mut self.transport {
-            Transport::Rc(c) | Transport::Ud { rc: c, .. } => c,
-        }
-    }
+/// Where a streaming call goes (for `channel_stream.rs`): streams go on RC; a UD
+/// channel's session says whether the server takes RC; a balanced channel picks
+/// an endpoint first.
+pub(crate) enum StreamRoute<'a> {
+    Rc(&'a mut LinkChannel<RcLink>),
+    UdThenRc {
+        ud: &'a LinkChannel<UdLink>,
+        rc: &'a mut LinkChannel<RcLink>,
+    },
+    Balanced(&'a mut Balanced),
+}
 
-    pub(crate) fn stream_ud(&self) -> Option<&LinkChannel<UdLink>> {
-        match &self.transport {
-            Transport::Rc(_) => None,
-            Transport::Ud { ud, .. } => Some(ud),
+impl Channel {
+    pub(crate) fn stream_route(&mut self) -> StreamRoute<'_> {
+        match &mut self.transport {
+            Transport::Rc(c) => StreamRoute::Rc(c),
+            Transport::Ud { ud, rc } => StreamRoute::UdThenRc { ud, rc },
+            Transport::Balanced(b) => StreamRoute::Balanced(b),
         }
     }
 }
@@ -116,6 +274,7 @@ impl Endpoint {
         let dialed = match &channel.transport {
             Transport::Rc(c) => c.dial_now().await,
             Transport::Ud { ud, .. } => ud.dial_now().await,
+            Transport::Balanced(_) => unreachable!("Channel::lazy is never balanced"),
         };
         dialed.map_err(|s| Error::new(s.message().to_string()))?;
         Ok(channel)
@@ -133,15 +292,51 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
     type Error = Status;
     type Future = BoxFuture<IncomingReply>;
 
+    /// Waits for the endpoint's limits and for room to send. Never fails: when the
+    /// channel cannot connect, `call` ends the call `UNAVAILABLE` (or, for a
+    /// wait-for-ready call, waits for the connection until its deadline).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        match &mut self.transport {
-            Transport::Rc(c) => Service::<OutgoingCall<M>>::poll_ready(c, cx),
-            Transport::Ud { ud, .. } => Service::<OutgoingCall<M>>::poll_ready(ud, cx),
+        // A failure seen by an earlier poll is looked at again: the channel may be
+        // able to connect by now.
+        self.not_ready = None;
+        match ready!(self.poll_ready_or_fail::<M>(cx)) {
+            Ok(()) => Poll::Ready(Ok(())),
+            Err(s) => {
+                self.not_ready = Some(Box::new(s));
+                Poll::Ready(Ok(()))
+            }
         }
     }
 
     fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {
+        if let Some(status) = self.not_ready.take() {
+            // A permit taken before the connection failed goes back now.
+            drop(self.limits.as_mut().and_then(|l| l.start_call()));
+            if call.extensions.get::<WaitForReady>().is_none() {
+                return Box::pin(async move { Err(*status) });
+            }
+            return Box::pin(self.clone().wait_then_call(call));
+        }
+        if let Some(limits) = &mut self.limits {
+            if let Some(permit) = limits.start_call() {
+                let reply = self.call_transport(call);
+                return Box::pin(async move {
+                    let _permit = permit;
+                    reply.await
+                });
+            }
+        }
+        self.call_transport(call)
+    }
+}
+
+impl Channel {
+    fn call_transport<M: Message + Send + 'static>(
+        &mut self,
+        call: OutgoingCall<M>,
+    ) -> BoxFuture<IncomingReply> {
         match &mut self.transport {
+            Transport::Balanced(b) => b.call(call),
             Transport::Rc(c) => c.call(call),
             Transport::Ud { ud, rc } => {
                 let (fits, accepts_rc) = ud

@@ -11,6 +11,7 @@ use tower::Service;
 use crate::client::{IncomingStream, OutgoingStream};
 use crate::server::BoxFuture;
 use crate::status::Status;
+use crate::transport::channel::StreamRoute;
 use crate::transport::client::stream;
 use crate::transport::Channel;
 
@@ -20,26 +21,36 @@ impl Service<OutgoingStream> for Channel {
     type Future = BoxFuture<IncomingStream>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        if let Some(ud) = self.stream_ud() {
-            // Whether the server takes RC is known once the UD session is up.
-            match ud.poll_dialed(cx) {
-                Poll::Ready(Ok(())) => {}
-                other => return other,
+        let rc = match self.stream_route() {
+            StreamRoute::Rc(rc) => rc,
+            StreamRoute::UdThenRc { ud, rc } => {
+                // Whether the server takes RC is known once the UD session is up.
+                match ud.poll_dialed(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    other => return other,
+                }
+                if !ud.with_link(|l| l.accepts_rc()).unwrap_or(false) {
+                    return Poll::Ready(Err(no_rc()));
+                }
+                rc
             }
-            if !ud.with_link(|l| l.accepts_rc()).unwrap_or(false) {
-                return Poll::Ready(Err(no_rc()));
-            }
-        }
-        Service::<crate::client::OutgoingCall<()>>::poll_ready(self.stream_rc(), cx)
+            StreamRoute::Balanced(b) => return b.poll_ready_stream(cx),
+        };
+        Service::<crate::client::OutgoingCall<()>>::poll_ready(rc, cx)
     }
 
     fn call(&mut self, call: OutgoingStream) -> Self::Future {
-        if let Some(ud) = self.stream_ud() {
-            if !ud.with_link(|l| l.accepts_rc()).unwrap_or(false) {
-                return Box::pin(async { Err(no_rc()) });
+        let rc = match self.stream_route() {
+            StreamRoute::Rc(rc) => rc,
+            StreamRoute::UdThenRc { ud, rc } => {
+                if !ud.with_link(|l| l.accepts_rc()).unwrap_or(false) {
+                    return Box::pin(async { Err(no_rc()) });
+                }
+                rc
             }
-        }
-        let Some((conn, handle)) = self.stream_rc().take_reserved() else {
+            StreamRoute::Balanced(b) => return b.call_stream(call),
+        };
+        let Some((conn, handle)) = rc.take_reserved() else {
             return Box::pin(async { Err(Status::internal("Channel::call without poll_ready")) });
         };
         Box::pin(stream::start(conn, handle, call))

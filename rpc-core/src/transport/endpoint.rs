@@ -34,6 +34,8 @@ pub(crate) struct Settings {
     pub(crate) rc_retry: rpc_transport::RcRetry,
     pub(crate) keepalive_interval: Option<Duration>,
     pub(crate) keepalive_timeout: Duration,
+    pub(crate) concurrency_limit: Option<usize>,
+    pub(crate) rate_limit: Option<(u64, Duration)>,
 }
 
 impl Settings {
@@ -62,6 +64,8 @@ impl Default for Settings {
             rc_retry: DEFAULT_RC_RETRY,
             keepalive_interval: None,
             keepalive_timeout: Duration::from_secs(20),
+            concurrency_limit: None,
+            rate_limit: None,
         }
     }
 }
@@ -100,6 +104,22 @@ impl Endpoint {
         })
     }
 
+    /// An endpoint from anything that converts to one (a `&'static str`, a `String`,
+    /// an `Endpoint`), as tonic's `Endpoint::new`.
+    pub fn new<D>(dst: D) -> Result<Endpoint, Error>
+    where
+        D: TryInto<Endpoint>,
+        D::Error: Into<crate::codegen::StdError>,
+    {
+        dst.try_into()
+            .map_err(|e| crate::codegen::endpoint_error(e.into()))
+    }
+
+    /// The connect timeout, as tonic's (here always set: default 10 s).
+    pub fn get_connect_timeout(&self) -> Option<Duration> {
+        Some(self.settings.connect_timeout)
+    }
+
     /// Parses a constant address, as [`Endpoint::from_shared`].
     ///
     /// # Panics
@@ -122,6 +142,23 @@ impl Endpoint {
     /// How long connecting may take.
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.settings.connect_timeout = t;
+        self
+    }
+
+    /// At most `limit` calls in flight on the channel at once, as tonic's: shared by
+    /// the channel's clones; a call beyond it waits in `poll_ready` (it never fails
+    /// for it) until one ends. In a balanced channel, per endpoint. Independent of
+    /// [`Endpoint::credits`], which the server grants.
+    pub fn concurrency_limit(mut self, limit: usize) -> Self {
+        self.settings.concurrency_limit = Some(limit);
+        self
+    }
+
+    /// At most `limit` calls start per `duration`, as tonic's (tower's `RateLimit`):
+    /// shared by the channel's clones; a call beyond it waits in `poll_ready` until
+    /// the next window. In a balanced channel, per endpoint.
+    pub fn rate_limit(mut self, limit: u64, duration: Duration) -> Self {
+        self.settings.rate_limit = Some((limit, duration));
         self
     }
 
@@ -202,6 +239,15 @@ impl TryFrom<&'static str> for Endpoint {
 
     fn try_from(uri: &'static str) -> Result<Endpoint, Error> {
         Endpoint::from_shared(uri)
+    }
+}
+
+/// `"rdma://host:port".parse()`, as tonic's.
+impl std::str::FromStr for Endpoint {
+    type Err = Error;
+
+    fn from_str(uri: &str) -> Result<Endpoint, Error> {
+        Endpoint::from_shared(uri.to_string())
     }
 }
 

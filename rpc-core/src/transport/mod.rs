@@ -75,13 +75,15 @@
 //!   UD flood cannot take the receives the RC credits count on; a datagram that finds
 //!   no receive is lost, and retransmission covers it.
 
-mod channel;
+mod balance;
+pub mod channel;
 mod channel_stream;
 mod client;
 mod completion;
 mod endpoint;
+mod limit;
 mod ready;
-mod server;
+pub mod server;
 mod ud_device;
 
 use std::fmt;

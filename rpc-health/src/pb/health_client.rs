@@ -1,7 +1,8 @@
 //! Client for the `grpc.health.v1.Health` service.
 
 use rpc_core::client::{Grpc, IncomingReply, OutgoingCall};
-use rpc_core::transport::{Channel, Error as TransportError};
+use rpc_core::codegen::{endpoint_error, StdError};
+use rpc_core::transport::{Channel, Endpoint, Error as TransportError};
 use rpc_core::{IntoRequest, Response, Status};
 use tower::Service;
 
@@ -18,9 +19,16 @@ pub struct HealthClient<T> {
 }
 
 impl HealthClient<Channel> {
-    /// Connects to `dst` (`rdma://host:port`) and returns a client over the new channel.
-    pub async fn connect<D: Into<String>>(dst: D) -> Result<Self, TransportError> {
-        let channel = Channel::connect(dst).await?;
+    /// Connects to `dst`: an address (`"rdma://host:port"`, a `String`) or an
+    /// `Endpoint` with settings, as tonic-health's (and generated clients'), and
+    /// returns a client over the new channel.
+    pub async fn connect<D>(dst: D) -> Result<Self, TransportError>
+    where
+        D: TryInto<Endpoint>,
+        D::Error: Into<StdError>,
+    {
+        let endpoint = dst.try_into().map_err(|e| endpoint_error(e.into()))?;
+        let channel = endpoint.connect().await?;
         Ok(Self::new(channel))
     }
 }

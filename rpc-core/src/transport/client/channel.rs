@@ -70,6 +70,11 @@ impl<L: Dial> LinkChannel<L> {
         self.inner.poll_conn(cx).map_ok(|_| ())
     }
 
+    /// When the next dial may start, while the last one failed.
+    pub(crate) fn retry_at(&self) -> Option<std::time::Instant> {
+        self.inner.retry_at()
+    }
+
     /// Reads the current connection's link (counters, limits); `None` while none is up.
     pub(crate) fn with_link<R>(&self, f: impl FnOnce(&L) -> R) -> Option<R> {
         self.inner.current().map(|c| f(&c.lock().link))

@@ -68,6 +68,15 @@ impl<L: Dial> Handle<L> {
         }
     }
 
+    /// When the next dial may start, while the last one failed (wait-for-ready
+    /// calls wait until then); `None` otherwise.
+    pub(crate) fn retry_at(&self) -> Option<Instant> {
+        match &lock(&self.state).current {
+            Current::Down { retry_at, .. } => Some(*retry_at),
+            _ => None,
+        }
+    }
+
     /// A usable connection: the current one, or the one a dial (started here if none
     /// is under way and the backoff allows) brings. `Err` while dials fail.
     pub(crate) fn poll_conn(

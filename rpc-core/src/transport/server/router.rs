@@ -96,6 +96,46 @@ where
         listener: TcpListener,
         signal: F,
     ) -> Result<(), Error> {
+        tracing::debug!(addr = ?listener.local_addr(), "rdma-rpc server listening");
+        let incoming = futures_util::stream::poll_fn(move |cx| {
+            listener
+                .poll_accept(cx)
+                .map(|r| Some(r.map(|(tcp, _)| tcp)))
+        });
+        self.serve_with_incoming_shutdown(incoming, signal).await
+    }
+
+    /// Serves the handshake connections `incoming` yields until it ends, as tonic's
+    /// (see [`Router::serve_with_incoming_shutdown`]).
+    pub async fn serve_with_incoming<I, IE>(self, incoming: I) -> Result<(), Error>
+    where
+        I: futures_util::Stream<Item = Result<tokio::net::TcpStream, IE>>,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.serve_with_incoming_shutdown(incoming, std::future::pending())
+            .await
+    }
+
+    /// Serves the handshake connections `incoming` yields (accepted TCP
+    /// connections, as tonic's `serve_with_incoming` takes: tonic's `TcpIncoming`,
+    /// or `tokio_stream::wrappers::TcpListenerStream`) until `signal` completes or
+    /// `incoming` ends; then drains as [`Router::serve_with_shutdown`]. A stream
+    /// error (out of descriptors, say) is logged and followed by a short backoff.
+    ///
+    /// Unlike tonic's, the connections must be TCP streams: each is the handshake
+    /// and liveness connection of an RDMA connection, whose ends are the request's
+    /// `remote_addr`/`local_addr`; a Unix socket or an in-memory pipe cannot be.
+    pub async fn serve_with_incoming_shutdown<I, IE, F>(
+        self,
+        incoming: I,
+        signal: F,
+    ) -> Result<(), Error>
+    where
+        I: futures_util::Stream<Item = Result<tokio::net::TcpStream, IE>>,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+        F: Future<Output = ()>,
+    {
+        use futures_util::StreamExt as _;
         let s = self.settings;
         let s_pending = s.max_pending_handshakes;
         let grace = s.shutdown_grace;
@@ -120,7 +160,6 @@ where
             None,
         )?;
         tracing::info!(
-            addr = %listener.local_addr()?,
             provider = %dev.provider(),
             device = dev.name(),
             pool_slots,
@@ -161,13 +200,19 @@ where
         let poller = tokio::spawn(receive_loop(shared.clone()));
         let ud_poller = ud.map(|u| tokio::spawn(u.run()));
         tokio::pin!(signal);
+        // Boxed, not pinned in place: dropped (the listener closed) before the drain.
+        let mut incoming = Box::pin(incoming);
         let pending = PendingHandshakes::new(s_pending);
         let mut accept_backoff = ACCEPT_BACKOFF_MIN;
         loop {
             tokio::select! {
                 () = &mut signal => break,
-                r = listener.accept() => match r {
-                    Ok((tcp, peer)) => {
+                r = incoming.next() => match r {
+                    None => break,
+                    Some(Ok(tcp)) => {
+                        let peer = tcp
+                            .peer_addr()
+                            .map_or_else(|_| "unknown".to_string(), |a| a.to_string());
                         accept_backoff = ACCEPT_BACKOFF_MIN;
                         let waiting = pending.enter();
                         let sh = shared.clone();
@@ -179,7 +224,8 @@ where
                             }
                         });
                     }
-                    Err(e) => {
+                    Some(Err(e)) => {
+                        let e = e.into();
                         // Out of descriptors or buffers (EMFILE, ENFILE, ENOBUFS):
                         // retrying at once would spin; back off, and say so once a
                         // second at most.
@@ -196,10 +242,10 @@ where
             }
         }
         // Drain: no new connections (the listener is no longer read, and closed
-        // when this returns); every client hears GOAWAY and starts no new call on
+        // here); every client hears GOAWAY and starts no new call on
         // its connection; calls in flight run to their answers, for the grace
         // period at most.
-        drop(listener);
+        drop(incoming);
         drain(&shared, grace).await;
         shared.closing.store(true, Ordering::Release);
         shared.kick.notify_one();
