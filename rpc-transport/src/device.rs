@@ -1,5 +1,6 @@
 //! Devices: listing, opening, and what an opened device can create.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
@@ -136,6 +137,17 @@ impl Device {
     /// The verbs provider's first device when the `rdma` feature is built and a
     /// device is present, else a soft device on 127.0.0.1.
     pub fn open_default() -> Result<Device> {
+        Device::open_default_on(Ipv4Addr::LOCALHOST.into())
+    }
+
+    /// [`Device::open_default`] for a program whose RDMA peers reach it at `addr`:
+    /// the soft device binds `addr` (a server's listening address, a client's end of
+    /// its route to the server), so that it is reachable wherever that address is.
+    /// The unspecified address (`0.0.0.0` or `::`) serves every address of the host;
+    /// QPs then name themselves by the address a connection arrived on
+    /// ([`crate::QueuePair::endpoint_via`]). The soft provider speaks IPv4 only: an
+    /// IPv4-mapped address counts as its IPv4 one, any other IPv6 one as 127.0.0.1.
+    pub fn open_default_on(addr: IpAddr) -> Result<Device> {
         #[cfg(feature = "rdma")]
         if let Some(name) = crate::verbs::Device::list()
             .ok()
@@ -145,8 +157,16 @@ impl Device {
             tracing::info!(provider = "verbs", device = %name, "opened RDMA device");
             return Ok(dev);
         }
-        let dev = Device::open_soft(SoftConfig::default())?;
-        tracing::info!(provider = "soft", device = dev.name(), "opened RDMA device");
+        let bind = match addr {
+            IpAddr::V4(ip) => ip,
+            IpAddr::V6(ip) if ip.is_unspecified() => Ipv4Addr::UNSPECIFIED,
+            IpAddr::V6(ip) => ip.to_ipv4_mapped().unwrap_or(Ipv4Addr::LOCALHOST),
+        };
+        let dev = Device::open_soft(SoftConfig {
+            bind,
+            ..SoftConfig::default()
+        })?;
+        tracing::info!(provider = "soft", device = dev.name(), %bind, "opened RDMA device");
         Ok(dev)
     }
 

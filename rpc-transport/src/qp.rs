@@ -1,5 +1,6 @@
 //! Queue pairs: creation, state transitions and posting.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::access::AccessFlags;
@@ -193,6 +194,21 @@ impl QueuePair {
             psn,
             gid: dev.gid(1, dev.preferred_gid_index())?,
         })
+    }
+
+    /// This QP as a peer must name it when the endpoint travels over a connection
+    /// whose local address is `local`: on a soft device serving every address of the
+    /// host (bound to the unspecified address), the GID of `local`, so that the peer
+    /// gets an address it can reach; it must be called before an RC QP is connected.
+    /// Otherwise the same as [`QueuePair::endpoint`] (verbs: the preferred GID).
+    pub fn endpoint_via(&self, psn: u32, local: IpAddr) -> Result<QpEndpoint> {
+        let mut ep = self.endpoint(psn)?;
+        match &self.imp {
+            QpImp::Soft(q) => ep.gid = q.source_via(local),
+            #[cfg(feature = "rdma")]
+            QpImp::Verbs(_) => {}
+        }
+        Ok(ep)
     }
 
     /// RESET → INIT → RTR → RTS for an RC QP, connecting it to `remote`. `local_psn`

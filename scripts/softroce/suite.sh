@@ -83,7 +83,8 @@ fi
 
 if part rpc; then
   # Every e2e-* binary staged by the host (tests/tests/*.rs built with rdma): unary calls,
-  # errors, large messages, malformed frames, dead peers, UD sessions (e2e-ud: its
+  # errors, large messages, malformed frames, dead peers, a server killed and restarted
+  # (e2e-reconnect), serve_with_shutdown with calls in flight, UD sessions (e2e-ud: its
   # fault-injection tests open soft devices, the rest run on rxe0), over verbs on rxe0.
   # e2e-ud opens a thousand UD sessions (a TCP connection each way and a completion
   # channel per client): more descriptors than the default soft limit of 1024.

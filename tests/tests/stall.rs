@@ -14,11 +14,6 @@ use tokio::io::AsyncReadExt;
 const CHILD: &str = "RDMA_RPC_TEST_STALL_SERVER";
 const PAUSE: Duration = Duration::from_millis(2500);
 
-/// The two tests here pause server processes; run side by side in one client
-/// process, a call of one was seen answered while its own server was stopped (not
-/// understood yet: see the issue note). Until it is, they take turns.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// In the child: serve until stdin closes, printing the port and the pid first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child-process entry: its parent test runs it in a child process"]
@@ -44,6 +39,37 @@ fn signal(pid: &str, sig: &str) {
     assert!(ok, "kill {sig} {pid}");
 }
 
+/// Stops process `pid` and returns once every thread of it has stopped.
+///
+/// `kill` returns as soon as SIGSTOP is queued; the group stop begins only when the
+/// thread the kernel picked to take the signal next runs, and until then the other
+/// threads run on. On a busy machine that took long enough for a call sent right
+/// after `kill` to be answered by the "stopped" server (seen when these tests ran
+/// side by side and so competed for the CPU).
+async fn stop(pid: &str) {
+    signal(pid, "-STOP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !all_threads_stopped(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} not stopped 10 s after SIGSTOP"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Whether every thread of `pid` is in state `T` (stopped), per /proc.
+fn all_threads_stopped(pid: &str) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("listing the threads");
+    tasks.flatten().all(|t| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses.
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            == Some("T")
+    })
+}
+
 fn call(
     ch: &Channel,
     id: u64,
@@ -66,7 +92,6 @@ fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_in_flight_across_a_paused_server_completes_late() {
     tests::init_tracing();
-    let _turn = ONE_AT_A_TIME.lock().await;
     let mut child = ChildTest::spawn("child_server", (CHILD, "1"));
     let line = child.read_tagged("PORT ").await;
     let (port, pid) = line.split_once(" PID ").expect("PORT p PID n");
@@ -81,7 +106,7 @@ async fn a_call_in_flight_across_a_paused_server_completes_late() {
         1
     );
 
-    signal(pid, "-STOP");
+    stop(pid).await;
     let t0 = Instant::now();
     let long = call(&ch, 2, Duration::from_secs(10));
     let short = call(&ch, 3, Duration::from_secs(1));
@@ -109,7 +134,6 @@ async fn a_call_in_flight_across_a_paused_server_completes_late() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_keepalive_finds_a_hung_server_and_the_channel_recovers_after() {
     tests::init_tracing();
-    let _turn = ONE_AT_A_TIME.lock().await;
     let mut child = ChildTest::spawn("child_server", (CHILD, "1"));
     let line = child.read_tagged("PORT ").await;
     let (port, pid) = line.split_once(" PID ").expect("PORT p PID n");
@@ -128,7 +152,7 @@ async fn a_client_keepalive_finds_a_hung_server_and_the_channel_recovers_after()
         1
     );
 
-    signal(pid, "-STOP");
+    stop(pid).await;
     let t0 = Instant::now();
     // A call with a long deadline, on a server that no longer runs: the keepalive,
     // not the deadline, ends it.

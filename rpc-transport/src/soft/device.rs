@@ -1,7 +1,7 @@
 //! The soft device: its sockets, key table, QP table, events, counters and helper.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, SocketAddrV4, TcpListener, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -95,11 +95,11 @@ fn bind_pair(cfg: &SoftConfig) -> std::io::Result<(TcpListener, UdpSocket)> {
 impl Device {
     pub(crate) fn open(config: SoftConfig, profile: SoftProfile) -> Result<Arc<Device>> {
         let verb = |e| Error::verb("ibv_open_device", e);
-        if config.bind.is_unspecified() || config.bind.is_multicast() || config.bind.is_broadcast()
-        {
-            // The address becomes the GID peers connect to: it must name this host.
+        if config.bind.is_multicast() || config.bind.is_broadcast() {
+            // The address becomes the GID peers connect to: it must name this host
+            // (or, unspecified, every address of it: see `Device::source_via`).
             return Err(Error::InvalidArgument(format!(
-                "soft devices bind one unicast address, not {}",
+                "soft devices bind a unicast or the unspecified address, not {}",
                 config.bind
             )));
         }
@@ -254,6 +254,47 @@ impl Device {
 
     pub(crate) fn raise(&self, ev: AsyncEvent) {
         self.events.push(ev);
+    }
+
+    /// The GID this device goes by toward a peer that reaches it through local address
+    /// `local` (the local address of the connection the QP endpoints travel over).
+    /// A device bound to one address always goes by it; one bound to the unspecified
+    /// address serves every address of the host and goes by `local` (an IPv6 `local`
+    /// other than an IPv4-mapped one cannot name a soft device: it keeps its own).
+    pub(crate) fn source_via(&self, local: IpAddr) -> Gid {
+        let Some(bound) = self.gid.soft_addr() else {
+            return self.gid;
+        };
+        let ip = match local {
+            IpAddr::V4(ip) => Some(ip),
+            IpAddr::V6(ip) => ip.to_ipv4_mapped(),
+        };
+        match ip {
+            Some(ip) if bound.ip().is_unspecified() && !ip.is_unspecified() => {
+                Gid::soft(SocketAddrV4::new(ip, bound.port()))
+            }
+            _ => self.gid,
+        }
+    }
+
+    /// The GID this device goes by toward `peer` when nobody said
+    /// ([`Device::source_via`]): for a device bound to the unspecified address, the
+    /// address the host's route to `peer` leaves from, as a TCP connect would pick.
+    pub(crate) fn source_toward(&self, peer: SocketAddrV4) -> Gid {
+        let unspecified = self
+            .gid
+            .soft_addr()
+            .is_some_and(|a| a.ip().is_unspecified());
+        if !unspecified {
+            return self.gid;
+        }
+        // Connecting a UDP socket sends nothing; it only asks the kernel for a route.
+        let routed = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
+            .and_then(|s| s.connect(peer).and_then(|()| s.local_addr()));
+        match routed {
+            Ok(local) => self.source_via(local.ip()),
+            Err(_) => self.gid,
+        }
     }
 
     pub(crate) fn listener_fd(&self) -> RawFd {

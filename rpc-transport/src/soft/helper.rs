@@ -41,6 +41,8 @@ const SLOW_TICK_MS: i32 = 100;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 const PARK_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_PENDING: usize = 4096;
+/// How long the listener is left alone after an accept failed for lack of resources.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 // Event tokens: the kind in the top byte, a QPN or an fd below.
 const T_WAKE: u64 = 1 << 56;
@@ -138,6 +140,9 @@ struct Local {
     /// QPs whose socket fired while their application was polling.
     disarmed: HashSet<u32>,
     ud_disarmed: bool,
+    /// When the listener, taken out of the watch set after a failed accept (out of
+    /// descriptors or buffers), is watched again.
+    listen_paused: Option<Instant>,
     /// Scratch list of live QPs, emptied before every wait.
     qps: Vec<Arc<Qp>>,
 }
@@ -148,6 +153,7 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
     let mut tick = false;
     loop {
         let slow = !l.pending.is_empty()
+            || l.listen_paused.is_some()
             || weak.upgrade().is_some_and(|d| {
                 !d.parked
                     .lock()
@@ -186,8 +192,17 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
                 _ => {}
             }
         }
+        if l.listen_paused.is_some_and(|t| Instant::now() >= t) {
+            l.listen_paused = None;
+            hellos |= sh.epoll.add(dev.listener_fd(), T_LISTEN).is_ok();
+        }
         if hellos {
-            accept_all(&dev, &sh, &mut l.pending);
+            if l.listen_paused.is_none() && !accept_all(&dev, &sh, &mut l.pending) {
+                // The listener stays readable while accept fails: watched, it would
+                // wake this thread at once, again and again. Look again later.
+                sh.epoll.remove(dev.listener_fd());
+                l.listen_paused = Some(Instant::now() + ACCEPT_PAUSE);
+            }
             read_hellos(&dev, &sh, &mut l.pending);
         }
         l.pending.retain(|p| {
@@ -250,8 +265,16 @@ fn service(dev: &Device, sh: &Shared, l: &mut Local) {
     dev.ud_release_held(now);
 }
 
-fn accept_all(dev: &Device, sh: &Shared, pending: &mut Vec<Pending>) {
-    while let Ok((sock, _)) = dev.listener.accept() {
+/// Accepts what is waiting; false if accept failed for another reason than that
+/// nothing waits (EMFILE, ENFILE, ENOBUFS: the connection stays queued).
+fn accept_all(dev: &Device, sh: &Shared, pending: &mut Vec<Pending>) -> bool {
+    loop {
+        let sock = match dev.listener.accept() {
+            Ok((sock, _)) => sock,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        };
         if pending.len() >= MAX_PENDING || sock.set_nonblocking(true).is_err() {
             continue;
         }

@@ -63,7 +63,9 @@ pub(crate) const DEVICE_NAME: &str = "soft0";
 /// Settings of a soft device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SoftConfig {
-    /// Address the device listens on (TCP for RC, UDP for UD, same port).
+    /// Address the device listens on (TCP for RC, UDP for UD, same port). The
+    /// unspecified address serves every address of the host; its QPs then go by the
+    /// address a peer reaches them at ([`crate::QueuePair::endpoint_via`]).
     pub bind: Ipv4Addr,
     /// Port; 0 picks a free one.
     pub port: u16,

@@ -1,20 +1,22 @@
 //! What every client connection starts with: a device, and the out-of-band TCP
 //! connection that carries the handshake and then stays open for liveness.
 
-use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
 
 use rpc_transport::msg;
-use rpc_transport::Device;
+use rpc_transport::{Device, Error as DeviceError};
 use tokio::net::TcpStream;
 
 use crate::transport::endpoint::Endpoint;
 use crate::transport::Error;
 
-/// The device client connections of this process share (one soft NIC or one verbs
-/// context), opened on first use; or the one the endpoint names.
-pub(crate) fn shared_device(ep: &Endpoint) -> rpc_transport::Result<Device> {
-    static DEFAULT: OnceLock<Device> = OnceLock::new();
+/// The device client connections of this process share, or the one the endpoint
+/// names. The default one (one soft NIC or the verbs context) is opened on first use
+/// for each local address handshakes leave from (`tcp`'s): a soft device there is
+/// reachable wherever the server is, on this host (127.0.0.1) or across a network.
+pub(crate) fn shared_device(ep: &Endpoint, tcp: &TcpStream) -> rpc_transport::Result<Device> {
+    static DEFAULT: Mutex<Vec<(IpAddr, Device)>> = Mutex::new(Vec::new());
     if let Some(d) = &ep.settings.rdma_device {
         return Ok(d.clone());
     }
@@ -22,11 +24,18 @@ pub(crate) fn shared_device(ep: &Endpoint) -> rpc_transport::Result<Device> {
     if name.is_some() {
         return msg::open_device(name);
     }
-    if let Some(d) = DEFAULT.get() {
+    let local = tcp
+        .local_addr()
+        .map_err(|e| DeviceError::verb("getsockname", e))?
+        .ip();
+    // A handful of entries (one per local address in use): a scan is enough.
+    let mut devs = DEFAULT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, d)) = devs.iter().find(|(ip, _)| *ip == local) {
         return Ok(d.clone());
     }
-    let d = msg::open_device(None)?;
-    Ok(DEFAULT.get_or_init(|| d).clone())
+    let d = Device::open_default_on(local)?;
+    devs.push((local, d.clone()));
+    Ok(d)
 }
 
 /// Resolves the endpoint's host and opens the handshake connection to it.

@@ -56,7 +56,7 @@ pub(crate) struct RcLink {
 async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     let s = &ep.settings;
     let (mut tcp, addr) = dial(ep).await?;
-    let dev = shared_device(ep)?;
+    let dev = shared_device(ep, &tcp)?;
     let pd = dev.alloc_pd()?;
     // One CQ for sends and receives, so one poller sees everything of the connection.
     // One credit more than calls in flight: the engine keeps it for CANCEL frames.

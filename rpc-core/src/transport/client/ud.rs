@@ -41,7 +41,7 @@ pub(crate) struct UdLink {
 async fn connect(ep: &Endpoint) -> Result<Arc<Conn<UdLink>>, Error> {
     let s = &ep.settings;
     let (mut tcp, addr) = dial(ep).await?;
-    let dev = shared_device(ep)?;
+    let dev = shared_device(ep, &tcp)?;
     let pd = dev.alloc_pd()?;
     let limit = datagram_limit(&dev)?;
     let window = s.ud_window.max(1);

@@ -139,9 +139,11 @@ where
         let s = self.settings;
         let s_pending = s.max_pending_handshakes;
         let grace = s.shutdown_grace;
-        let dev = match &s.rdma_device {
-            Some(d) => d.clone(),
-            None => msg::open_device(s.device.as_deref())?,
+        let dev = match (&s.rdma_device, s.device.as_deref()) {
+            (Some(d), _) => d.clone(),
+            (None, Some(name)) => msg::open_device(Some(name))?,
+            // Peers reach the default device wherever they reach the listener.
+            (None, None) => rpc_transport::Device::open_default_on(listener.local_addr()?.ip())?,
         };
         let pd = dev.alloc_pd()?;
         let pool_slots = s.pool_slots.min(dev.attr().max_srq_wr.max(1));

@@ -168,6 +168,7 @@ pub(super) async fn accept(
     };
     let credits = grant.credits;
     let release = |sh: &SrqSide| *lock(&sh.granted) -= credits;
+    let local = tcp.local_addr()?.ip();
     let setup = || -> Result<_, Error> {
         let mut init = QpInitAttr::new(QpType::Rc, &sh.cq, &sh.cq);
         init.srq = Some(&sh.srq);
@@ -180,6 +181,9 @@ pub(super) async fn accept(
         };
         let qp = Arc::new(sh.pd.create_qp(&init)?);
         let psn = qp.qp_num() & 0x00ff_ffff;
+        // Named by the address the client reached us at (before connecting: the QP
+        // introduces itself to the peer by it).
+        let endpoint = qp.endpoint_via(psn, local)?;
         qp.connect_rc_with(&hello.endpoint, psn, AccessFlags::empty(), DEFAULT_RC_RETRY)?;
         let ring = SendRing::new(&sh.pd, qp.clone(), credits, s.slot_size)?;
         let engine = ServerConn::new(ServerConfig {
@@ -189,9 +193,9 @@ pub(super) async fn accept(
             buffer_cap: 2 * s.max_message + s.slot_size,
         });
         let conn = RcPeer::new(engine, ring, addrs, s.concurrency_limit);
-        Ok((qp, psn, Arc::new(conn)))
+        Ok((qp, endpoint, Arc::new(conn)))
     };
-    let (qp, psn, conn) = match setup() {
+    let (qp, endpoint, conn) = match setup() {
         Ok(x) => x,
         Err(e) => {
             release(&sh);
@@ -200,7 +204,6 @@ pub(super) async fn accept(
     };
     let qpn = qp.qp_num();
     lock(&sh.conns).insert(qpn, conn.clone());
-    let endpoint = qp.endpoint(psn)?;
     drop(qp);
     if let Err(e) = handshake::send(&mut tcp, &endpoint, &grant.encode()).await {
         lock(&sh.conns).remove(&qpn);

@@ -440,7 +440,7 @@ impl UdSide {
             st.sessions.remove(&session);
         };
         let sent = async {
-            let endpoint = self.qp.endpoint(0)?;
+            let endpoint = self.qp.endpoint_via(0, tcp.local_addr()?.ip())?;
             handshake::send(&mut tcp, &endpoint, &grant.encode()).await?;
             Ok::<_, Error>(())
         };

@@ -5,7 +5,7 @@ mod post;
 pub(crate) mod wqe;
 
 use std::collections::VecDeque;
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -92,6 +92,9 @@ pub(crate) struct Inner {
     pub(crate) rq: VecDeque<RecvWqe>,
     pub(crate) rc: Option<Box<RcConn>>,
     pub(crate) ud_buf: Vec<u8>,
+    /// The GID this QP's endpoint was published with ([`Qp::source_via`]); an RC QP
+    /// names itself by it to its peer.
+    pub(crate) source: Option<Gid>,
 }
 
 /// A soft queue pair.
@@ -193,6 +196,7 @@ impl Pd {
                 }),
                 rc: None,
                 ud_buf: Vec::new(),
+                source: None,
             }),
         });
         let ud = qp_type == QpType::Ud;
@@ -219,6 +223,14 @@ impl Qp {
 
     pub(crate) fn qp_num(&self) -> u32 {
         self.qpn
+    }
+
+    /// The GID to publish for a peer that reaches this QP through local address
+    /// `local`; remembered, so that an RC QP names itself to the peer by it.
+    pub(crate) fn source_via(&self, local: IpAddr) -> Gid {
+        let gid = self.dev.source_via(local);
+        self.lock().source = Some(gid);
+        gid
     }
 
     pub(crate) fn state(&self) -> QpState {
@@ -265,7 +277,8 @@ impl Qp {
                     attribute: "dest",
                 })?;
                 g.attr = attrs;
-                let conn = RcConn::new(self, addr, gid, &attrs);
+                let local = g.source.unwrap_or_else(|| self.dev.source_toward(addr));
+                let conn = RcConn::new(self, local, addr, gid, &attrs);
                 g.rc = Some(Box::new(conn));
                 self.set_state(&mut g, to);
                 let waiting = rc::start(self, &mut g);

@@ -66,6 +66,8 @@ pub(crate) enum Fault {
 
 /// Protocol state of both halves.
 pub(crate) struct RcProtocol {
+    /// The GID this QP goes by toward the peer (what its published endpoint said).
+    local_gid: Gid,
     peer: SocketAddrV4,
     pub(crate) peer_gid: Gid,
     pub(crate) peer_qpn: u32,
@@ -116,15 +118,23 @@ pub(crate) struct RcConn {
 }
 
 impl RcConn {
-    pub(crate) fn new(qp: &Qp, peer: SocketAddrV4, peer_gid: Gid, a: &Attrs) -> RcConn {
-        // The side with the larger (GID, QPN) connects; the other accepts.
-        let connector = (qp.dev.gid.0, qp.qpn) > (peer_gid.0, a.dest_qpn);
+    pub(crate) fn new(
+        qp: &Qp,
+        local_gid: Gid,
+        peer: SocketAddrV4,
+        peer_gid: Gid,
+        a: &Attrs,
+    ) -> RcConn {
+        // The side with the larger (GID, QPN) connects; the other accepts. Both
+        // compare the GIDs the endpoints carried, so both reach the same answer.
+        let connector = (local_gid.0, qp.qpn) > (peer_gid.0, a.dest_qpn);
         RcConn {
             sock: None,
             connecting: None,
             rx: RxBuf::new(),
             tx: TxBuf::new(),
             st: RcProtocol {
+                local_gid,
                 peer,
                 peer_gid,
                 peer_qpn: a.dest_qpn,
@@ -222,7 +232,7 @@ fn start_connect(peer: SocketAddrV4) -> std::io::Result<Socket> {
 fn finish_connect(qp: &Qp, rc: &mut RcConn, sock: TcpStream) {
     rc.tx.buf.clear();
     let hello = Body::Hello {
-        gid: qp.dev.gid.0,
+        gid: rc.st.local_gid.0,
         src_qpn: qp.qpn,
         dst_qpn: rc.st.peer_qpn,
     };

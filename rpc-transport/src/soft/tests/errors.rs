@@ -219,7 +219,7 @@ fn unusable_device_settings_are_refused() {
     let base = SoftConfig::default();
     assert!(matches!(
         open(SoftConfig {
-            bind: Ipv4Addr::UNSPECIFIED,
+            bind: Ipv4Addr::BROADCAST,
             ..base.clone()
         }),
         Some(Error::InvalidArgument(_))
