@@ -97,12 +97,14 @@ where
         signal: F,
     ) -> Result<(), Error> {
         tracing::debug!(addr = ?listener.local_addr(), "rdma-rpc server listening");
+        // Peers reach the default device wherever they reach the listener.
+        let device_ip = listener.local_addr()?.ip();
         let incoming = futures_util::stream::poll_fn(move |cx| {
             listener
                 .poll_accept(cx)
                 .map(|r| Some(r.map(|(tcp, _)| tcp)))
         });
-        self.serve_with_incoming_shutdown(incoming, signal).await
+        self.serve_incoming(incoming, signal, device_ip).await
     }
 
     /// Serves the handshake connections `incoming` yields until it ends, as tonic's
@@ -125,10 +127,30 @@ where
     /// Unlike tonic's, the connections must be TCP streams: each is the handshake
     /// and liveness connection of an RDMA connection, whose ends are the request's
     /// `remote_addr`/`local_addr`; a Unix socket or an in-memory pipe cannot be.
+    /// The default soft device then serves every local address (`0.0.0.0`), since
+    /// where the connections were accepted is not known: a QP still names the
+    /// address its peer reached the server at.
     pub async fn serve_with_incoming_shutdown<I, IE, F>(
         self,
         incoming: I,
         signal: F,
+    ) -> Result<(), Error>
+    where
+        I: futures_util::Stream<Item = Result<tokio::net::TcpStream, IE>>,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+        F: Future<Output = ()>,
+    {
+        let any = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+        self.serve_incoming(incoming, signal, any).await
+    }
+
+    /// Serves `incoming`; the default device (if no device was set) serves
+    /// `device_ip`.
+    async fn serve_incoming<I, IE, F>(
+        self,
+        incoming: I,
+        signal: F,
+        device_ip: std::net::IpAddr,
     ) -> Result<(), Error>
     where
         I: futures_util::Stream<Item = Result<tokio::net::TcpStream, IE>>,
@@ -142,8 +164,7 @@ where
         let dev = match (&s.rdma_device, s.device.as_deref()) {
             (Some(d), _) => d.clone(),
             (None, Some(name)) => msg::open_device(Some(name))?,
-            // Peers reach the default device wherever they reach the listener.
-            (None, None) => rpc_transport::Device::open_default_on(listener.local_addr()?.ip())?,
+            (None, None) => rpc_transport::Device::open_default_on(device_ip)?,
         };
         let pd = dev.alloc_pd()?;
         let pool_slots = s.pool_slots.min(dev.attr().max_srq_wr.max(1));
