@@ -41,6 +41,7 @@
 
 mod client;
 pub mod codec;
+pub mod credit;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -49,6 +50,7 @@ pub mod wire;
 
 pub use client::{ClientConfig, ClientConn, ClientStats, Completion, Reply};
 pub use codec::CallHead;
+pub use credit::CreditWindow;
 pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
 
 /// One frame to post: its length at the head of the buffer and its immediate.

@@ -23,7 +23,11 @@ pub struct SendSlot {
     idx: u32,
 }
 
-/// `n` send slots of `slot_size` bytes in one registered region, posted on one QP.
+/// `n` send slots of `slot_size` bytes in registered regions, posted on one QP.
+///
+/// The ring starts with one region and [`SendRing::grow`] adds more (a connection's
+/// send memory grows with its credit window instead of being sized for the largest
+/// window up front). A slot index names its region in its top bits.
 ///
 /// Every posted slot stays owned by the ring (unwritable) until a completion covers
 /// it, which is what makes [`SendRing::post`] safe. Selective signaling: one WR in
@@ -32,7 +36,8 @@ pub struct SendSlot {
 pub struct SendRing {
     // Field order: the QP (which may still read the slots) goes before the memory.
     qp: Arc<QueuePair>,
-    mr: MemoryRegion,
+    /// Region `k` holds the slots whose index has `k` in its top bits.
+    mrs: Vec<MemoryRegion>,
     id: u32,
     slot_size: usize,
     free: Vec<u32>,
@@ -49,6 +54,10 @@ pub struct SendRing {
 /// WRs per post list when a cork is pulled: one doorbell (one `send` on the soft
 /// provider) per this many frames.
 const FLUSH_CHUNK: usize = 32;
+
+/// Bits of a slot index that number the slot inside its region.
+const SEG_SHIFT: u32 = 20;
+const SEG_MASK: u32 = (1 << SEG_SHIFT) - 1;
 
 impl SendRing {
     /// Registers `n` slots of `slot_size` bytes in `pd` for sends on `qp`.
@@ -68,7 +77,7 @@ impl SendRing {
         let max_inline = qp.cap().max_inline_data as usize;
         Ok(SendRing {
             qp,
-            mr,
+            mrs: vec![mr],
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
             slot_size,
             free: (0..n).rev().collect(),
@@ -79,6 +88,44 @@ impl SendRing {
             held: Vec::new(),
             corked: false,
         })
+    }
+
+    /// Slots in all its regions.
+    pub fn capacity(&self) -> usize {
+        self.mrs
+            .iter()
+            .map(|m| m.len() / self.slot_size)
+            .sum::<usize>()
+    }
+
+    /// Registers `extra` more slots in a new region (at most the QP's send WRs in
+    /// all). The ring's first slots keep their place: slots in flight are untouched.
+    pub fn grow(&mut self, pd: &ProtectionDomain, extra: u32) -> Result<()> {
+        let total = self.capacity() + extra as usize;
+        if extra == 0
+            || total > self.qp.cap().max_send_wr as usize
+            || self.mrs.len() >= (1 << (32 - SEG_SHIFT))
+            || extra > SEG_MASK
+        {
+            return Err(Error::InvalidArgument(format!(
+                "send ring of {total} slots on a QP with {} send WRs",
+                self.qp.cap().max_send_wr
+            )));
+        }
+        let mr = pd.alloc_mr(extra as usize * self.slot_size, AccessFlags::empty())?;
+        let seg = (self.mrs.len() as u32) << SEG_SHIFT;
+        self.mrs.push(mr);
+        self.free.extend((0..extra).rev().map(|i| seg | i));
+        self.signal_every = (total as u32 / 4).max(1);
+        Ok(())
+    }
+
+    /// The region and byte offset of slot `idx`.
+    fn place(&self, idx: u32) -> (&MemoryRegion, usize) {
+        (
+            &self.mrs[(idx >> SEG_SHIFT) as usize],
+            (idx & SEG_MASK) as usize * self.slot_size,
+        )
     }
 
     /// The QP the ring posts on.
@@ -111,8 +158,8 @@ impl SendRing {
         // consumes it), so no WR names this range; `&mut self` and the non-Clone slot
         // make this the only reference to it.
         unsafe {
-            self.mr
-                .slice_mut(slot.idx as usize * self.slot_size, self.slot_size)
+            let (mr, off) = self.place(slot.idx);
+            mr.slice_mut(off, self.slot_size)
         }
     }
 
@@ -195,7 +242,8 @@ impl SendRing {
         let n = frames.len().min(FLUSH_CHUNK);
         let mut unsignaled = self.unsignaled;
         for (k, &(idx, len, _)) in frames[..n].iter().enumerate() {
-            sges[k] = self.mr.sge(idx as usize * self.slot_size, len as u32);
+            let (mr, off) = self.place(idx);
+            sges[k] = mr.sge(off, len as u32);
             // The last frame of a list that leaves no slot free always asks for a
             // completion, so a full ring has one coming that frees it.
             signaled[k] =

@@ -8,6 +8,7 @@ use rpc_transport::WorkCompletion;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
 
+use super::credit_pool::PeerCredit;
 use super::handler::{run_handler, run_limited, start_inline, Served};
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
@@ -39,6 +40,8 @@ pub(crate) struct RcPeer {
     addrs: ConnAddrs,
     /// `Server::concurrency_limit_per_connection`: permits for running handlers.
     limit: Option<Semaphore>,
+    /// The shared receive pool this connection's credit window comes from.
+    credit: PeerCredit,
 }
 
 impl RcPeer {
@@ -47,6 +50,7 @@ impl RcPeer {
         ring: SendRing,
         addrs: ConnAddrs,
         limit: Option<usize>,
+        credit: PeerCredit,
     ) -> RcPeer {
         RcPeer {
             state: Mutex::new(RcPeerState {
@@ -60,7 +64,17 @@ impl RcPeer {
             goaway: Notify::new(),
             addrs,
             limit: limit.map(Semaphore::new),
+            credit,
         }
+    }
+
+    /// Receives this connection holds in the shared pool (once dead, final).
+    pub(crate) fn credit_reserved(&self) -> u32 {
+        lock(&self.state).engine.credit().reserved
+    }
+
+    fn settle_credit(&self, st: &mut RcPeerState) {
+        self.credit.settle(&mut st.engine, &mut st.ring);
     }
 
     /// The peer is gone: nothing more is sent; replies of running calls are dropped.
@@ -134,6 +148,7 @@ impl RcPeer {
             return None;
         }
         let inc = st.engine.handle_frame(now, imm, slot.bytes());
+        self.settle_credit(&mut st);
         Self::pump(&mut st);
         while let Some(id) = st.engine.poll_cancelled() {
             if let Some(h) = st.running.remove(&id) {
@@ -181,6 +196,7 @@ impl RcPeer {
                     return;
                 }
                 st.running.remove(&id);
+                self.settle_credit(&mut st);
                 if let Some(slot) = st.ring.acquire() {
                     let RcPeerState { engine, ring, .. } = &mut *st;
                     let r = parts

@@ -12,6 +12,8 @@ pub(super) struct ServerSettings {
     pub(super) credits: u32,
     pub(super) slot_size: usize,
     pub(super) pool_slots: u32,
+    /// RC connections at once, at most (beyond: refused, naming the limit).
+    pub(super) max_connections: usize,
     pub(super) max_message: usize,
     pub(super) mode: CompletionMode,
     pub(super) device: Option<String>,
@@ -39,12 +41,22 @@ pub(super) const DEFAULT_SERVER_KEEPALIVE: Keepalive = Keepalive {
     timeout: Duration::from_secs(20),
 };
 
+/// RC connections a server holds at once by default.
+pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 2048;
+
+/// Receives on the shared receive queue by default (8,208 slots of 8 KiB, 64 MiB):
+/// the minimal window (2) of [`DEFAULT_MAX_CONNECTIONS`] connections, plus 16 full
+/// windows (256 calls and the CANCEL token) for busy connections to grow into.
+pub(super) const DEFAULT_POOL_SLOTS: u32 =
+    2 * DEFAULT_MAX_CONNECTIONS as u32 + 16 * (DEFAULT_CREDITS + 1);
+
 impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
             credits: DEFAULT_CREDITS,
             slot_size: DEFAULT_SLOT_SIZE,
-            pool_slots: 16 * (DEFAULT_CREDITS + 1),
+            pool_slots: DEFAULT_POOL_SLOTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_message: DEFAULT_MAX_MESSAGE,
             mode: CompletionMode::default(),
             device: None,
