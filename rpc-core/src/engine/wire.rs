@@ -359,8 +359,7 @@ impl RequestHead {
         let h = RequestHead {
             body_len: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
             // The flags are the top byte of the 8 read here.
-            timeout_us: u64::from_be_bytes(b[4..12].try_into().expect("8 bytes"))
-                & MAX_TIMEOUT_US,
+            timeout_us: u64::from_be_bytes(b[4..12].try_into().expect("8 bytes")) & MAX_TIMEOUT_US,
             path_len: u16::from_be_bytes([b[12], b[13]]),
             meta_len: u16::from_be_bytes([b[14], b[15]]),
         };

@@ -134,7 +134,10 @@ impl RecvPool {
                 "growing a receive pool by {extra} slots"
             )));
         }
-        let mr = pd.alloc_mr(extra as usize * self.inner.slot_size, AccessFlags::LOCAL_WRITE)?;
+        let mr = pd.alloc_mr(
+            extra as usize * self.inner.slot_size,
+            AccessFlags::LOCAL_WRITE,
+        )?;
         // Under the pending lock: one grow at a time, and a flush sees the new
         // slots only once their region is set.
         let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());

@@ -180,7 +180,9 @@ impl RcLink {
         let max = self.ring.qp().cap().max_send_wr as usize;
         let recv = pool.capacity();
         if w > recv {
-            let extra = recv.max(w - recv).min(max.saturating_sub(recv).max(w - recv));
+            let extra = recv
+                .max(w - recv)
+                .min(max.saturating_sub(recv).max(w - recv));
             if let Err(e) = pool.grow(&self.pd, extra as u32) {
                 // Without the receives the granted credits cannot be used safely.
                 self.fail(Status::unavailable(format!("receives not grown: {e}")));

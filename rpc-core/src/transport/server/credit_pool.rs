@@ -218,10 +218,14 @@ mod tests {
         let mut w = CreditWindow::dynamic(2, 257);
         proven(&mut w);
         pool.settle(&mut w);
-        assert_eq!((w.target(), w.reserved, pool.free()), (INITIAL_WINDOW, 8, 92));
-        w.on_frame(true);
+        assert_eq!(
+            (w.target(), w.reserved, pool.free()),
+            (INITIAL_WINDOW, 8, 92)
+        );
+        assert_eq!(w.next_adjust(255), CreditAdjust::Grant(6));
+        w.on_frame(true); // its callers wait: the window doubles
         pool.settle(&mut w);
-        assert_eq!((w.target(), w.reserved), (9, 9));
+        assert_eq!((w.target(), w.reserved, pool.free()), (16, 16, 84));
         pool.leave(w.reserved);
         assert_eq!(pool.free(), 100);
     }
@@ -237,8 +241,15 @@ mod tests {
             pool.settle(&mut big);
             while big.next_adjust(255) != CreditAdjust::Keep {}
         }
-        assert!(pool.spare() < pool.low_water(), "grown until spare runs low");
-        assert_eq!(pool.free(), 8, "4 kept back for the 2 connections still allowed");
+        assert!(
+            pool.spare() < pool.low_water(),
+            "grown until spare runs low"
+        );
+        assert_eq!(
+            pool.free(),
+            8,
+            "4 kept back for the 2 connections still allowed"
+        );
         let before = big.reserved;
         // Others arrive (into the receives kept for them): the fair share is 40 / 3.
         for _ in 0..2 {
@@ -246,7 +257,10 @@ mod tests {
         }
         pool.settle(&mut big);
         assert_eq!(big.target(), MIN_WINDOW.max(40 / 3));
-        assert_eq!(big.reserved, before, "nothing released before a revoke leaves");
+        assert_eq!(
+            big.reserved, before,
+            "nothing released before a revoke leaves"
+        );
         assert_eq!(big.next_adjust(1), CreditAdjust::Revoke);
         pool.settle(&mut big);
         assert_eq!(big.reserved, before - 1, "one slot back per revoke sent");

@@ -22,9 +22,7 @@ use super::rc_peer::{Dispatch, RcPeer};
 use super::settings::ServerSettings;
 use super::ud_side::UdSide;
 use crate::engine::{CreditWindow, ServerConfig, ServerConn};
-use crate::handshake::{
-    asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy,
-};
+use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::request::ConnAddrs;
 use crate::transport::completion::serve_cq;
