@@ -89,14 +89,17 @@ impl CreditPool {
             .is_ok()
     }
 
-    /// Takes `n` receives for a window's growth if they are spare.
-    fn take_spare(&self, n: u32) -> bool {
+    /// Takes up to `n` spare receives for a window's growth: how many it took.
+    fn take_spare(&self, n: u32) -> u32 {
         let keep = self.admission_reserve();
-        self.free
+        let mut took = 0;
+        let _ = self
+            .free
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
-                (f >= keep.saturating_add(n)).then(|| f - n)
-            })
-            .is_ok()
+                took = f.saturating_sub(keep).min(n);
+                (took > 0).then(|| f - took)
+            });
+        took
     }
 
     fn give(&self, n: u32) {
@@ -150,13 +153,11 @@ impl CreditPool {
         }
         let target = target.clamp(MIN_WINDOW, w.max());
         let need = w.window().max(target);
+        let mut target = target;
         if need > w.reserved {
-            if !self.take_spare(need - w.reserved) {
-                // The pool cannot cover it now: keep what is reserved.
-                w.set_target(w.target().min(w.reserved));
-                return;
-            }
-            w.reserved = need;
+            // As much of it as the pool has spare.
+            w.reserved += self.take_spare(need - w.reserved);
+            target = target.min(w.reserved);
         }
         w.set_target(target);
         if w.committed() < w.reserved {
