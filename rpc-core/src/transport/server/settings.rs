@@ -42,13 +42,14 @@ pub(super) const DEFAULT_SERVER_KEEPALIVE: Keepalive = Keepalive {
 };
 
 /// RC connections a server holds at once by default.
-pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 2048;
+pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
-/// Receives on the shared receive queue by default (8,208 slots of 8 KiB, 64 MiB):
-/// the minimal window (2) of [`DEFAULT_MAX_CONNECTIONS`] connections, plus 16 full
-/// windows (256 calls and the CANCEL token) for busy connections to grow into.
-pub(super) const DEFAULT_POOL_SLOTS: u32 =
-    2 * DEFAULT_MAX_CONNECTIONS as u32 + 16 * (DEFAULT_CREDITS + 1);
+/// Receives on the shared receive queue by default (4,112 slots of 8 KiB, 32 MiB,
+/// resident from the start): 16 full windows (256 calls and the CANCEL token).
+/// Half of it keeps the minimal window (2) of every connection
+/// [`DEFAULT_MAX_CONNECTIONS`] still allows, so none of those is ever refused for
+/// credit; windows grow into the rest.
+pub(super) const DEFAULT_POOL_SLOTS: u32 = 16 * (DEFAULT_CREDITS + 1);
 
 impl Default for ServerSettings {
     fn default() -> Self {
