@@ -38,6 +38,8 @@ pub struct SendRing {
     qp: Arc<QueuePair>,
     /// Region `k` holds the slots whose index has `k` in its top bits.
     mrs: Vec<MemoryRegion>,
+    /// Slots in all regions.
+    capacity: usize,
     id: u32,
     slot_size: usize,
     free: Vec<u32>,
@@ -78,6 +80,7 @@ impl SendRing {
         Ok(SendRing {
             qp,
             mrs: vec![mr],
+            capacity: n as usize,
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
             slot_size,
             free: (0..n).rev().collect(),
@@ -92,10 +95,7 @@ impl SendRing {
 
     /// Slots in all its regions.
     pub fn capacity(&self) -> usize {
-        self.mrs
-            .iter()
-            .map(|m| m.len() / self.slot_size)
-            .sum::<usize>()
+        self.capacity
     }
 
     /// Registers `extra` more slots in a new region (at most the QP's send WRs in
@@ -115,6 +115,7 @@ impl SendRing {
         let mr = pd.alloc_mr(extra as usize * self.slot_size, AccessFlags::empty())?;
         let seg = (self.mrs.len() as u32) << SEG_SHIFT;
         self.mrs.push(mr);
+        self.capacity = total;
         self.free.extend((0..extra).rev().map(|i| seg | i));
         self.signal_every = (total as u32 / 4).max(1);
         Ok(())

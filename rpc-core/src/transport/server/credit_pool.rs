@@ -8,7 +8,8 @@
 //! that windows grown by busy connections, which cannot be revoked while those
 //! connections are idle (a revoke rides on an answer), never lock a newcomer out.
 //! What is left over is *spare*, and windows grow only out of it. The policy, run by
-//! the connection's driver after each frame and before each answer:
+//! the connection's driver on each frame it receives, before answering (so that
+//! frame's own answer carries what it decides):
 //! * **Start**: a proven connection is raised to [`INITIAL_WINDOW`] if spare allows.
 //! * **Grow**: a `WANT` frame or a `REQ` flagged `WANT_CREDIT` (a caller of that
 //!   client waited for a token) doubles it, up to its cap (what it asked for, at most

@@ -196,7 +196,6 @@ impl RcPeer {
                     return;
                 }
                 st.running.remove(&id);
-                self.settle_credit(&mut st);
                 if let Some(slot) = st.ring.acquire() {
                     let RcPeerState { engine, ring, .. } = &mut *st;
                     let r = parts
