@@ -47,11 +47,11 @@ fn rnr_naks() -> u64 {
         .rc_rnr_naks
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hundred_rc_channels_connect_and_call_at_default_settings() {
+/// Opens `n` RC channels at default settings; every one calls, all at once.
+async fn connect_and_call(n: usize) {
     let (addr, _stop) = echo_server(Server::builder()).await;
     let mut channels = Vec::new();
-    for i in 0..200 {
+    for i in 0..n {
         let ch = Channel::connect(format!("rdma://{addr}"))
             .await
             .unwrap_or_else(|e| panic!("connection {i}: {e}"));
@@ -65,6 +65,16 @@ async fn two_hundred_rc_channels_connect_and_call_at_default_settings() {
     for (i, c) in calls.into_iter().enumerate() {
         assert_eq!(c.await.unwrap().unwrap().id, i as u64);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_rc_channels_connect_and_call_at_default_settings() {
+    connect_and_call(200).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_rc_channels_connect_and_call_at_default_settings() {
+    connect_and_call(1000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
