@@ -169,46 +169,44 @@ impl tower::Service<ServerCall> for Gate {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_pool_exhausted_calls_wait_for_credit_and_all_complete() {
     init_tracing();
-    // Three connections at the minimal window (one call each) fill a pool of 6.
+    // A pool of 4 receives: the one connection allowed takes them all, a window
+    // of 4 (3 calls in flight and the CANCEL credit), and nothing is left to grow.
     let gate = Gate::new();
     let router = Server::builder()
-        .receive_pool_slots(6)
+        .receive_pool_slots(4)
+        .max_connections(1)
         .add_service(gate.clone());
     let (addr, _stop) = tests::serve_router(router).await;
-    let mut channels = Vec::new();
-    for _ in 0..3 {
-        channels.push(Channel::connect(format!("rdma://{addr}")).await.unwrap());
-    }
-    let mut calls = Vec::new();
-    for (c, ch) in channels.iter().enumerate() {
-        for i in 0..4u64 {
+    let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
+    let calls: Vec<_> = (0..8u64)
+        .map(|id| {
             let ch = ch.clone();
-            let id = c as u64 * 10 + i;
-            calls.push(tokio::spawn(async move { (id, echo(&ch, id).await) }));
-        }
-    }
-    // One call per connection reaches its handler; the other nine wait for a
-    // credit that the empty pool cannot give (their WANTs are answered with none).
+            tokio::spawn(async move { (id, echo(&ch, id).await) })
+        })
+        .collect();
+    // Three calls reach their handlers; the other five wait for a credit that the
+    // exhausted pool cannot give (their WANT is answered with none).
     gate.entered(3).await;
-    let mut probe = channels[0].clone();
+    let mut probe = ch.clone();
     let ready = tokio::time::timeout(
         Duration::from_millis(300),
         tower::ServiceExt::<rpc_core::client::OutgoingCall<Echo>>::ready(&mut probe),
     )
     .await;
     assert!(ready.is_err(), "no credit: poll_ready stays pending");
+    drop(probe);
     assert!(
         calls.iter().all(|c| !c.is_finished()),
         "waiting is not failing"
     );
     assert_eq!(gate.entered.load(Ordering::SeqCst), 3);
     // As handlers finish, each answer returns its credit to the next waiting call.
-    gate.open.add_permits(12);
+    gate.open.add_permits(8);
     for c in calls {
         let (id, r) = c.await.unwrap();
         assert_eq!(r.unwrap().id, id);
     }
-    assert_eq!(gate.entered.load(Ordering::SeqCst), 12);
+    assert_eq!(gate.entered.load(Ordering::SeqCst), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,4 +295,71 @@ async fn a_burst_from_many_connections_meets_no_empty_receive_queue() {
         0,
         "no frame found an empty receive queue"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_uses_its_queue_pair_is_closed_and_an_idle_client_is_not() {
+    let (addr, _stop) = echo_server(
+        Server::builder()
+            .handshake_timeout(Duration::from_millis(300))
+            .max_connections(2),
+    )
+    .await;
+    // A real client that connects and then says nothing for a while.
+    let idle = Channel::connect(format!("rdma://{addr}")).await.unwrap();
+    // A forger that completes the handshake and never sends a frame.
+    let dev = rpc_transport::msg::open_device(None).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8).unwrap();
+    let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
+    init.cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = pd.create_qp(&init).unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let hello = ClientHello::new(RcAsk {
+        credits: 257,
+        slot_size: 8192,
+        max_message: 1 << 20,
+    });
+    handshake::send(&mut tcp, &qp.endpoint(7).unwrap(), &hello.encode())
+        .await
+        .unwrap();
+    let reply = handshake::recv(&mut tcp).await.unwrap();
+    assert!(matches!(Answer::decode(&reply.payload), Ok(Answer::Rc(_))));
+    // The server closes it once the handshake timeout passed without a frame...
+    let mut b = [0u8; 16];
+    match tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut tcp, &mut b),
+    )
+    .await
+    {
+        Ok(Ok(0)) | Ok(Err(_)) => {}
+        Ok(Ok(n)) => panic!("the server sent {n} bytes to the forger"),
+        Err(_) => panic!("a peer that never used its queue pair was still held after 5 s"),
+    }
+    // ...which frees its place under the limit of 2, while the idle client, silent
+    // for longer than the timeout but proven at connect, keeps its connection.
+    assert_eq!(echo(&idle, 1).await.unwrap().id, 1);
+    let mut second = None;
+    for _ in 0..10_000 {
+        if let Ok(ch) = Channel::connect(format!("rdma://{addr}")).await {
+            second = Some(ch);
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        echo(&second.expect("the forger's place is free"), 2)
+            .await
+            .unwrap()
+            .id,
+        2
+    );
+    drop(qp);
 }

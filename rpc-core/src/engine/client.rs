@@ -189,6 +189,13 @@ impl<W> ClientConn<W> {
         self
     }
 
+    /// Asks the server for credit with a `WANT` at the next [`ClientConn::poll_transmit`]
+    /// (with credit windows; a new connection does so at once, which also proves its
+    /// RDMA path to the server).
+    pub fn ask_credit(&mut self) {
+        self.starved |= self.windows;
+    }
+
     /// The current window: tokens free, reserved or in use. The driver keeps at
     /// least this many answer receives posted.
     pub fn window(&self) -> u32 {

@@ -110,13 +110,17 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
         // Receives and send slots start at the granted window and follow it.
         engine = engine.with_credit_windows(ask);
     }
-    let link = RcLink {
+    let mut link = RcLink {
         engine,
         ring,
         promised: SlotPromises::default(),
         credits: returned,
         pd,
     };
+    // A first frame at once: it proves this side's RDMA path to the server (which
+    // closes connections that send none in time) and asks for the working window.
+    link.engine.ask_credit();
+    link.pump();
     tracing::debug!(peer = %addr, credits, slot, "connected");
     Ok(Conn::spawn(link, sig, (pool, cq), s, tcp))
 }

@@ -73,6 +73,11 @@ impl RcPeer {
         lock(&self.state).engine.credit().reserved
     }
 
+    /// Whether a frame arrived on the QP: the peer proved its RDMA path.
+    pub(crate) fn proven(&self) -> bool {
+        lock(&self.state).engine.credit().proven()
+    }
+
     fn settle_credit(&self, st: &mut RcPeerState) {
         self.credit.settle(&mut st.engine, &mut st.ring);
     }

@@ -106,6 +106,15 @@ fn handle(
     drop(batch);
 }
 
+/// Completes after `t` if the peer has sent no frame on its queue pair by then
+/// (it never proved its RDMA path: a client sends a `WANT` at once); otherwise never.
+async fn unproven_after(conn: &RcPeer, t: std::time::Duration) {
+    tokio::time::sleep(t).await;
+    if conn.proven() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// The server half of the handshake, then the liveness watch.
 pub(super) async fn accept(
     sh: Arc<SrqSide>,
@@ -232,13 +241,21 @@ pub(super) async fn accept(
         return Err(e.into());
     }
     tracing::debug!(qpn, credits, "client connected");
-    serve_liveness(
-        tcp,
-        sh.settings.keepalive,
-        conn.goaway.notified(),
-        conn.shutdown.notified(),
-    )
-    .await;
+    let proof_timeout = sh.settings.handshake_timeout;
+    let peer = tcp.peer_addr().ok();
+    let stop = async {
+        tokio::select! {
+            () = conn.shutdown.notified() => {}
+            () = unproven_after(&conn, proof_timeout) => {
+                tracing::info!(
+                    ?peer,
+                    ?proof_timeout,
+                    "peer sent no frame on its queue pair in time; connection closed"
+                );
+            }
+        }
+    };
+    serve_liveness(tcp, sh.settings.keepalive, conn.goaway.notified(), stop).await;
     // The client is gone (or the server stops): reclaim its QP, slots and credits.
     release(&sh);
     tracing::debug!(qpn, "client disconnected");
