@@ -49,7 +49,11 @@
 //!   (`transport::server::credit_pool`) decides what to grant; the wire only
 //!   carries it.
 //! * The first frame a peer sends on its queue pair proves its RDMA path; until
-//!   then the server gives it nothing beyond the minimal window.
+//!   then the server gives it nothing beyond the minimal window and a send ring of
+//!   two slots, and it closes a peer that sends none within its handshake timeout.
+//!   A client therefore sends a `WANT` right after the handshake: the proof, and
+//!   the request for its working window (the server raises a proven connection to
+//!   8 at once, pool permitting).
 //! * Used only when both sides offered the `CREDIT_WINDOWS` capability at the
 //!   handshake; otherwise the handshake's grant is the window for good.
 //!
