@@ -27,6 +27,9 @@ pub struct CreditWindow {
     wanted: bool,
     /// A frame arrived on the queue pair: the peer has proven its RDMA path.
     proven: bool,
+    /// Frames received (wrapping): the driver's policy looks at a settled window
+    /// only every so often.
+    frames: u8,
 }
 
 impl CreditWindow {
@@ -40,6 +43,7 @@ impl CreditWindow {
             dynamic: false,
             wanted: false,
             proven: false,
+            frames: 0,
         }
     }
 
@@ -95,7 +99,15 @@ impl CreditWindow {
         std::mem::take(&mut self.wanted)
     }
 
+    /// Whether the driver's policy should look at this window now: it moves or was
+    /// asked to, revokes have left whose receives go back, it is the first frame,
+    /// or one in 16 (a pool that ran low shrinks windows within 16 frames).
+    pub fn needs_settle(&self) -> bool {
+        self.dynamic && (self.wanted || self.reserved != self.committed() || self.frames & 15 == 1)
+    }
+
     pub(crate) fn on_frame(&mut self, wants_credit: bool) {
+        self.frames = self.frames.wrapping_add(1);
         self.proven = true;
         self.wanted |= wants_credit && self.dynamic;
     }

@@ -8,8 +8,10 @@
 //! that windows grown by busy connections, which cannot be revoked while those
 //! connections are idle (a revoke rides on an answer), never lock a newcomer out.
 //! What is left over is *spare*, and windows grow only out of it. The policy, run by
-//! the connection's driver on each frame it receives, before answering (so that
-//! frame's own answer carries what it decides):
+//! the connection's driver on a frame it receives, before answering (so that
+//! frame's own answer carries what it decides): on the first, on every one that
+//! asks for credit, while revoked receives are to be returned, and on one in 16
+//! otherwise (what keeps a unary call's cost flat):
 //! * **Start**: a proven connection is raised to [`INITIAL_WINDOW`] if spare allows.
 //! * **Grow**: a `WANT` frame or a `REQ` flagged `WANT_CREDIT` (a caller of that
 //!   client waited for a token) doubles it, up to its cap (what it asked for, at most
@@ -182,6 +184,9 @@ impl PeerCredit {
     /// then wait for send slots, as they do when all are in flight.
     pub(crate) fn settle(&self, engine: &mut ServerConn, ring: &mut SendRing) {
         let w = engine.credit_mut();
+        if !w.needs_settle() {
+            return;
+        }
         self.pool.settle(w);
         let want = w.committed() as usize;
         let have = ring.capacity();
