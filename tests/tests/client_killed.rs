@@ -17,8 +17,9 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 const CHILD: &str = "RDMA_RPC_TEST_CHILD_CLIENT_OF";
 
-/// Calls in flight per connection: the server grants `CALLS + 1` credits (one is kept
-/// by the client for CANCEL frames), and the pool holds exactly two such connections.
+/// Calls in flight per connection: a window of `CALLS + 1` credits (one is kept by the
+/// client for CANCEL frames), and the pool holds exactly two such windows; the server
+/// takes two connections at most, so each window grows to its cap.
 const CALLS: u32 = 4;
 const CREDITS: u32 = CALLS + 1;
 const POOL: u32 = 2 * CREDITS;
@@ -138,6 +139,7 @@ async fn a_killed_client_process_is_reclaimed_without_disturbing_others() {
         Server::builder()
             .credits_per_connection(CALLS)
             .receive_pool_slots(POOL)
+            .max_connections(2)
             .add_service(GreeterServer::new(gate))
             .serve_with_listener(listener, async move {
                 let _ = stop_rx.await;
@@ -178,7 +180,7 @@ async fn a_killed_client_process_is_reclaimed_without_disturbing_others() {
     assert_eq!(got, names("block-child"));
     assert!(
         ep.connect().await.is_err(),
-        "the pool is fully granted to the survivor and the child"
+        "the survivor and the child fill the server"
     );
 
     // Kill the child while its calls are in the handlers.

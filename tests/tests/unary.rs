@@ -200,10 +200,11 @@ async fn abandoned_slow_calls_do_not_hold_credits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_reclaims_a_departed_clients_credits_and_calls() {
-    // Room for exactly one connection of 8 calls (+1 credit for CANCEL).
+    // Room for exactly one connection at the minimal window (1 call, +1 credit
+    // for CANCEL): 3 receives, of which a second connection finds only 1.
     let builder = Server::builder()
         .credits_per_connection(8)
-        .receive_pool_slots(9);
+        .receive_pool_slots(3);
     let (uri, _stop) = echo_server(builder).await;
     let ep = Endpoint::from_shared(uri).unwrap().credits(8);
     let first = ep.connect().await.unwrap();
@@ -398,10 +399,12 @@ async fn callers_beyond_the_credits_wait_in_poll_ready_and_all_complete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_share_the_servers_one_receive_pool() {
-    // Eight connections of 32 credits over a pool that holds exactly their credits.
+    // Eight connections of up to 32 calls over a pool that holds exactly their
+    // largest windows; the windows grow and shrink out of it as the calls come.
     let builder = Server::builder()
         .credits_per_connection(32)
-        .receive_pool_slots(8 * 33);
+        .receive_pool_slots(8 * 33)
+        .max_connections(8);
     let (uri, _stop) = echo_server(builder).await;
     let ep = Endpoint::from_shared(uri).unwrap().credits(32);
     let mut tasks = Vec::new();
@@ -421,7 +424,7 @@ async fn many_clients_share_the_servers_one_receive_pool() {
     }
     assert!(
         ep.connect().await.is_err(),
-        "a ninth connection does not fit"
+        "a ninth connection is beyond the limit"
     );
     for t in tasks {
         t.await.unwrap();

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::engine::codec::{self, CallHead, Outcome};
 use crate::engine::stream::client::{ClientStreams, Limits, StreamEvent};
-use crate::engine::wire::{self, Kind};
+use crate::engine::wire::{self, CreditAdjust, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -139,6 +139,20 @@ pub struct ClientConn<W> {
     /// Streaming calls (ids with [`wire::STREAM_ID_BIT`]): a table of their own, so
     /// that unary calls pay nothing for them.
     streams: ClientStreams,
+    /// The server moves the window (`CREDIT_WINDOWS` agreed); `cfg.credits` is then
+    /// the current window.
+    windows: bool,
+    /// The largest window the server may grant (the receives the driver can post).
+    max_window: u32,
+    /// Revoked tokens whose answer slots are still to be reposted: their returns are
+    /// not tokens any more.
+    debt: u32,
+    /// A caller found no token since the last `REQ`: the next one says `WANT_CREDIT`.
+    starved: bool,
+    /// A `WANT` frame awaits its `CR`.
+    want_in_flight: bool,
+    /// The last `WANT` brought nothing: no other until another answer arrives.
+    want_blocked: bool,
 }
 
 impl<W> ClientConn<W> {
@@ -164,7 +178,36 @@ impl<W> ClientConn<W> {
                 max_send_message: cfg.max_send_message,
                 max_recv_message: cfg.max_recv_message,
             }),
+            windows: false,
+            max_window: cfg.credits,
+            debt: 0,
+            starved: false,
+            want_in_flight: false,
+            want_blocked: false,
         }
+    }
+
+    /// Lets the server move the window from `cfg.credits` up to `max` (both sides
+    /// offered `CREDIT_WINDOWS`; `max` is what the client asked for): answers may
+    /// grant or revoke a token, and a `REQ` after a caller found no token asks for
+    /// more. A grant beyond `max` or a revoke below 2 is malformed and ignored.
+    pub fn with_credit_windows(mut self, max: u32) -> Self {
+        self.windows = true;
+        self.max_window = max.max(self.cfg.credits);
+        self
+    }
+
+    /// Asks the server for credit with a `WANT` at the next [`ClientConn::poll_transmit`]
+    /// (with credit windows; a new connection does so at once, which also proves its
+    /// RDMA path to the server).
+    pub fn ask_credit(&mut self) {
+        self.starved |= self.windows;
+    }
+
+    /// The current window: tokens free, reserved or in use. The driver keeps at
+    /// least this many answer receives posted.
+    pub fn window(&self) -> u32 {
+        self.cfg.credits
     }
 
     /// Counters.
@@ -262,6 +305,7 @@ impl<W> ClientConn<W> {
     /// always tell the server, even when every other credit waits on a slow handler.
     pub fn reserve(&mut self) -> bool {
         if self.tokens <= 1 {
+            self.starved = true;
             return false;
         }
         self.tokens -= 1;
@@ -279,7 +323,11 @@ impl<W> ClientConn<W> {
     /// `n` answer slots were reposted at this side: their tokens come back.
     pub fn handle_tokens_returned(&mut self, n: u32) {
         // Slots of server frames that answered nothing are the server's credits.
-        self.tokens += self.streams.absorb_reposts(n);
+        let n = self.streams.absorb_reposts(n);
+        // Revoked tokens' slots come back as slots, not tokens.
+        let absorbed = n.min(self.debt);
+        self.debt -= absorbed;
+        self.tokens += n - absorbed;
         debug_assert!(self.tokens + self.reserved <= self.cfg.credits);
     }
 
@@ -304,6 +352,9 @@ impl<W> ClientConn<W> {
         } else {
             self.reserved -= 1;
             self.stats.frames_sent += 1;
+            if self.windows && std::mem::take(&mut self.starved) {
+                out[wire::REQ_FLAGS_AT] |= wire::REQ_WANT_CREDIT;
+            }
         }
         res
     }
@@ -397,12 +448,40 @@ impl<W> ClientConn<W> {
 
     /// Whether [`ClientConn::poll_transmit`] has a frame to send once a token is free.
     pub fn wants_transmit(&self) -> bool {
-        !self.transmit.is_empty() || self.streams.wants_transmit()
+        !self.transmit.is_empty() || self.streams.wants_transmit() || self.want_due()
+    }
+
+    /// Whether a `WANT` frame should go: callers wait for a token, the server moves
+    /// windows, and neither a `WANT` nor its refusal is outstanding.
+    fn want_due(&self) -> bool {
+        self.windows
+            && self.starved
+            && !self.want_in_flight
+            && !self.want_blocked
+            && self.dead.is_none()
     }
 
     /// Writes the next pending frame (request fragment, RFR or CANCEL) into `out`,
-    /// if there is one and a free token (data frames leave the last token to CANCELs).
+    /// if there is one and a free token (data frames leave the last token to CANCELs);
+    /// else a `WANT` on the last token if callers wait for one (see [`wire`]).
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<Transmit> {
+        if let Some(t) = self.poll_call_frame(out) {
+            return Some(t);
+        }
+        if self.tokens == 0 || !self.want_due() {
+            return None;
+        }
+        self.tokens -= 1;
+        self.starved = false;
+        self.want_in_flight = true;
+        self.stats.frames_sent += 1;
+        Some(Transmit {
+            len: 0,
+            imm: wire::imm(Kind::Want, 0),
+        })
+    }
+
+    fn poll_call_frame(&mut self, out: &mut [u8]) -> Option<Transmit> {
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
         if self.streams.wants_transmit() {
@@ -470,6 +549,20 @@ impl<W> ClientConn<W> {
             self.stats.malformed += 1;
             return None;
         };
+        if self.windows {
+            // Read before anything else: the server counted the move when it sent
+            // the answer, whatever the answer is for.
+            let adjust = CreditAdjust::of(kind, frame);
+            let granted = matches!(adjust, Ok(CreditAdjust::Grant(_)));
+            self.on_credit(adjust);
+            if kind == Kind::Cr && id == 0 && self.want_in_flight {
+                // The answer to our `WANT`.
+                self.want_in_flight = false;
+                self.want_blocked = !granted;
+                return None;
+            }
+            self.want_blocked = false;
+        }
         let Some(call) = self.calls.get_mut(&id) else {
             if id & wire::STREAM_ID_BIT != 0 || id == 0 {
                 self.streams.handle_frame(kind, id, frame);
@@ -494,6 +587,24 @@ impl<W> ClientConn<W> {
         };
         self.maybe_forget(id);
         out
+    }
+
+    /// A grant is a token now (the driver grows its receives to the window before
+    /// it sends again); a revoke takes the answer's token back when its slot is
+    /// reposted.
+    fn on_credit(&mut self, adjust: Result<CreditAdjust, wire::Malformed>) {
+        match adjust {
+            Ok(CreditAdjust::Keep) => {}
+            Ok(CreditAdjust::Grant(n)) if self.cfg.credits + u32::from(n) <= self.max_window => {
+                self.cfg.credits += u32::from(n);
+                self.tokens += u32::from(n);
+            }
+            Ok(CreditAdjust::Revoke) if self.cfg.credits > crate::engine::credit::MIN_WINDOW => {
+                self.cfg.credits -= 1;
+                self.debt += 1;
+            }
+            Ok(_) | Err(_) => self.stats.malformed += 1,
+        }
     }
 
     fn on_response(&mut self, id: u32, frame: &[u8]) -> Option<Completion<W>> {

@@ -50,6 +50,7 @@
 
 mod client;
 pub mod codec;
+pub mod credit;
 mod server;
 mod stream;
 #[cfg(test)]
@@ -59,6 +60,7 @@ pub mod wire;
 
 pub use client::{ClientConfig, ClientConn, ClientStats, Completion, Reply};
 pub use codec::CallHead;
+pub use credit::CreditWindow;
 pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
 pub use stream::client::{ClientStreams, StreamEvent};
 pub use stream::server::{ServerStreamEvent, ServerStreams};

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::engine::codec::{self, StatusCuts};
+use crate::engine::credit::CreditWindow;
 use crate::engine::stream::server::{ServerStreamEvent, ServerStreams};
 use crate::engine::wire::{self, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
@@ -113,6 +114,8 @@ pub struct ServerConn {
     stats: ServerStats,
     /// Streaming calls: a table of their own, so that unary calls pay nothing.
     streams: ServerStreams,
+    /// The client's credit window (fixed unless the driver makes it dynamic).
+    credit: CreditWindow,
 }
 
 impl ServerConn {
@@ -130,7 +133,44 @@ impl ServerConn {
             cancelled: VecDeque::new(),
             stats: ServerStats::default(),
             streams: ServerStreams::new(cfg.max_recv_message, cfg.max_send_message),
+            credit: CreditWindow::fixed(0),
         }
+    }
+
+    /// Sets the client's credit window (what the handshake granted, and whether it
+    /// moves); a dynamic one is then moved with [`ServerConn::credit_mut`].
+    pub fn set_credit(&mut self, w: CreditWindow) {
+        self.credit = w;
+    }
+
+    /// The client's credit window.
+    pub fn credit(&self) -> &CreditWindow {
+        &self.credit
+    }
+
+    /// The client's credit window, to set its target or reservation.
+    pub fn credit_mut(&mut self) -> &mut CreditWindow {
+        &mut self.credit
+    }
+
+    /// Stamps an answer just written into `out` with the window's next move
+    /// (`RESP`: flag bits; `CR`: one payload byte).
+    fn stamp_credit(&mut self, out: &mut [u8], mut t: Transmit) -> Transmit {
+        let kind = t.imm >> wire::CALL_ID_BITS;
+        let at = if kind == Kind::Resp as u32 {
+            wire::RESP_FLAGS_AT
+        } else if kind == Kind::Cr as u32 {
+            0
+        } else {
+            return t;
+        };
+        if at == 0 {
+            // A `CR` had no payload: it may grant many at once.
+            t.len = self.credit.next_adjust(u8::MAX).write_cr(out);
+        } else {
+            out[at] |= self.credit.next_adjust(1).bits();
+        }
+        t
     }
 
     /// Counters.
@@ -190,6 +230,13 @@ impl ServerConn {
     /// answer is the later [`ServerConn::respond`]); any other answer is queued for
     /// [`ServerConn::poll_transmit`]. Nothing a client sends makes this panic.
     pub fn handle_frame(&mut self, _now: Instant, imm: u32, frame: &[u8]) -> Option<Incoming> {
+        let kind_bits = imm >> wire::CALL_ID_BITS;
+        let wants = kind_bits == Kind::Want as u32
+            || kind_bits == Kind::Req as u32
+                && frame
+                    .get(wire::REQ_FLAGS_AT)
+                    .is_some_and(|f| f & wire::REQ_WANT_CREDIT != 0);
+        self.credit.on_frame(wants);
         let Some((kind, id)) = wire::parse_imm(imm) else {
             self.stats.malformed += 1;
             self.answers
@@ -232,6 +279,11 @@ impl ServerConn {
             }
             Kind::Msg | Kind::HalfClose | Kind::Reset | Kind::Credit => {
                 self.streams.handle_frame(kind, id, frame);
+                self.answers.push_back((id, FrameAnswer::Credit));
+                None
+            }
+            Kind::Want => {
+                // Noted above; the answer carries what the driver grants.
                 self.answers.push_back((id, FrameAnswer::Credit));
                 None
             }
@@ -421,6 +473,16 @@ impl ServerConn {
         result: Result<(&MetadataMap, &dyn EncodeMessage), Status>,
         out: &mut [u8],
     ) -> Option<Transmit> {
+        let t = self.write_response(id, result, out)?;
+        Some(self.stamp_credit(out, t))
+    }
+
+    fn write_response(
+        &mut self,
+        id: u32,
+        result: Result<(&MetadataMap, &dyn EncodeMessage), Status>,
+        out: &mut [u8],
+    ) -> Option<Transmit> {
         if !matches!(self.calls.get(&id), Some(Call::Running)) {
             return None;
         }
@@ -495,6 +557,11 @@ impl ServerConn {
     /// Writes the next queued answer (credit return, error status, response
     /// fragment) into `out`.
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<Transmit> {
+        let t = self.write_answer(out)?;
+        Some(self.stamp_credit(out, t))
+    }
+
+    fn write_answer(&mut self, out: &mut [u8]) -> Option<Transmit> {
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
         let Some((id, a)) = self.answers.pop_front() else {

@@ -12,19 +12,68 @@
 //! `kind` tells the receiver how to read the slot before it touches it, and `call id`
 //! (28 bits, chosen by the client, unique among its open calls) finds the call.
 //!
-//! # Flow control on RC (why there is no credit field)
+//! # Flow control on RC
 //!
 //! The client drives everything (eRPC's model): every frame the client sends is
 //! answered by exactly one frame from the server, and the server never sends anything
-//! else. The client holds `credits` tokens (granted at the handshake, equal to the
-//! receives the server reserves for this connection and to the receives the client
-//! posts for answers); each client frame takes one, and the token comes back when the
-//! answer's receive slot has been reposted at the client. So neither side can ever
-//! send into an empty receive queue (no RNR), and no credit-return traffic exists.
-//! The client keeps its last free token for `CANCEL` frames, so a caller that gives
-//! up can always tell the server, even while every other credit waits on a handler.
+//! else. The client holds a **window** of tokens (receives the server holds for this
+//! connection on its shared receive queue, and receives the client posts for
+//! answers); each client frame takes one, and the token comes back when the answer's
+//! receive slot has been reposted at the client. So neither side can ever send into an
+//! empty receive queue (no RNR), and no credit-return traffic exists. The client
+//! keeps its last free token for `CANCEL` frames, so a caller that gives up can always
+//! tell the server, even while every other credit waits on a handler.
 //! Streaming calls add server frames that answer nothing; they ride connection
 //! credits of the server's own (see "Streaming calls" below).
+//!
+//! ## Windows granted out of the shared pool (brpc/eRPC-style)
+//!
+//! The window is not fixed at the handshake. The handshake grants the minimal
+//! window, 2 (one call and the `CANCEL` token), and the server then moves it one
+//! token at a time, on answers it sends anyway (no extra frame, no round trip):
+//! * **Grant**: an answer flagged `GRANT` returns its token *and more*: one on a
+//!   `RESP`, or the count in a `CR`'s second payload byte (1 if absent); the
+//!   client's window grows by as many.
+//! * **Revoke**: an answer flagged `REVOKE` does *not* return its token; the
+//!   client's window shrinks by one. Never below 2.
+//! * The flags ride in the `RESP` head's flags byte (bits 4 and 5, below) and in
+//!   `CR`, whose payload is then `flags:u8 [count:u8]` (an empty `CR` is neither).
+//!   `RESP_FRAG` carries neither: the server waits for the next answer.
+//! * A client that ran out of call tokens (a caller waited in `poll_ready`) asks
+//!   for more: it sets `WANT_CREDIT` (bit 4 of the `REQ` head's flags) on its next
+//!   `REQ`, and, if it has no frame to send (its calls all wait on handlers), it
+//!   sends a `WANT` frame (kind 14, call id 0) on its last token, which the server
+//!   answers at once with a `CR` of call id 0 (carrying the grant, if any). At
+//!   most one `WANT` is in flight, and after one answered without a grant the next
+//!   waits until another answer arrives, so a server with nothing to give is not
+//!   asked in a loop. A `CANCEL` that finds the last token taken by a `WANT` waits
+//!   for its `CR`, one round trip. The server's policy
+//!   (`transport::server::credit_pool`) decides what to grant; the wire only
+//!   carries it.
+//! * The first frame a peer sends on its queue pair proves its RDMA path; until
+//!   then the server gives it nothing beyond the minimal window and a send ring of
+//!   two slots, and it closes a peer that sends none within its handshake timeout.
+//!   A client therefore sends a `WANT` right after the handshake: the proof, and
+//!   the request for its working window (the server raises a proven connection to
+//!   8 at once, pool permitting).
+//! * Used only when both sides offered the `CREDIT_WINDOWS` capability at the
+//!   handshake; otherwise the handshake's grant is the window for good.
+//!
+//! **Why RNR stays impossible.** Let `S` be the receives posted on the server's
+//! SRQ. For each connection the server keeps `window` (the client's window once it
+//! has read every answer sent so far) and reserves `R >= window` slots of `S`, with
+//! `sum(R) <= S`. Let `u` be the frames of the connection that hold or will take
+//! an SRQ receive: sent by the client, not yet answered (a frame's slot is reposted
+//! before its answer leaves). Each holds a client token, so `u <= w`, the client's
+//! current window. A grant: the server reserves the slot (`R += 1`) *before* the
+//! flagged answer leaves, so `w <= window <= R` throughout. A revoke: once the
+//! flagged answer leaves, the frame it answers no longer counts in `u`, and its token
+//! is never returned, so `u <= window` at once even though the client's `w` shrinks
+//! only later; the server releases that slot (`R -= 1`) after posting the answer.
+//! Hence `sum(u) <= sum(R) <= S` at every moment: every frame finds a receive. On
+//! the client, the window's receives are posted before a granted token is used (the
+//! driver grows its receive pool in the batch that read the grant, before it sends),
+//! and each frame has exactly one answer, so answers in flight `<= w <=` receives.
 //!
 //! # Frame kinds (the top 4 bits of the immediate; bytes at the head of the slot, big endian)
 //!
@@ -37,14 +86,15 @@
 //! | 4 | RC | c→s | `CANCEL` | nothing: forget the call; answered by `CR` (a running call's `REQ` is then answered at once with `CANCELLED`) |
 //! | 5 | RC, UD | s→c | `RESP` | [`ResponseHead`] (10 bytes), status message, metadata, first body chunk |
 //! | 6 | RC | s→c | `RESP_FRAG` | `offset:u32`, next body chunk (answers an `RFR`) |
-//! | 7 | RC | s→c | `CR` | nothing: the credit return that answers a frame with no other answer |
+//! | 7 | RC | s→c | `CR` | nothing, or one byte of credit flags (`GRANT`/`REVOKE`): the credit return that answers a frame with no other answer |
 //! | 8 | UD | s→c | `IN_PROGRESS` | nothing: "the call is running, keep waiting" (see [`crate::engine::ud::wire`]) |
 //! | 9 | RC | both | `MSG` | `offset:u32 total:u32`, a chunk of one stream message (below) |
 //! | 10 | RC | c→s | `HALF_CLOSE` | nothing: the client sends no more messages on this call |
 //! | 11 | RC | s→c | `TRAILERS` | the `RESP` layout: the streaming call's final status, ends it |
 //! | 12 | RC | c→s | `RESET` | `code:u8`: the client ends the call now (cancelled, deadline, refused) |
 //! | 13 | RC | both | `CREDIT` | `n:u32`: `n` more `MSG`s on this call; with call id 0, `n` connection credits (s→c frames) back to the server |
-//! | 14, 15 | — | — | — | unassigned |
+//! | 14 | RC | c→s | `WANT` | nothing, call id 0: "my callers wait for a token"; answered by `CR` with call id 0 (see "Windows granted out of the shared pool") |
+//! | 15 | — | — | — | unassigned |
 //!
 //! A kind that a side does not expect (an unassigned one, `IN_PROGRESS` on RC, `CR`
 //! on UD, a stream kind on UD, a server kind sent to the server) is malformed: dropped and counted, and on RC
@@ -74,19 +124,30 @@
 //!
 //! # Flags (byte 4 of a `REQ` head, byte 5 of a `RESP` head)
 //!
-//! A frame with a flag this side does not know is malformed, so that a flag changing
-//! what a frame means can be added without an old receiver misreading it.
+//! A frame with a flag its receiver does not know is malformed, so that a flag
+//! changing what a frame means can be added without an old receiver misreading it.
 //! * bit 1, [`STREAM_FLAG`] (sent): on a `REQ`, the call is streaming (below); its
 //!   body is empty, and its messages follow as `MSG`s. On a `RESP`, the frame is a
 //!   streaming call's response headers: the call goes on (its messages and `TRAILERS`
 //!   follow). A `RESP` without it ends its call, whatever the call's shape.
-//! * bit 0, `BY_REF` (both heads; planned, not sent): the body is not inline; in its
-//!   place the frame carries a descriptor `addr:u64 rkey:u32 len:u32` of registered
-//!   memory at the sender, which the receiver pulls with one RDMA Read into memory of
-//!   its own. `body_len` still gives the body's length. The receiver sends its next
-//!   frame for the call only once the Read completed, and that frame releases the
-//!   memory (on RC unary: the `CR` or `RESP` answering a `REQ`; after a `RESP`, an
-//!   `RFR`, which the server answers with `CR`).
+//!
+//! Credit windows (RC only, with `CREDIT_WINDOWS`; see "Windows granted out of the
+//! shared pool" above; a UD receiver ignores them):
+//! * bit 4, `WANT_CREDIT` (`REQ`): the client ran out of call tokens; it would use
+//!   a larger window.
+//! * bit 4, `GRANT` (`RESP`, and a `CR`'s payload byte): this answer's token
+//!   returns, and one more.
+//! * bit 5, `REVOKE` (`RESP`, and a `CR`'s payload byte): this answer's token does
+//!   not return. Never with `GRANT`.
+//!
+//! Planned:
+//! * bit 0, `BY_REF` (both heads): the body is not inline; in its place the frame
+//!   carries a descriptor `addr:u64 rkey:u32 len:u32` of registered memory at the
+//!   sender, which the receiver pulls with one RDMA Read into memory of its own.
+//!   `body_len` still gives the body's length. The receiver sends its next frame for
+//!   the call only once the Read completed, and that frame releases the memory (on
+//!   RC unary: the `CR` or `RESP` answering a `REQ`; after a `RESP`, an `RFR`, which
+//!   the server answers with `CR`).
 //!
 //! # Streaming calls (RC): a call as two half-streams
 //!
@@ -167,6 +228,84 @@ pub const RESPONSE_HEAD_LEN: usize = 10;
 /// Bytes of the fixed part of a fragment frame.
 pub const FRAG_HEAD_LEN: usize = 4;
 
+/// `REQ` flag: the client ran out of call tokens and would use a larger window.
+pub const REQ_WANT_CREDIT: u8 = 0x10;
+/// `RESP` / `CR` flag: the answer's token returns, and one more.
+pub const CREDIT_GRANT: u8 = 0x10;
+/// `RESP` / `CR` flag: the answer's token does not return.
+pub const CREDIT_REVOKE: u8 = 0x20;
+/// Byte of a `REQ` head that holds its flags.
+pub const REQ_FLAGS_AT: usize = 4;
+/// Byte of a `RESP` head that holds its flags.
+pub const RESP_FLAGS_AT: usize = 5;
+
+/// How an answer moves the client's window (see "Windows granted out of the shared
+/// pool").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CreditAdjust {
+    /// The token returns: the window stays.
+    #[default]
+    Keep,
+    /// The token returns with this many more (1 on a `RESP`, up to 255 on a `CR`).
+    Grant(u8),
+    /// The token does not return.
+    Revoke,
+}
+
+impl CreditAdjust {
+    /// The flag bits.
+    pub fn bits(self) -> u8 {
+        match self {
+            CreditAdjust::Keep => 0,
+            CreditAdjust::Grant(_) => CREDIT_GRANT,
+            CreditAdjust::Revoke => CREDIT_REVOKE,
+        }
+    }
+
+    /// Reads the flag bits (and a `CR`'s count); both flags at once is malformed.
+    fn read(b: u8, count: Option<u8>) -> Result<CreditAdjust, Malformed> {
+        match b & (CREDIT_GRANT | CREDIT_REVOKE) {
+            0 => Ok(CreditAdjust::Keep),
+            CREDIT_GRANT => match count.unwrap_or(1) {
+                0 => Err(Malformed("a credit grant of 0")),
+                n => Ok(CreditAdjust::Grant(n)),
+            },
+            CREDIT_REVOKE => Ok(CreditAdjust::Revoke),
+            _ => Err(Malformed("an answer that both grants and revokes a credit")),
+        }
+    }
+
+    /// What an answer of `kind` with bytes `frame` says (only `RESP` and `CR` carry
+    /// credit flags; anything else keeps the window).
+    pub fn of(kind: Kind, frame: &[u8]) -> Result<CreditAdjust, Malformed> {
+        match kind {
+            Kind::Resp => frame
+                .get(RESP_FLAGS_AT)
+                .map_or(Ok(CreditAdjust::Keep), |b| Self::read(*b, None)),
+            Kind::Cr => frame.first().map_or(Ok(CreditAdjust::Keep), |b| {
+                Self::read(*b, frame.get(1).copied())
+            }),
+            _ => Ok(CreditAdjust::Keep),
+        }
+    }
+
+    /// Writes a `CR`'s payload for this adjustment: its length.
+    pub fn write_cr(self, out: &mut [u8]) -> usize {
+        match self {
+            CreditAdjust::Keep => 0,
+            CreditAdjust::Grant(1) | CreditAdjust::Revoke => {
+                out[0] = self.bits();
+                1
+            }
+            CreditAdjust::Grant(n) => {
+                out[0] = CREDIT_GRANT;
+                out[1] = n;
+                2
+            }
+        }
+    }
+}
+
 /// Frame kinds (the top 4 bits of the immediate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -198,6 +337,8 @@ pub enum Kind {
     Reset = 12,
     /// A grant of messages on a call, or of connection credits with call id 0.
     Credit = 13,
+    /// The client's callers wait for a token (RC, with credit windows).
+    Want = 14,
 }
 
 /// The flag of a streaming `REQ`, and of a `RESP` carrying a stream's headers.
@@ -228,6 +369,7 @@ impl Kind {
             11 => Kind::Trailers,
             12 => Kind::Reset,
             13 => Kind::Credit,
+            14 => Kind::Want,
             _ => return None,
         })
     }
@@ -254,7 +396,7 @@ pub const MAX_TIMEOUT_US: u64 = (1 << 56) - 1;
 /// Fixed part of a `REQ` frame.
 ///
 /// ```text
-/// 0 body_len:u32  4 flags:u8 (STREAM or 0)  5 timeout_us:u56 (0 = none)  12 path_len:u16  14 meta_len:u16
+/// 0 body_len:u32  4 flags:u8 (STREAM, WANT_CREDIT)  5 timeout_us:u56 (0 = none)  12 path_len:u16  14 meta_len:u16
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestHead {
@@ -285,7 +427,7 @@ impl RequestHead {
         let b = frame
             .get(..REQUEST_HEAD_LEN)
             .ok_or(Malformed("request frame shorter than its head"))?;
-        if b[4] & !STREAM_FLAG != 0 {
+        if b[REQ_FLAGS_AT] & !(STREAM_FLAG | REQ_WANT_CREDIT) != 0 {
             return Err(Malformed("request head with flags this side does not know"));
         }
         let timeout = u64::from_be_bytes(b[4..12].try_into().expect("8 bytes"));
@@ -339,7 +481,7 @@ impl RequestHead {
 /// Fixed part of a `RESP` frame.
 ///
 /// ```text
-/// 0 body_len:u32  4 code:u8  5 flags:u8 (STREAM or 0)  6 msg_len:u16  8 meta_len:u16
+/// 0 body_len:u32  4 code:u8  5 flags:u8 (STREAM, GRANT, REVOKE)  6 msg_len:u16  8 meta_len:u16
 /// ```
 /// `code` is the gRPC status code. With 0 (OK) the body is the response message;
 /// otherwise `msg_len` bytes of UTF-8 status message follow the head and the body is
@@ -372,11 +514,12 @@ impl ResponseHead {
         let b = frame
             .get(..RESPONSE_HEAD_LEN)
             .ok_or(Malformed("response frame shorter than its head"))?;
-        if b[5] & !STREAM_FLAG != 0 {
+        if b[RESP_FLAGS_AT] & !(STREAM_FLAG | CREDIT_GRANT | CREDIT_REVOKE) != 0 {
             return Err(Malformed(
                 "response head with flags this side does not know",
             ));
         }
+        CreditAdjust::read(b[RESP_FLAGS_AT], None)?;
         let h = ResponseHead {
             body_len: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
             code: b[4],
@@ -521,16 +664,15 @@ mod tests {
             Kind::Trailers,
             Kind::Reset,
             Kind::Credit,
+            Kind::Want,
         ] {
             assert_eq!(parse_imm(imm(k, 5)), Some((k, 5)));
         }
-        for k in [14u32, 15] {
-            assert_eq!(
-                parse_imm(k << CALL_ID_BITS | 1),
-                None,
-                "kind {k} is unassigned"
-            );
-        }
+        assert_eq!(
+            parse_imm(15 << CALL_ID_BITS | 1),
+            None,
+            "kind 15 is unassigned"
+        );
     }
 
     #[test]

@@ -5,8 +5,7 @@ use std::fmt;
 /// Optional protocol features: a client offers those it implements, the server
 /// grants the ones both implement, and each side uses only granted ones.
 ///
-/// No feature is defined yet ([`Capabilities::SUPPORTED`] is empty). Later work adds
-/// streaming calls, rendezvous by RDMA Read, same-host shared-memory links and a
+/// Defined: [`Capabilities::CREDIT_WINDOWS`]. Later work adds streaming calls, rendezvous by RDMA Read, same-host shared-memory links and a
 /// no-immediate mode (iWARP), each as one bit here. Bits this build does not know
 /// are kept when decoded (a peer may be newer) and drop out of every grant.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -15,8 +14,12 @@ pub struct Capabilities(u64);
 impl Capabilities {
     /// No feature.
     pub const NONE: Capabilities = Capabilities(0);
-    /// What this build implements: nothing optional yet.
-    pub const SUPPORTED: Capabilities = Capabilities::NONE;
+    /// RC credit windows that the server moves on its answers (see
+    /// [`crate::engine::wire`], "Windows granted out of the shared pool"): the
+    /// handshake grants the minimal window, 2, instead of a fixed share.
+    pub const CREDIT_WINDOWS: Capabilities = Capabilities(1 << 4);
+    /// What this build implements.
+    pub const SUPPORTED: Capabilities = Capabilities::CREDIT_WINDOWS;
 
     /// The set with these bits, known or not.
     pub const fn from_bits(bits: u64) -> Capabilities {

@@ -112,8 +112,11 @@ pub fn asks_ud(hello: &[u8]) -> bool {
 
 /// Decides on the client hello `hello` under `policy` with `now` free.
 ///
-/// RC: `min(asked, policy)` credits (a client asking fewer than 2 is malformed),
-/// refused when more than the free receive credits; the server's slot size.
+/// RC: with [`Capabilities::CREDIT_WINDOWS`] agreed, the minimal window of 2
+/// credits (the server then moves it between 2 and `min(asked, policy)`); without,
+/// `min(asked, policy)` credits for good (a client asking fewer than 2 is
+/// malformed); refused when more than the free receive credits; the server's slot
+/// size.
 /// UD: `min(asked, policy)` window and datagram, refused once `max_sessions` are
 /// open. Both: the server's largest message, the capabilities both offer.
 pub fn decide(hello: &[u8], policy: &Policy, now: &Availability) -> Decision {
@@ -130,7 +133,13 @@ pub fn decide(hello: &[u8], policy: &Policy, now: &Availability) -> Decision {
             if ask.credits < 2 {
                 return Decision::Reject(Reject::Malformed);
             }
-            let credits = ask.credits.min(rc.credits.max(2));
+            let credits = if capabilities.contains(Capabilities::CREDIT_WINDOWS) {
+                // The minimal window; the server grows it once the peer has proven
+                // its RDMA path, out of the shared pool.
+                crate::engine::credit::MIN_WINDOW
+            } else {
+                ask.credits.min(rc.credits.max(2))
+            };
             if credits > now.receive_credits_free {
                 return Decision::Reject(Reject::NoReceiveCredits);
             }

@@ -32,6 +32,11 @@ pub enum Reject {
         /// That limit.
         limit: u32,
     },
+    /// The server's limit of RC connections is reached.
+    ConnectionLimit {
+        /// That limit.
+        limit: u32,
+    },
     /// A reason this build does not know (from a newer server), by its code.
     Unknown(u16),
 }
@@ -46,6 +51,7 @@ impl Reject {
             Reject::UdNotServed => (5, 0),
             Reject::NoReceiveCredits => (6, 0),
             Reject::SessionLimit { limit } => (7, limit),
+            Reject::ConnectionLimit { limit } => (8, limit),
             Reject::Unknown(code) => (code, 0),
         }
     }
@@ -63,6 +69,7 @@ impl Reject {
             5 => Reject::UdNotServed,
             6 => Reject::NoReceiveCredits,
             7 => Reject::SessionLimit { limit: detail },
+            8 => Reject::ConnectionLimit { limit: detail },
             c => Reject::Unknown(c),
         }
     }
@@ -95,6 +102,9 @@ impl Reject {
             Reject::SessionLimit { limit } => {
                 format!(": its limit of {limit} UD sessions is reached")
             }
+            Reject::ConnectionLimit { limit } => {
+                format!(": its limit of {limit} connections is reached (Server::max_connections)")
+            }
             Reject::Unknown(code) => format!(" (reason {code}, unknown to this client)"),
         }
     }
@@ -117,6 +127,9 @@ impl fmt::Display for Reject {
             }
             Reject::SessionLimit { limit } => {
                 write!(f, "the server's limit of {limit} UD sessions is reached")
+            }
+            Reject::ConnectionLimit { limit } => {
+                write!(f, "the server's limit of {limit} connections is reached")
             }
             Reject::Unknown(code) => write!(f, "refused for reason {code}"),
         }

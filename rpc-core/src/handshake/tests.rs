@@ -38,7 +38,8 @@ fn policy() -> Policy {
             accepts_rc: true,
         }),
         max_message: 2 << 20,
-        capabilities: Capabilities::SUPPORTED,
+        // A server without credit windows: fixed grants (see the windows test).
+        capabilities: Capabilities::NONE,
     }
 }
 
@@ -356,6 +357,42 @@ fn rc_grants_the_smaller_credits_and_the_servers_slot() {
 }
 
 #[test]
+fn with_credit_windows_rc_starts_at_the_minimal_window_whatever_was_asked() {
+    let mut p = policy();
+    p.capabilities = Capabilities::SUPPORTED;
+    let (ask, grant) = decide(&rc_hello().encode(), &p, &plenty())
+        .into_rc()
+        .unwrap();
+    assert_eq!(ask.credits, 257, "the ask stays the window's cap");
+    assert!(grant.capabilities.contains(Capabilities::CREDIT_WINDOWS));
+    assert_eq!(grant.credits, 2);
+    // Two free receives admit it; one does not.
+    let now = |free| Availability {
+        receive_credits_free: free,
+        ud_sessions_open: 0,
+    };
+    assert!(decide(&rc_hello().encode(), &p, &now(2)).into_rc().is_ok());
+    assert_eq!(
+        rejected(&rc_hello().encode(), &p, &now(1)),
+        Reject::NoReceiveCredits
+    );
+    // A client without the capability gets the fixed grant of old.
+    let mut h = rc_hello();
+    h.capabilities = Capabilities::NONE;
+    let (_, grant) = decide(&h.encode(), &p, &plenty()).into_rc().unwrap();
+    assert_eq!(grant.credits, 129);
+}
+
+#[test]
+fn the_connection_limit_refusal_names_the_limit() {
+    let no = Reject::ConnectionLimit { limit: 7 };
+    assert_eq!(
+        check_rc(&rc_hello(), &no.encode()).unwrap_err().to_string(),
+        "server refused the connection: its limit of 7 connections is reached (Server::max_connections)"
+    );
+}
+
+#[test]
 fn ud_grants_the_smaller_window_and_datagram_and_says_if_rc_is_taken() {
     let (ask, grant) = decide(&ud_hello().encode(), &policy(), &plenty())
         .into_ud()
@@ -391,7 +428,7 @@ fn only_common_capabilities_are_granted() {
     p.capabilities = Capabilities::from_bits(0b0110);
     let (_, grant) = decide(&h.encode(), &p, &plenty()).into_rc().unwrap();
     assert_eq!(grant.capabilities, Capabilities::from_bits(0b0010));
-    // Today's build supports none, so a newer client's bits all drop out.
+    // A policy offering none grants none, so a newer client's bits all drop out.
     let (_, grant) = decide(&h.encode(), &policy(), &plenty()).into_rc().unwrap();
     assert_eq!(grant.capabilities, Capabilities::NONE);
 }

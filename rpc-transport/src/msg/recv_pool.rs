@@ -1,7 +1,7 @@
 //! `RecvPool`: registered receive slots posted to an SRQ or a QP's receive queue.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::access::AccessFlags;
 use crate::error::{Error, Result};
@@ -31,10 +31,21 @@ pub type OnRepost = Box<dyn Fn(u32) + Send + Sync>;
 /// Receives reposted per post list.
 const POST_CHUNK: usize = 32;
 
+/// Bits of a slot index that number the slot inside its region; the bits above
+/// name the region.
+const SEG_SHIFT: u32 = 20;
+const SEG_MASK: u32 = (1 << SEG_SHIFT) - 1;
+/// Regions a pool may have: its first and those [`RecvPool::grow`] adds.
+const MAX_SEGS: usize = 24;
+
 struct Inner {
     // Field order: the queue the receives sit on goes before the memory they name.
     target: RecvTarget,
-    mr: MemoryRegion,
+    /// Region `k` holds the slots whose index has `k` in its top bits; set once each
+    /// (by `new` and `grow`), read without a lock.
+    segs: Vec<OnceLock<MemoryRegion>>,
+    /// Slots in all regions.
+    slots: AtomicUsize,
     /// Registered bytes per slot.
     slot_size: usize,
     /// Header mode: bytes presented slots skip (0 with immediates, else 4).
@@ -48,7 +59,8 @@ struct Inner {
     on_repost: Option<OnRepost>,
 }
 
-/// `n` receive slots of `slot_size` bytes in one registered region.
+/// `n` receive slots of `slot_size` bytes in registered regions; [`RecvPool::grow`]
+/// adds more (a client's receives follow its credit window).
 ///
 /// In [`ImmMode::Header`] each received frame starts with the sender's 4-byte
 /// immediate header (after the 40-byte GRH area on a UD QP); a [`RecvSlot`] reads it
@@ -112,11 +124,19 @@ impl RecvPool {
                  ({hdr_at}-byte GRH area, {skip}-byte immediate header)"
             )));
         }
+        if n > SEG_MASK {
+            return Err(Error::InvalidArgument(format!(
+                "receive pool of {n} slots in one region"
+            )));
+        }
         let mr = pd.alloc_mr(n as usize * slot_size, AccessFlags::LOCAL_WRITE)?;
+        let segs: Vec<OnceLock<MemoryRegion>> = (0..MAX_SEGS).map(|_| OnceLock::new()).collect();
+        let _ = segs[0].set(mr);
         let pool = RecvPool {
             inner: Arc::new(Inner {
                 target,
-                mr,
+                segs,
+                slots: AtomicUsize::new(n as usize),
                 slot_size,
                 skip,
                 hdr_at,
@@ -140,6 +160,45 @@ impl RecvPool {
     /// in [`ImmMode::Header`].
     pub fn slot_size(&self) -> usize {
         self.inner.slot_size - self.inner.skip
+    }
+
+    /// Slots in all regions (all posted, or received and not yet reposted).
+    pub fn capacity(&self) -> usize {
+        self.inner.slots.load(Ordering::Acquire)
+    }
+
+    /// Registers `extra` more slots in a new region and posts them. The repost hook
+    /// is not called for them: they are new receives, not returned ones.
+    pub fn grow(&self, pd: &ProtectionDomain, extra: u32) -> Result<()> {
+        if extra == 0 || extra > SEG_MASK {
+            return Err(Error::InvalidArgument(format!(
+                "growing a receive pool by {extra} slots"
+            )));
+        }
+        let mr = pd.alloc_mr(
+            extra as usize * self.inner.slot_size,
+            AccessFlags::LOCAL_WRITE,
+        )?;
+        // Under the pending lock: one grow at a time, and a flush sees the new
+        // slots only once their region is set.
+        let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(k) = self.inner.segs.iter().position(|s| s.get().is_none()) else {
+            return Err(Error::InvalidArgument(format!(
+                "receive pool already has {MAX_SEGS} regions"
+            )));
+        };
+        let _ = self.inner.segs[k].set(mr);
+        let seg = (k as u32) << SEG_SHIFT;
+        let fresh: Vec<u32> = (0..extra).map(|i| seg | i).collect();
+        let mut refused = Vec::new();
+        for chunk in fresh.chunks(POST_CHUNK) {
+            let posted = self.inner.post(chunk);
+            refused.extend_from_slice(&chunk[posted.unwrap_or_else(|(n, _)| n)..]);
+        }
+        self.inner.slots.fetch_add(extra as usize, Ordering::AcqRel);
+        // Refused receives wait with the others for a later flush.
+        pending.extend(refused);
+        Ok(())
     }
 
     /// Receives reposted since creation.
@@ -198,43 +257,12 @@ impl Inner {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         while !pending.is_empty() {
             let k = pending.len().min(POST_CHUNK);
-            let mut sges = [Sge::default(); POST_CHUNK];
-            for (s, &idx) in sges.iter_mut().zip(&pending[pending.len() - k..]) {
-                *s = self
-                    .mr
-                    .sge(idx as usize * self.slot_size, self.slot_size as u32);
-            }
-            let wr = |i: usize| RecvWr {
-                wr_id: u64::from(pending[pending.len() - k + i]),
-                sg_list: std::slice::from_ref(&sges[i]),
-            };
-            // One slot (a reply read on its caller's task) is the common case: build
-            // one WR, not a full chunk.
-            let one;
-            let all: [RecvWr<'_>; POST_CHUNK];
-            let wrs: &[RecvWr<'_>] = if k == 1 {
-                one = [wr(0)];
-                &one
-            } else {
-                all = std::array::from_fn(|i| wr(i.min(k - 1)));
-                &all[..k]
-            };
-            // Each SGE names a whole slot of this pool's live region; a slot is pending
-            // only after its `RecvSlot` dropped (or before it was ever posted), so
-            // nothing reads or writes it until its completion is reaped and turned into
-            // a new `RecvSlot`; the region outlives the queue (field order).
-            let r = match &self.target {
-                // SAFETY: as explained above.
-                RecvTarget::Srq(s) => unsafe { s.post_recv(wrs) },
-                // SAFETY: as explained above.
-                RecvTarget::Qp(q) => unsafe { q.post_recv(wrs) },
-            };
-            let posted = match &r {
-                Ok(()) => k,
-                Err(Error::Post { index, .. }) => *index,
-                Err(_) => 0,
-            };
             let new_len = pending.len() - k;
+            let r = self.post(&pending[new_len..]);
+            let posted = match &r {
+                Ok(n) => *n,
+                Err((n, _)) => *n,
+            };
             if posted < k {
                 // Keep the refused ones so a later flush can try again.
                 pending.drain(new_len..new_len + posted);
@@ -247,9 +275,63 @@ impl Inner {
                     hook(posted as u32);
                 }
             }
-            r?;
+            r.map_err(|(_, e)| e)?;
         }
         Ok(())
+    }
+
+    /// The region and byte offset of slot `idx`.
+    fn place(&self, idx: u32) -> (&MemoryRegion, usize) {
+        let mr = self.segs[(idx >> SEG_SHIFT) as usize]
+            .get()
+            .expect("a slot's region is set before the slot exists");
+        (mr, (idx & SEG_MASK) as usize * self.slot_size)
+    }
+
+    /// Posts the receives of `slots` (at most [`POST_CHUNK`]): how many were
+    /// posted, or how many before the error.
+    fn post(&self, slots: &[u32]) -> std::result::Result<usize, (usize, Error)> {
+        let k = slots.len().min(POST_CHUNK);
+        let mut sges = [Sge::default(); POST_CHUNK];
+        for (s, &idx) in sges.iter_mut().zip(&slots[..k]) {
+            let (mr, off) = self.place(idx);
+            *s = mr.sge(off, self.slot_size as u32);
+        }
+        let wr = |i: usize| RecvWr {
+            wr_id: u64::from(slots[i]),
+            sg_list: std::slice::from_ref(&sges[i]),
+        };
+        // One slot (a reply read on its caller's task) is the common case: build
+        // one WR, not a full chunk.
+        let one;
+        let all: [RecvWr<'_>; POST_CHUNK];
+        let wrs: &[RecvWr<'_>] = if k == 1 {
+            one = [wr(0)];
+            &one
+        } else {
+            all = std::array::from_fn(|i| wr(i.min(k - 1)));
+            &all[..k]
+        };
+        // Each SGE names a whole slot of this pool's live regions; a slot is posted
+        // only when new (`new`, `grow`) or after its `RecvSlot` dropped, so nothing
+        // reads or writes it until its completion is reaped and turned into a new
+        // `RecvSlot`; the regions outlive the queue (field order).
+        let r = match &self.target {
+            // SAFETY: as explained above.
+            RecvTarget::Srq(s) => unsafe { s.post_recv(wrs) },
+            // SAFETY: as explained above.
+            RecvTarget::Qp(q) => unsafe { q.post_recv(wrs) },
+        };
+        match r {
+            Ok(()) => Ok(k),
+            Err(e) => {
+                let n = match &e {
+                    Error::Post { index, .. } => (*index).min(k),
+                    _ => 0,
+                };
+                Err((n, e))
+            }
+        }
     }
 }
 
@@ -268,13 +350,10 @@ impl RecvSlot {
             return;
         }
         let mut h = [0u8; IMM_HEADER_LEN];
+        let (mr, off) = self.pool.place(self.idx);
         // SAFETY: as in `bytes`: the receive completed and the buffer is not reposted
         // while this guard lives.
-        h.copy_from_slice(unsafe {
-            self.pool
-                .mr
-                .slice(self.idx as usize * self.pool.slot_size + at, IMM_HEADER_LEN)
-        });
+        h.copy_from_slice(unsafe { mr.slice(off + at, IMM_HEADER_LEN) });
         self.imm = Some(u32::from_be_bytes(h));
         self.off = IMM_HEADER_LEN as u32;
         self.len -= IMM_HEADER_LEN;
@@ -286,10 +365,8 @@ impl RecvSlot {
         // SAFETY: the receive for this slot completed and the buffer is reposted only
         // when this guard drops, so the device writes nothing here while it lives.
         unsafe {
-            self.pool.mr.slice(
-                self.idx as usize * self.pool.slot_size + self.off as usize,
-                self.len,
-            )
+            let (mr, off) = self.pool.place(self.idx);
+            mr.slice(off + self.off as usize, self.len)
         }
     }
 

@@ -25,7 +25,11 @@ pub struct SendSlot {
     idx: u32,
 }
 
-/// `n` send slots of `slot_size` bytes in one registered region, posted on one QP.
+/// `n` send slots of `slot_size` bytes in registered regions, posted on one QP.
+///
+/// The ring starts with one region and [`SendRing::grow`] adds more (a connection's
+/// send memory grows with its credit window instead of being sized for the largest
+/// window up front). A slot index names its region in its top bits.
 ///
 /// Each frame carries a 32-bit immediate, as a Send with Immediate or, in
 /// [`ImmMode::Header`], as a header the ring writes before the payload (so
@@ -38,7 +42,10 @@ pub struct SendSlot {
 pub struct SendRing {
     // Field order: the QP (which may still read the slots) goes before the memory.
     qp: Arc<QueuePair>,
-    mr: MemoryRegion,
+    /// Region `k` holds the slots whose index has `k` in its top bits.
+    mrs: Vec<MemoryRegion>,
+    /// Slots in all regions.
+    capacity: usize,
     id: u32,
     /// Registered bytes per slot (header included).
     stride: usize,
@@ -60,6 +67,10 @@ pub struct SendRing {
 /// WRs per post list when a cork is pulled: one doorbell (one `send` on the soft
 /// provider) per this many frames.
 const FLUSH_CHUNK: usize = 32;
+
+/// Bits of a slot index that number the slot inside its region.
+const SEG_SHIFT: u32 = 20;
+const SEG_MASK: u32 = (1 << SEG_SHIFT) - 1;
 
 impl SendRing {
     /// Registers `n` slots of `slot_size` bytes in `pd` for Sends with Immediate on
@@ -98,7 +109,8 @@ impl SendRing {
         let max_inline = qp.cap().max_inline_data as usize;
         Ok(SendRing {
             qp,
-            mr,
+            mrs: vec![mr],
+            capacity: n as usize,
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
             stride: slot_size,
             hdr,
@@ -111,6 +123,42 @@ impl SendRing {
             held: Vec::new(),
             corked: false,
         })
+    }
+
+    /// Slots in all its regions.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Registers `extra` more slots in a new region (at most the QP's send WRs in
+    /// all). The ring's first slots keep their place: slots in flight are untouched.
+    pub fn grow(&mut self, pd: &ProtectionDomain, extra: u32) -> Result<()> {
+        let total = self.capacity() + extra as usize;
+        if extra == 0
+            || total > self.qp.cap().max_send_wr as usize
+            || self.mrs.len() >= (1 << (32 - SEG_SHIFT))
+            || extra > SEG_MASK
+        {
+            return Err(Error::InvalidArgument(format!(
+                "send ring of {total} slots on a QP with {} send WRs",
+                self.qp.cap().max_send_wr
+            )));
+        }
+        let mr = pd.alloc_mr(extra as usize * self.stride, AccessFlags::empty())?;
+        let seg = (self.mrs.len() as u32) << SEG_SHIFT;
+        self.mrs.push(mr);
+        self.capacity = total;
+        self.free.extend((0..extra).rev().map(|i| seg | i));
+        self.signal_every = (total as u32 / 4).max(1);
+        Ok(())
+    }
+
+    /// The region and byte offset of slot `idx`.
+    fn place(&self, idx: u32) -> (&MemoryRegion, usize) {
+        (
+            &self.mrs[(idx >> SEG_SHIFT) as usize],
+            (idx & SEG_MASK) as usize * self.stride,
+        )
     }
 
     /// The QP the ring posts on.
@@ -153,8 +201,8 @@ impl SendRing {
         // consumes it), so no WR names this range; `&mut self` and the non-Clone slot
         // make this the only reference to it.
         unsafe {
-            self.mr
-                .slice_mut(slot.idx as usize * self.stride + self.hdr, self.payload)
+            let (mr, off) = self.place(slot.idx);
+            mr.slice_mut(off + self.hdr, self.payload)
         }
     }
 
@@ -207,9 +255,10 @@ impl SendRing {
     #[cold]
     #[inline(never)]
     fn write_header(&mut self, slot: &SendSlot, imm: u32) {
+        let (mr, off) = self.place(slot.idx);
         // SAFETY: as in `buf`: the slot is held, not posted, so nothing else reads or
         // writes its bytes.
-        let head = unsafe { self.mr.slice_mut(slot.idx as usize * self.stride, 4) };
+        let head = unsafe { mr.slice_mut(off, 4) };
         head.copy_from_slice(&imm.to_be_bytes());
     }
 
@@ -255,7 +304,8 @@ impl SendRing {
         let n = frames.len().min(FLUSH_CHUNK);
         let mut unsignaled = self.unsignaled;
         for (k, &(idx, len, _)) in frames[..n].iter().enumerate() {
-            sges[k] = self.mr.sge(idx as usize * self.stride, len as u32);
+            let (mr, off) = self.place(idx);
+            sges[k] = mr.sge(off, len as u32);
             // The last frame of a list that leaves no slot free always asks for a
             // completion, so a full ring has one coming that frees it.
             signaled[k] =

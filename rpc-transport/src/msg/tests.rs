@@ -209,3 +209,34 @@ fn a_corked_ring_holds_posts_and_uncork_sends_them_in_order() {
     ring.post(slot, 4, 99).unwrap();
     assert_eq!(next(&b.cq, &a.cq).imm_data, Some(99));
 }
+
+#[test]
+fn a_grown_ring_and_pool_carry_messages_in_their_new_slots_too() {
+    let (a, b) = (side(), side());
+    let (qa, qb) = (qp(&a, None), qp(&b, None));
+    connect(&qa, &qb);
+    let pool = RecvPool::new(&b.pd, RecvTarget::Qp(qb.clone()), 2, 512, None).unwrap();
+    let mut ring = SendRing::new(&a.pd, qa.clone(), 2, 512).unwrap();
+    pool.grow(&b.pd, 6).unwrap();
+    ring.grow(&a.pd, 6).unwrap();
+    assert_eq!((pool.capacity(), ring.capacity()), (8, 8));
+    assert!(
+        ring.grow(&a.pd, 9).is_err(),
+        "never beyond the QP's send WRs"
+    );
+    // Eight messages in flight at once: they need the new receives and slots.
+    let slots: Vec<_> = (0..8).map(|_| ring.acquire().expect("8 slots")).collect();
+    for (i, s) in slots.into_iter().enumerate() {
+        ring.buf(&s)[..300].fill(i as u8);
+        ring.post(s, 300, i as u32).unwrap();
+    }
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let wc = next(&b.cq, &a.cq);
+        assert!(wc.is_ok(), "{wc:?}");
+        let got = pool.complete(&wc).unwrap();
+        let i = wc.imm_data.unwrap() as u8;
+        assert!(got.bytes().iter().all(|&x| x == i), "message {i} intact");
+        held.push(got);
+    }
+}

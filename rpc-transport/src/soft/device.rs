@@ -51,6 +51,7 @@ pub(crate) struct Stats {
     pub(crate) ud_duplicated: AtomicU64,
     pub(crate) rc_frames_malformed: AtomicU64,
     pub(crate) rc_connections: AtomicU64,
+    pub(crate) rc_rnr_naks: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -235,6 +236,7 @@ impl Device {
             ud_duplicated: g(&s.ud_duplicated),
             rc_frames_malformed: g(&s.rc_frames_malformed),
             rc_connections: g(&s.rc_connections),
+            rc_rnr_naks: g(&s.rc_rnr_naks),
         }
     }
 

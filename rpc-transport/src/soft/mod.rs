@@ -122,4 +122,6 @@ pub struct SoftStats {
     pub rc_frames_malformed: u64,
     /// RC connections established.
     pub rc_connections: u64,
+    /// RC frames this device's QPs answered with an RNR NAK (no receive posted).
+    pub rc_rnr_naks: u64,
 }

@@ -695,3 +695,165 @@ fn details_above_the_clients_limit_are_dropped_there_and_the_server_released() {
     assert_eq!(srv.buffered(), 0);
     assert_eq!(srv.calls(), 0);
 }
+
+// ---- credit windows (see `wire`: "Windows granted out of the shared pool") ----
+
+/// Grows to 32 from tick 5, shrinks to 3 from tick 60, grows to 16 from tick 120.
+fn schedule(_: &mut crate::engine::CreditWindow, tick: u64) -> u32 {
+    match tick {
+        0..5 => 2,
+        5..60 => 32,
+        60..120 => 3,
+        _ => 16,
+    }
+}
+
+/// Keeps as many calls in flight as the client's window allows, for `ticks`.
+fn keep_busy(sim: &mut Sim, ticks: u64, next: &mut u64) {
+    for _ in 0..ticks {
+        while let Some(r) = sim.try_call(
+            *next,
+            "/s/m",
+            body(*next, 40 + (*next as usize % 3) * 300),
+            None,
+        ) {
+            r.unwrap();
+            *next += 1;
+        }
+        sim.step();
+    }
+}
+
+#[test]
+fn grants_and_revokes_move_the_window_on_answers_and_never_cause_rnr() {
+    let knobs = Knobs {
+        latency: 2,
+        app_delay: 3,
+        ..Knobs::default()
+    };
+    let mut sim = Sim::new(2, 256, 1 << 20, knobs).with_windows(40, schedule);
+    let mut next = 0;
+    keep_busy(&mut sim, 55, &mut next);
+    assert_eq!(
+        sim.client.window(),
+        32,
+        "grown to the target, one token per answer"
+    );
+    keep_busy(&mut sim, 60, &mut next);
+    assert_eq!(
+        sim.client.window(),
+        3,
+        "shrunk by revokes while calls kept coming"
+    );
+    keep_busy(&mut sim, 60, &mut next);
+    assert_eq!(sim.client.window(), 16);
+    assert!(sim.run(1000));
+    sim.assert_quiescent();
+    assert_eq!(sim.done.len() as u64, next, "every call ended");
+    for (tag, r) in &sim.done {
+        assert_eq!(
+            ok_bytes(r),
+            body(*tag, 40 + (*tag as usize % 3) * 300).as_slice()
+        );
+    }
+    assert_eq!(sim.client.stats().malformed, 0);
+}
+
+/// Doubles the window whenever the client says its callers wait.
+fn on_demand(w: &mut crate::engine::CreditWindow, _: u64) -> u32 {
+    if w.take_wanted() {
+        (w.window() * 2).min(w.max())
+    } else {
+        w.target()
+    }
+}
+
+#[test]
+fn a_client_whose_calls_all_wait_on_handlers_asks_with_want_and_gets_more() {
+    let knobs = Knobs {
+        latency: 1,
+        app_delay: 500,
+        ..Knobs::default()
+    };
+    let mut sim = Sim::new(2, 256, 1 << 20, knobs).with_windows(64, on_demand);
+    // The minimal window: one call, then the callers wait.
+    assert!(sim.try_call(0, "/s/m", vec![1], None).is_some());
+    assert!(sim.try_call(1, "/s/m", vec![1], None).is_none());
+    // No answer is coming for 500 ticks, yet a WANT brings a grant within a few.
+    let mut started = 1;
+    for _ in 0..40 {
+        sim.step();
+        while sim.try_call(started, "/s/m", vec![1], None).is_some() {
+            started += 1;
+        }
+    }
+    assert_eq!(
+        started, 63,
+        "doubled up to the cap of 64 (one token kept for CANCEL)"
+    );
+    assert!(sim.done.is_empty(), "all still wait on their handlers");
+    assert!(sim.run(2000));
+    sim.assert_quiescent();
+    assert_eq!(sim.done.len(), 63);
+}
+
+/// Never grants: the pool is empty.
+fn nothing(_: &mut crate::engine::CreditWindow, _: u64) -> u32 {
+    2
+}
+
+#[test]
+fn a_want_answered_without_a_grant_is_not_repeated_until_another_answer() {
+    let knobs = Knobs {
+        latency: 1,
+        app_delay: 100,
+        ..Knobs::default()
+    };
+    let mut sim = Sim::new(2, 256, 1 << 20, knobs).with_windows(64, nothing);
+    assert!(sim.try_call(0, "/s/m", vec![1], None).is_some());
+    for _ in 0..50 {
+        assert!(
+            sim.try_call(1, "/s/m", vec![1], None).is_none(),
+            "no credit: it waits"
+        );
+        sim.step();
+    }
+    // One REQ and one WANT in 50 ticks, not a WANT per tick.
+    assert_eq!(sim.client.stats().frames_sent, 2);
+    assert!(sim.run(1000));
+    assert_eq!(sim.done.len(), 1);
+    // The call's answer lifted the block: the waiting caller gets its token now.
+    assert!(sim.try_call(1, "/s/m", vec![1], None).is_some());
+    assert!(sim.run(1000));
+    sim.assert_quiescent();
+}
+
+#[test]
+fn garbage_credit_flags_are_counted_and_never_grow_the_window_past_its_cap() {
+    use crate::engine::wire::{imm, Kind, CREDIT_GRANT, CREDIT_REVOKE};
+    use crate::engine::{ClientConfig, ClientConn};
+    let mut c = ClientConn::<u64>::new(ClientConfig {
+        credits: 2,
+        frame_size: 256,
+        max_send_message: 1024,
+        max_recv_message: 1024,
+    })
+    .with_credit_windows(4);
+    let now = std::time::Instant::now();
+    // Both flags at once, a grant of 0, a grant beyond the cap, a revoke below 2.
+    for frame in [
+        vec![CREDIT_GRANT | CREDIT_REVOKE],
+        vec![CREDIT_GRANT, 0],
+        vec![CREDIT_GRANT, 9],
+        vec![CREDIT_REVOKE],
+    ] {
+        assert!(c.handle_frame(now, imm(Kind::Cr, 5), &frame).is_none());
+    }
+    assert_eq!(c.window(), 2);
+    // 4 bad moves, and 4 answers to no call.
+    assert_eq!(c.stats().malformed, 8);
+    assert!(c
+        .handle_frame(now, imm(Kind::Cr, 5), &[CREDIT_GRANT, 2])
+        .is_none());
+    assert_eq!(c.window(), 4, "a valid grant counts even on a stray answer");
+}

@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::engine::{
-    CallHead, ClientConfig, ClientConn, Completion, Incoming, Reply, RequestBody, ServerConfig,
-    ServerConn,
+    CallHead, ClientConfig, ClientConn, Completion, CreditWindow, Incoming, Reply, RequestBody,
+    ServerConfig, ServerConn,
 };
 use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
@@ -141,7 +141,15 @@ pub(super) struct Sim {
     held_by_app: u32,
     /// Tick at which the server stops answering (to test a silent peer).
     pub(super) server_mute: bool,
+    /// With credit windows: the driver's policy, run before the server answers,
+    /// returns the window's target (the sim then reserves or releases receives).
+    policy: Option<Policy>,
+    /// With credit windows: the largest window the client has seen.
+    pub(super) peak_window: u32,
 }
+
+/// A credit policy: the server's window and the tick → the target.
+pub(super) type Policy = fn(&mut CreditWindow, u64) -> u32;
 
 impl Sim {
     pub(super) fn new(credits: u32, frame: usize, max_msg: usize, knobs: Knobs) -> Sim {
@@ -173,7 +181,53 @@ impl Sim {
             done: Vec::new(),
             held_by_app: 0,
             server_mute: false,
+            policy: None,
+            peak_window: 0,
         }
+    }
+
+    /// Credit windows: both ends start at the minimal window of 2 and the server
+    /// moves it up to `max` by `policy`, as the driver does with its shared pool.
+    /// The server's receives for this connection follow the reservation, so a
+    /// release that a frame still needs shows up as an RNR.
+    pub(super) fn with_windows(mut self, max: u32, policy: Policy) -> Sim {
+        let cfg = ClientConfig {
+            credits: 2,
+            frame_size: self.frame,
+            max_send_message: 1 << 20,
+            max_recv_message: 1 << 20,
+        };
+        self.client = ClientConn::new(cfg).with_credit_windows(max);
+        self.server.set_credit(CreditWindow::dynamic(2, max));
+        self.policy = Some(policy);
+        self.server_recvs = 2;
+        self.client_recvs = 2;
+        self.credits = 2;
+        self
+    }
+
+    /// The driver's settle: the policy's target, receives reserved before a grant
+    /// and released once revokes have left.
+    fn settle(&mut self) {
+        let Some(policy) = self.policy else {
+            return;
+        };
+        let tick = self.tick;
+        let w = self.server.credit_mut();
+        let target = policy(w, tick);
+        w.set_target(target);
+        let need = w.committed();
+        if need > w.reserved {
+            self.server_recvs += need - w.reserved;
+        } else {
+            let d = w.reserved - need;
+            assert!(
+                self.server_recvs >= d,
+                "released {d} receives while frames may still need them"
+            );
+            self.server_recvs -= d;
+        }
+        w.reserved = need;
     }
 
     pub(super) fn with_app(mut self, app: App) -> Sim {
@@ -249,6 +303,7 @@ impl Sim {
                 None => self.server_recvs += 1,
             }
         }
+        self.settle();
         while self.app_calls.front().is_some_and(|a| a.due <= self.tick) {
             let a = self.app_calls.pop_front().expect("checked");
             // The request's slot goes back before the answer leaves (as in the driver).
@@ -272,6 +327,7 @@ impl Sim {
             };
             self.send_to_client(out, t.len, t.imm);
         }
+        self.settle();
         while let Some(f) = self.to_client.pop_due(self.tick) {
             assert!(
                 self.client_recvs > 0,
@@ -284,6 +340,13 @@ impl Sim {
             // Reposted at once (the reply's bytes were copied by `record`).
             self.client_recvs += 1;
             self.client.handle_tokens_returned(1);
+            // The driver posts receives for a grown window before it sends.
+            let w = self.client.window();
+            self.peak_window = self.peak_window.max(w);
+            if w > self.credits {
+                self.client_recvs += w - self.credits;
+                self.credits = w;
+            }
         }
         self.client.handle_timeout(now);
         while let Some(c) = self.client.poll_completion() {
@@ -306,7 +369,11 @@ impl Sim {
                 },
             );
         }
-        assert!(self.server_recvs + self.held_by_app <= self.credits);
+        let budget = match self.policy {
+            Some(_) => self.server.credit().reserved,
+            None => self.credits,
+        };
+        assert!(self.server_recvs + self.held_by_app <= budget);
     }
 
     fn dispatch(&mut self, inc: Incoming, frame: &[u8]) {
@@ -366,10 +433,19 @@ impl Sim {
         assert_eq!(self.server.calls(), 0, "server call table drained");
         assert_eq!(
             self.client.free_tokens(),
-            self.credits,
+            self.client.window(),
             "every token returned"
         );
         assert_eq!(self.server.buffered(), 0, "server buffers released");
-        assert_eq!(self.server_recvs, self.credits);
+        if self.policy.is_some() {
+            assert_eq!(
+                self.client.window(),
+                self.server.credit().window(),
+                "both ends agree on the window"
+            );
+            assert_eq!(self.server_recvs, self.server.credit().reserved);
+        } else {
+            assert_eq!(self.server_recvs, self.credits);
+        }
     }
 }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing};
-use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion};
+use rpc_transport::{
+    AccessFlags, ProtectionDomain, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion,
+};
 
 use super::conn::{Conn, Dial};
 use super::dial::{dial, shared_device};
@@ -19,7 +21,7 @@ use super::stream::StreamShared;
 use super::{deliver, ReplySender};
 use crate::engine::wire::SERVER_CREDITS;
 use crate::engine::{ClientConfig, ClientConn, Reply};
-use crate::handshake::{check_rc, ClientHello, HandshakeError, RcAsk};
+use crate::handshake::{check_rc, Capabilities, ClientHello, HandshakeError, RcAsk};
 use crate::id_map::IdMap;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
@@ -50,6 +52,8 @@ pub(crate) struct RcLink {
     credits: Arc<ReturnedCredits>,
     /// The streaming calls' callers, by call id (see `stream.rs`).
     pub(super) streams: IdMap<u32, Arc<StreamShared>>,
+    /// Where receives and send slots grow when the server grants credits.
+    pd: ProtectionDomain,
 }
 
 /// Connects an RC channel: the handshake, then the QP, its slots and driver.
@@ -108,19 +112,28 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
         Some(hook),
     )?;
     let ring = SendRing::new(&pd, qp.clone(), credits, slot)?;
-    let engine = ClientConn::new(ClientConfig {
+    let mut engine = ClientConn::new(ClientConfig {
         credits,
         frame_size: slot,
         max_send_message: s.max_message.min(grant.max_message as usize),
         max_recv_message: s.max_message,
     });
-    let link = RcLink {
+    if grant.capabilities.contains(Capabilities::CREDIT_WINDOWS) {
+        // Receives and send slots start at the granted window and follow it.
+        engine = engine.with_credit_windows(ask);
+    }
+    let mut link = RcLink {
         engine,
         ring,
         promised: SlotPromises::default(),
         credits: returned,
         streams: IdMap::default(),
+        pd,
     };
+    // A first frame at once: it proves this side's RDMA path to the server (which
+    // closes connections that send none in time) and asks for the working window.
+    link.engine.ask_credit();
+    link.pump();
     tracing::debug!(peer = %addr, credits, slot, "connected");
     Ok(Conn::spawn(link, sig, (pool, cq), s, tcp))
 }
@@ -176,6 +189,34 @@ impl RcLink {
         }
     }
 
+    /// Grows the answer receives and the send slots to the window the server
+    /// granted, before anything is sent on the new credits (doubling, so a growing
+    /// window registers memory a few times, not once per credit).
+    fn follow_window(&mut self, pool: &RecvPool) {
+        let w = self.engine.window() as usize;
+        let max = self.ring.qp().cap().max_send_wr as usize;
+        // Receives for the window's answers, plus the server's own frames (streams).
+        let need = w + SERVER_CREDITS as usize;
+        let room = self.ring.qp().cap().max_recv_wr as usize;
+        let recv = pool.capacity();
+        if need > recv {
+            // Doubling (few regions), within the receive queue, never short of need.
+            let extra = recv.min(room.saturating_sub(recv)).max(need - recv);
+            if let Err(e) = pool.grow(&self.pd, extra as u32) {
+                // Without the receives the granted credits cannot be used safely.
+                self.fail(Status::unavailable(format!("receives not grown: {e}")));
+                return;
+            }
+        }
+        let send = self.ring.capacity();
+        if w > send {
+            let extra = send.max(w - send).min(max - send);
+            if let Err(e) = self.ring.grow(&self.pd, extra as u32) {
+                tracing::debug!(error = %e, "send ring not grown");
+            }
+        }
+    }
+
     /// Sends queued frames and the requests callers held back.
     pub(super) fn send_queued(&mut self) {
         if self.engine.dead().is_none() {
@@ -212,8 +253,14 @@ impl Link for RcLink {
     fn reserve(&mut self) -> bool {
         self.sync_credits();
         let engine = &mut self.engine;
-        self.promised
-            .take(self.ring.free_slots(), || engine.reserve())
+        let ok = self
+            .promised
+            .take(self.ring.free_slots(), || engine.reserve());
+        if !ok && self.engine.wants_transmit() {
+            // Out of tokens: the engine may ask the server for more (a `WANT`).
+            self.pump();
+        }
+        ok
     }
 
     fn unreserve(&mut self) {
@@ -304,6 +351,7 @@ impl Link for RcLink {
             }
         }
         drop(batch); // reposts now, returning credits through the hook
+        self.follow_window(pool);
         self.send_queued();
         self.route_stream_events();
         freed

@@ -89,17 +89,35 @@ impl<L> Server<L> {
         self
     }
 
-    /// Most calls in flight on one connection (its credits, less the one clients keep
-    /// for CANCEL frames).
+    /// Most calls in flight on one connection (default 256): the cap of its credit
+    /// window, less the one credit clients keep for CANCEL frames. A connection
+    /// starts at one call and its window grows toward this as it is used, out of
+    /// the shared receive pool ([`Server::receive_pool_slots`]).
     pub fn credits_per_connection(mut self, n: u32) -> Self {
         self.settings.credits = n.max(1);
         self
     }
 
-    /// Receive slots in the shared pool (SRQ): the sum of all connections' credits.
-    /// A connection that would exceed it is refused at the handshake.
+    /// Receive slots in the shared pool (SRQ), default 4,112 (32 MiB at the default
+    /// slot size): every RC connection's credit window comes out of it. Each
+    /// connection holds 2 from its handshake; the pool keeps back 2 for every
+    /// further connection [`Server::max_connections`] allows (at most half the
+    /// pool), and windows grow into the rest; when it runs low, windows above the
+    /// fair share shrink as their connections send. Calls of a connection whose
+    /// window is used up wait for a credit, they do not fail. While
+    /// `2 * max_connections` is at most half the pool (as by default), a connection
+    /// under the limit is never refused for credit; otherwise one that finds fewer
+    /// than 2 free is refused at the handshake (`no receive credits left`).
     pub fn receive_pool_slots(mut self, n: u32) -> Self {
-        self.settings.pool_slots = n.max(1);
+        self.settings.pool_slots = n.max(2);
+        self
+    }
+
+    /// Most RC connections served at once (default 1,024); one more is refused at
+    /// the handshake, and its `connect` fails `UNAVAILABLE` naming the limit. The
+    /// receive pool keeps the minimal window of each connection still allowed.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.settings.max_connections = n.max(1);
         self
     }
 

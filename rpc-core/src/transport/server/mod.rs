@@ -12,6 +12,7 @@
 //!   its route in [`crate::service::Routes`]), shared by both sides.
 
 mod builder;
+mod credit_pool;
 mod handler;
 mod liveness;
 mod log_limit;

@@ -8,6 +8,7 @@ use rpc_transport::WorkCompletion;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
 
+use super::credit_pool::PeerCredit;
 use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::rc_stream::InboundShared;
 use crate::engine::{Incoming, RequestBody, ServerConn};
@@ -43,6 +44,8 @@ pub(crate) struct RcPeer {
     addrs: ConnAddrs,
     /// `Server::concurrency_limit_per_connection`: permits for running handlers.
     limit: Option<Semaphore>,
+    /// The shared receive pool this connection's credit window comes from.
+    credit: PeerCredit,
 }
 
 impl RcPeer {
@@ -51,6 +54,7 @@ impl RcPeer {
         ring: SendRing,
         addrs: ConnAddrs,
         limit: Option<usize>,
+        credit: PeerCredit,
     ) -> RcPeer {
         RcPeer {
             state: Mutex::new(RcPeerState {
@@ -65,7 +69,22 @@ impl RcPeer {
             goaway: Notify::new(),
             addrs,
             limit: limit.map(Semaphore::new),
+            credit,
         }
+    }
+
+    /// Receives this connection holds in the shared pool (once dead, final).
+    pub(crate) fn credit_reserved(&self) -> u32 {
+        lock(&self.state).engine.credit().reserved
+    }
+
+    /// Whether a frame arrived on the QP: the peer proved its RDMA path.
+    pub(crate) fn proven(&self) -> bool {
+        lock(&self.state).engine.credit().proven()
+    }
+
+    fn settle_credit(&self, st: &mut RcPeerState) {
+        self.credit.settle(&mut st.engine, &mut st.ring);
     }
 
     /// The peer is gone: nothing more is sent; replies of running calls are dropped.
@@ -144,6 +163,7 @@ impl RcPeer {
             return None;
         }
         let inc = st.engine.handle_frame(now, imm, slot.bytes());
+        self.settle_credit(&mut st);
         Self::pump(&mut st);
         while let Some(id) = st.engine.poll_cancelled() {
             if let Some(h) = st.running.remove(&id) {

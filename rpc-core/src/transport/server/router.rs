@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 use tower::layer::util::Identity;
 use tower::Layer;
 
+use super::credit_pool::CreditPool;
 use super::handler::Served;
 use super::log_limit::RateLimit;
 use super::pending::PendingHandshakes;
@@ -173,7 +174,8 @@ where
             max_sge: 1,
             srq_limit: 0,
         })?);
-        // Receives of the whole pool plus every ring's sends (rings sum to the pool).
+        // Receives of the whole pool plus every ring's sends (each ring is at most
+        // its connection's window, and the windows sum to the pool).
         let cq = Arc::new(dev.create_cq(2 * pool_slots + 64)?);
         let pool = RecvPool::new(
             &pd,
@@ -210,8 +212,7 @@ where
             ud: ud.clone(),
             served,
             conns: Mutex::new(IdMap::default()),
-            granted: Mutex::new(0),
-            pool_slots,
+            credits: Arc::new(CreditPool::new(pool_slots, s.max_connections)),
             pd,
             srq,
             cq,

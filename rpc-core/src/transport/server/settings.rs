@@ -12,6 +12,8 @@ pub(super) struct ServerSettings {
     pub(super) credits: u32,
     pub(super) slot_size: usize,
     pub(super) pool_slots: u32,
+    /// RC connections at once, at most (beyond: refused, naming the limit).
+    pub(super) max_connections: usize,
     pub(super) max_message: usize,
     pub(super) mode: CompletionMode,
     pub(super) device: Option<String>,
@@ -39,12 +41,23 @@ pub(super) const DEFAULT_SERVER_KEEPALIVE: Keepalive = Keepalive {
     timeout: Duration::from_secs(20),
 };
 
+/// RC connections a server holds at once by default.
+pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// Receives on the shared receive queue by default (4,112 slots of 8 KiB, 32 MiB,
+/// resident from the start): 16 full windows (256 calls and the CANCEL token).
+/// Half of it keeps the minimal window (2) of every connection
+/// [`DEFAULT_MAX_CONNECTIONS`] still allows, so none of those is ever refused for
+/// credit; windows grow into the rest.
+pub(super) const DEFAULT_POOL_SLOTS: u32 = 16 * (DEFAULT_CREDITS + 1);
+
 impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
             credits: DEFAULT_CREDITS,
             slot_size: DEFAULT_SLOT_SIZE,
-            pool_slots: 16 * (DEFAULT_CREDITS + 1),
+            pool_slots: DEFAULT_POOL_SLOTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_message: DEFAULT_MAX_MESSAGE,
             mode: CompletionMode::default(),
             device: None,

@@ -14,13 +14,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+use super::credit_pool::{CreditPool, PeerCredit};
 use super::handler::Served;
 use super::liveness::serve_liveness;
 use super::pending::Pending;
 use super::rc_peer::{Dispatch, RcPeer};
 use super::settings::ServerSettings;
 use super::ud_side::UdSide;
-use crate::engine::{ServerConfig, ServerConn};
+use crate::engine::{CreditWindow, ServerConfig, ServerConn};
 use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::request::ConnAddrs;
@@ -33,8 +34,8 @@ pub(super) struct SrqSide {
     pub(super) ud: Option<Arc<UdSide>>,
     pub(super) served: Arc<Served>,
     pub(super) conns: Mutex<IdMap<u32, Arc<RcPeer>>>,
-    pub(super) granted: Mutex<u32>,
-    pub(super) pool_slots: u32,
+    /// The SRQ's receives as credits, shared by every connection's window.
+    pub(super) credits: Arc<CreditPool>,
     pub(super) pd: ProtectionDomain,
     pub(super) srq: Arc<SharedReceiveQueue>,
     pub(super) cq: Arc<CompletionQueue>,
@@ -105,6 +106,15 @@ fn handle(
     drop(batch);
 }
 
+/// Completes after `t` if the peer has sent no frame on its queue pair by then
+/// (it never proved its RDMA path: a client sends a `WANT` at once); otherwise never.
+async fn unproven_after(conn: &RcPeer, t: std::time::Duration) {
+    tokio::time::sleep(t).await;
+    if conn.proven() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// The server half of the handshake, then the liveness watch.
 pub(super) async fn accept(
     sh: Arc<SrqSide>,
@@ -138,7 +148,8 @@ pub(super) async fn accept(
     }
     let s = &sh.settings;
     let policy = Policy {
-        // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames.
+        // `s.credits` calls in flight, plus the credit clients keep for CANCEL frames:
+        // the largest window (a peer with `CREDIT_WINDOWS` starts at 2).
         rc: s.ud.accept_rc.then_some(RcPolicy {
             credits: s.credits + 1,
             slot_size: s.slot_size as u32,
@@ -147,18 +158,16 @@ pub(super) async fn accept(
         max_message: s.max_message as u64,
         capabilities: Capabilities::SUPPORTED,
     };
-    let decision = {
-        let mut g = lock(&sh.granted);
-        let now = Availability {
-            receive_credits_free: sh.pool_slots.saturating_sub(*g),
-            ud_sessions_open: 0,
-        };
-        let d = decide(&hello.payload, &policy, &now).into_rc();
-        if let Ok((_, grant)) = &d {
-            *g += grant.credits;
-        }
-        d
+    let now = Availability {
+        receive_credits_free: sh.credits.free(),
+        ud_sessions_open: 0,
     };
+    let mut decision = decide(&hello.payload, &policy, &now).into_rc();
+    if let Ok((_, grant)) = &decision {
+        if let Err(no) = sh.credits.admit(grant.credits) {
+            decision = Err(no);
+        }
+    }
     let (ask, grant) = match decision {
         Ok(x) => x,
         Err(no) => {
@@ -167,13 +176,19 @@ pub(super) async fn accept(
         }
     };
     let credits = grant.credits;
-    let release = |sh: &SrqSide| *lock(&sh.granted) -= credits;
     let local = tcp.local_addr()?.ip();
+    // The window's cap: what the client asked for, at most the server's setting.
+    let max_window = ask.credits.min(s.credits + 1).max(credits);
+    let window = if grant.capabilities.contains(Capabilities::CREDIT_WINDOWS) {
+        CreditWindow::dynamic(credits, max_window)
+    } else {
+        CreditWindow::fixed(credits)
+    };
     let setup = || -> Result<_, Error> {
         let mut init = QpInitAttr::new(QpType::Rc, &sh.cq, &sh.cq);
         init.srq = Some(&sh.srq);
         init.cap = QpCap {
-            max_send_wr: credits,
+            max_send_wr: window.max(),
             max_recv_wr: 1,
             max_send_sge: 1,
             max_recv_sge: 1,
@@ -185,42 +200,60 @@ pub(super) async fn accept(
         // introduces itself to the peer by it).
         let endpoint = qp.endpoint_via(psn, local)?;
         qp.connect_rc_with(&hello.endpoint, psn, AccessFlags::empty(), DEFAULT_RC_RETRY)?;
+        // Sized to the window granted now: a peer that has not proven its RDMA path
+        // holds two slots; the ring grows with the window.
         let ring = SendRing::new(&sh.pd, qp.clone(), credits, s.slot_size)?;
-        let engine = ServerConn::new(ServerConfig {
+        let mut engine = ServerConn::new(ServerConfig {
             frame_size: s.slot_size,
             max_recv_message: s.max_message,
             max_send_message: s.max_message.min(ask.max_message as usize),
             buffer_cap: 2 * s.max_message + s.slot_size,
         });
-        let conn = RcPeer::new(engine, ring, addrs, s.concurrency_limit);
+        engine.set_credit(window);
+        let credit = PeerCredit {
+            pool: sh.credits.clone(),
+            pd: sh.pd.clone(),
+        };
+        let conn = RcPeer::new(engine, ring, addrs, s.concurrency_limit, credit);
         Ok((qp, endpoint, Arc::new(conn)))
     };
     let (qp, endpoint, conn) = match setup() {
         Ok(x) => x,
         Err(e) => {
-            release(&sh);
+            sh.credits.leave(credits);
             return Err(e);
         }
     };
     let qpn = qp.qp_num();
     lock(&sh.conns).insert(qpn, conn.clone());
+    // Every exit from here hands the connection's reservation back once.
+    let release = |sh: &SrqSide| {
+        lock(&sh.conns).remove(&qpn);
+        conn.kill();
+        sh.credits.leave(conn.credit_reserved());
+    };
     drop(qp);
     if let Err(e) = handshake::send(&mut tcp, &endpoint, &grant.encode()).await {
-        lock(&sh.conns).remove(&qpn);
         release(&sh);
         return Err(e.into());
     }
     tracing::debug!(qpn, credits, "client connected");
-    serve_liveness(
-        tcp,
-        sh.settings.keepalive,
-        conn.goaway.notified(),
-        conn.shutdown.notified(),
-    )
-    .await;
+    let proof_timeout = sh.settings.handshake_timeout;
+    let peer = tcp.peer_addr().ok();
+    let stop = async {
+        tokio::select! {
+            () = conn.shutdown.notified() => {}
+            () = unproven_after(&conn, proof_timeout) => {
+                tracing::info!(
+                    ?peer,
+                    ?proof_timeout,
+                    "peer sent no frame on its queue pair in time; connection closed"
+                );
+            }
+        }
+    };
+    serve_liveness(tcp, sh.settings.keepalive, conn.goaway.notified(), stop).await;
     // The client is gone (or the server stops): reclaim its QP, slots and credits.
-    lock(&sh.conns).remove(&qpn);
-    conn.kill();
     release(&sh);
     tracing::debug!(qpn, "client disconnected");
     Ok(())

@@ -74,6 +74,7 @@ fn fatal(cx: &mut FrameContext<'_>, seq: u32, nak: Nak) {
 }
 
 fn rnr(cx: &mut FrameContext<'_>, seq: u32) {
+    super::super::device::bump(&cx.qp.dev.stats.rc_rnr_naks);
     let nak = Nak::Rnr(cx.attr.min_rnr_timer);
     cx.st.resps.push_back(Resp::Nak {
         seq,

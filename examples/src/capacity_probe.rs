@@ -1,0 +1,145 @@
+//! Server memory against RC connections: `capacity-probe [--steps 10,100,1000]`.
+//!
+//! Runs a greeter server in a child process (this program with `serve`) on
+//! 127.0.0.1 at default settings, then from this process opens RC channels at
+//! default settings in steps, each calling once, and prints the server's resident
+//! memory (VmRSS) at each step and after every client has left. The baseline is
+//! taken after one warm-up client connected, called and left.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use examples::greeter::MyGreeter;
+use examples::hello_world::greeter_client::GreeterClient;
+use examples::hello_world::greeter_server::GreeterServer;
+use examples::hello_world::HelloRequest;
+use rpc_core::transport::{Channel, Server};
+use rpc_core::Request;
+
+#[derive(Parser)]
+#[command(about = "Measures a server's RSS against the number of RC clients")]
+struct Args {
+    /// Client counts to measure at, ascending.
+    #[arg(long, default_value = "10,100,1000", value_delimiter = ',')]
+    steps: Vec<usize>,
+    /// Times to run the steps, every client leaving after each run (a second run
+    /// shows whether memory left behind is reused or lost).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Serve (the child's role): prints `listening ADDR`, serves until stdin closes.
+    #[arg(hide = true)]
+    serve: Option<String>,
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("server status");
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("listening {}", listener.local_addr()?);
+    std::io::stdout().flush()?;
+    let stdin_closed = tokio::task::spawn_blocking(|| {
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+    });
+    Server::builder()
+        .add_service(GreeterServer::new(MyGreeter))
+        .serve_with_listener(listener, async {
+            let _ = stdin_closed.await;
+        })
+        .await?;
+    Ok(())
+}
+
+async fn call(ch: &Channel) -> Result<(), Box<dyn std::error::Error>> {
+    let mut c = GreeterClient::new(ch.clone());
+    c.say_hello(Request::new(HelloRequest { name: "p".into() }))
+        .await?;
+    Ok(())
+}
+
+/// Waits until the server's RSS stops falling (2 s without a drop of 1 %), 20 s at most.
+async fn settled_rss(pid: u32) -> u64 {
+    let t0 = Instant::now();
+    let mut last = rss_kib(pid);
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = rss_kib(pid);
+        if now * 100 >= last * 99 || t0.elapsed() > Duration::from_secs(20) {
+            return now;
+        }
+        last = now;
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    examples::init_tracing();
+    let args = Args::parse();
+    if args.serve.as_deref() == Some("serve") {
+        return serve().await;
+    }
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("serve")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let pid = child.id();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .ok_or("the server did not say where it listens")?
+        .to_string();
+    let uri = format!("rdma://{addr}");
+    {
+        let warm = Channel::connect(uri.clone()).await?;
+        call(&warm).await?;
+    }
+    let baseline = settled_rss(pid).await;
+    println!("server pid {pid}; baseline (after one client came and went): {baseline} KiB");
+    for round in 1..=args.rounds {
+        let mut clients = Vec::new();
+        for &n in &args.steps {
+            let t0 = Instant::now();
+            while clients.len() < n {
+                let ch = Channel::connect(uri.clone()).await?;
+                call(&ch).await?;
+                clients.push(ch);
+            }
+            // Every client calls again, all at once.
+            let calls: Vec<_> = clients
+                .iter()
+                .map(|ch| {
+                    let ch = ch.clone();
+                    tokio::spawn(async move { call(&ch).await.map_err(|e| e.to_string()) })
+                })
+                .collect();
+            for c in calls {
+                c.await??;
+            }
+            println!(
+                "round {round}: {n:>6} clients: server RSS {:>8} KiB  ({:.1?} to connect and call)",
+                rss_kib(pid),
+                t0.elapsed()
+            );
+        }
+        drop(clients);
+        let after = settled_rss(pid).await;
+        println!(
+            "round {round}: after all left: server RSS {after} KiB ({:+.1} % of baseline)",
+            (after as f64 - baseline as f64) * 100.0 / baseline as f64
+        );
+    }
+    drop(child.stdin.take());
+    child.wait()?;
+    Ok(())
+}
