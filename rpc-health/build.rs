@@ -1,8 +1,6 @@
-//! Generates the `grpc.health.v1` messages with prost-build, after protox has parsed
-//! the proto (no `protoc` needed), and writes the encoded descriptor set beside them.
-//! Only the messages: the `Health` service has a server-streaming method (`Watch`),
-//! which rpc-codegen refuses, so its client and server are written by hand in
-//! `src/pb/`.
+//! Generates the `grpc.health.v1` messages and the `Health` service's client and server
+//! with rpc-codegen, after protox has parsed the proto (no `protoc` needed), and writes
+//! the encoded descriptor set beside them.
 use std::path::PathBuf;
 
 fn main() -> std::io::Result<()> {
@@ -20,5 +18,5 @@ fn main() -> std::io::Result<()> {
         out.join("grpc_health_v1_descriptor.bin"),
         compiler.encode_file_descriptor_set(),
     )?;
-    prost_build::Config::new().compile_fds(compiler.file_descriptor_set())
+    rpc_codegen::configure().compile_fds(compiler.file_descriptor_set())
 }

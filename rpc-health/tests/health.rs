@@ -1,13 +1,12 @@
 //! The health service end to end: a real server on 127.0.0.1 (port 0) serving
 //! `health_reporter()`'s server, and clients over `rdma://` on the soft provider.
 
-use rpc_core::client::Grpc;
 use rpc_core::server::NamedService;
 use rpc_core::transport::{Channel, Server};
 use rpc_core::{Code, Request, Status};
 use rpc_health::pb::health_check_response::ServingStatus as WireStatus;
 use rpc_health::pb::health_client::HealthClient;
-use rpc_health::pb::{HealthCheckRequest, HealthCheckResponse};
+use rpc_health::pb::HealthCheckRequest;
 use rpc_health::server::{health_reporter, HealthReporter};
 use rpc_health::ServingStatus;
 use tokio::sync::oneshot;
@@ -100,23 +99,6 @@ async fn an_unknown_service_is_not_found() {
     let err = check(&mut client, "helloworld.Nobody").await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
     assert!(err.message().contains("helloworld.Nobody"), "{err:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_is_unimplemented_until_streaming_lands() {
-    let (_reporter, uri, _stop) = serve().await;
-    let channel = Channel::connect(uri).await.unwrap();
-    // No `HealthClient::watch` yet: call the method by its path, as a client
-    // generated elsewhere would.
-    let err = Grpc::new(channel)
-        .unary::<HealthCheckRequest, HealthCheckResponse>(
-            Request::new(HealthCheckRequest::default()),
-            "/grpc.health.v1.Health/Watch",
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented, "{err:?}");
-    assert!(err.message().contains("streaming"), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

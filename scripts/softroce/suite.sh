@@ -7,7 +7,8 @@
 # conformance (the provider-neutral suite on rxe0), interop (rc_pingpong_compat against
 # rdma-core's ibv_rc_pingpong, both directions), figures (rdma-pingpong beside
 # perftest's ib_send_lat / ib_send_bw, same boot), rpc (rdma-rpc's end-to-end RPC tests,
-# whose default device here is rxe0).
+# unary and streaming, and the route-guide example's generated streaming stubs, whose
+# default device here is rxe0).
 DEV=${RXE_DEV:-rxe0}
 GIDX=${RXE_GID_INDEX:-1}
 PARTS=${SOFTROCE_PARTS:-smoke,conformance,rpc,interop,figures}
@@ -84,7 +85,8 @@ fi
 if part rpc; then
   # Every e2e-* binary staged by the host (tests/tests/*.rs built with rdma): unary calls,
   # errors, large messages, malformed frames, dead peers, a server killed and restarted
-  # (e2e-reconnect), serve_with_shutdown with calls in flight, UD sessions (e2e-ud: its
+  # (e2e-reconnect), serve_with_shutdown with calls in flight, streaming calls on RC
+  # (their semantics, teardown, a killed server), UD sessions (e2e-ud: its
   # fault-injection tests open soft devices, the rest run on rxe0), over verbs on rxe0.
   # e2e-ud opens a thousand UD sessions (a TCP connection each way and a completion
   # channel per client): more descriptors than the default soft limit of 1024.
@@ -93,6 +95,16 @@ if part rpc; then
     [ -x "$b" ] || { bad "rpc (no e2e-* test binary staged)"; break; }
     libtest "${b#./}" 900 "$b" --test-threads=1
   done
+  # The route guide's generated stubs, all four call shapes, server and client in one
+  # process over rxe0 (streaming runs on RC; it exits 0 when every answer was right).
+  echo "---- rpc-route-guide: ./route-guide"
+  if [ ! -x ./route-guide ]; then
+    bad "rpc-route-guide (binary not built)"
+  elif timeout -s KILL 300 ./route-guide > /tmp/route-guide.out 2>&1; then
+    cat /tmp/route-guide.out; ok rpc-route-guide
+  else
+    cat /tmp/route-guide.out; bad rpc-route-guide
+  fi
 fi
 
 if part interop; then

@@ -17,7 +17,7 @@ use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerRep
 use rpc_core::stream::{BoxInbound, BoxMessageSource, MessageSource};
 use rpc_core::transport::Channel;
 use rpc_core::{Code, Extensions, MetadataMap, Response, Status};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tower::{Service, ServiceExt};
 
 use crate::Echo;
@@ -36,6 +36,20 @@ pub enum Seen {
 }
 
 static WITNESSES: Mutex<Option<HashMap<u64, mpsc::UnboundedSender<Seen>>>> = Mutex::new(None);
+
+/// How many messages the client's sources of each tag produced so far, for a
+/// handler that waits on it (`Ignore`).
+static POLLED: Mutex<Option<HashMap<u64, std::sync::Arc<watch::Sender<u64>>>>> = Mutex::new(None);
+
+fn polled(tag: u64) -> std::sync::Arc<watch::Sender<u64>> {
+    POLLED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .entry(tag)
+        .or_insert_with(|| std::sync::Arc::new(watch::Sender::new(0)))
+        .clone()
+}
 
 /// A receiver of what the handlers of calls tagged `tag` saw. Tags are per test.
 pub struct Witness(mpsc::UnboundedReceiver<Seen>);
@@ -97,6 +111,9 @@ impl Witness {
 
 /// Reports `seen` to the witness of `tag` (if a test registered one).
 pub fn report(tag: u64, seen: Seen) {
+    if let Seen::Polled(n) = seen {
+        polled(tag).send_replace(n);
+    }
     if let Some(tx) = WITNESSES
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -311,9 +328,10 @@ pub fn stream_path(method: &str) -> &'static str {
 ///   reported).
 /// * `Hold`: reads the client's messages and never answers one: a stream that
 ///   stays open until the call ends (its inbound's end is reported when it comes).
-/// * `Ignore`: drops its inbound at once and answers one message (`id` = the tag),
-///   after `args[0]` ms:
-///   the client's later messages are discarded.
+/// * `Ignore`: drops its inbound at once and answers one message (`id` = the tag)
+///   once the client's source of the same tag has produced `args[0]` messages
+///   (an event, not a delay: however slow the fabric, the client has sent them all);
+///   the messages it gets meanwhile are discarded.
 /// * `Block`: never returns (a handler blocked inside), holding its inbound unread.
 /// * `Fail`: fails before answering: `FAILED_PRECONDITION` (trailers-only).
 #[derive(Debug, Clone, Default)]
@@ -440,7 +458,8 @@ impl tower::Service<ServerCall> for StreamService {
                 }
                 "Ignore" => {
                     drop(inbound);
-                    tokio::time::sleep(Duration::from_millis(arg(0))).await;
+                    // Never Err: the sender lives in POLLED for the process.
+                    let _ = polled(tag).subscribe().wait_for(|&n| n >= arg(0)).await;
                     Ok(Response::new(ReplyBody::message(msg(tag, vec![]))))
                 }
                 m => Err(Status::unimplemented(format!("unknown method {m}"))),

@@ -1,7 +1,8 @@
 //! The porting guide (`docs/porting.md`) is generated from a checked list,
 //! `docs/porting/items.txt`: tonic 0.14 item, status (same / different / absent),
 //! rdma-rpc item, note, and for a `same` item the text that names it in
-//! `porting/tonic-parity/src/same_items.rs` (or its `main.rs`). This test keeps the three in step:
+//! `porting/tonic-parity/src/same_items.rs` (or its `main.rs`, or
+//! `porting/tonic-routeguide/src/main.rs`). This test keeps the three in step:
 //! every item is in the guide with its status and note, the guide's counts are the
 //! list's, and every `same` item that can be compiled is named in `same_items.rs`,
 //! which `porting.rs` compiles with rpc-core as `tonic` (so a `same` that is not
@@ -131,8 +132,11 @@ fn every_compilable_same_item_is_named_in_the_compiled_module() {
         "tonic-parity compiles same_items.rs"
     );
     // The crate's sources: same_items.rs, and main.rs for what a module cannot
-    // hold (`include_proto!`).
-    let module = read("porting/tonic-parity/src/same_items.rs") + &main;
+    // hold (`include_proto!`); and the route guide's, which `porting.rs` also
+    // compiles with rpc-core as `tonic`, for the generated streaming methods.
+    let module = read("porting/tonic-parity/src/same_items.rs")
+        + &main
+        + &read("porting/tonic-routeguide/src/main.rs");
     let mut missing = Vec::new();
     for it in items().into_iter().filter(|it| it.status == "same") {
         let at = format!("items.txt line {} ({})", it.line, it.item);

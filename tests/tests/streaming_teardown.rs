@@ -251,21 +251,28 @@ async fn a_slow_consumer_stops_only_its_own_stream() {
 async fn a_handler_that_drops_its_inbound_does_not_stall_the_client() {
     let (addr, _stop, _server) = serve(Server::builder()).await;
     let mut ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
-    // 200 messages (more than the window) to a handler that dropped its inbound:
-    // they are discarded, the client's source runs to its end, the answer comes.
+    // 200 messages (more than the window) to a handler that dropped its inbound
+    // and answers once all 200 were produced: they are discarded and their
+    // credits come back, so the client's source runs to its end and the answer
+    // comes. A dropped inbound that stalled the client would stop it at a window.
     let mut w = Witness::new(310);
-    let r = open(
-        &mut ch,
-        "Ignore",
-        310,
-        &[50],
-        None,
-        CountSource::boxed(310, 200, 10, None),
-    )
-    .await
-    .unwrap();
-    let mut inbound = r.messages;
-    let (msgs, end) = read_all(&mut inbound).await;
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        let r = open(
+            &mut ch,
+            "Ignore",
+            310,
+            &[200],
+            None,
+            CountSource::boxed(310, 200, 10, None),
+        )
+        .await
+        .unwrap();
+        let mut inbound = r.messages;
+        read_all(&mut inbound).await
+    })
+    .await;
+    let (msgs, end) =
+        answered.expect("the client was not stalled: every message went, the answer came");
     end.unwrap();
     assert_eq!(msgs.len(), 1);
     assert_eq!(msgs[0].id, 310);

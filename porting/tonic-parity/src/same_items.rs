@@ -166,5 +166,26 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let _ = tonic_health::pb::health_client::HealthClient::connect("rdma://127.0.0.1:1").await;
     let _ = tonic_health::pb::HealthCheckRequest::default();
     let _: &[u8] = tonic_health::pb::FILE_DESCRIPTOR_SET;
+    let mut health =
+        tonic_health::pb::health_client::HealthClient::connect("rdma://127.0.0.1:1").await?;
+    let request = tonic_health::pb::HealthCheckRequest::default();
+    tonic_health::pb::health_client::HealthClient::watch(&mut health, request).await?;
+    fn uses_health<T: tonic_health::pb::health_server::Health>() {}
+    let _: Option<tonic_health::server::WatchStream> = None;
     Ok(())
+}
+
+/// Streaming, beside what `porting/tonic-routeguide` compiles of generated code.
+async fn streaming(mut s: tonic::Streaming<HelloRequest>) -> Result<(), tonic::Status> {
+    tonic::Streaming::message(&mut s).await?;
+    let mut s: tonic::codec::Streaming<HelloRequest> = s;
+    tonic::codec::Streaming::trailers(&mut s).await?;
+    Ok(())
+}
+
+fn streaming_request<S>(s: S) -> tonic::Request<S::Stream>
+where
+    S: tonic::IntoStreamingRequest<Message = HelloRequest>,
+{
+    tonic::IntoStreamingRequest::into_streaming_request(s)
 }
