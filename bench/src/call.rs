@@ -8,12 +8,14 @@ use bytes::Bytes;
 use crate::cli::CallArgs;
 use crate::provider::Provider;
 use crate::systems::{self, Caller};
+use crate::workload::Workload;
 
 /// Connects, warms up, makes the calls, prints `calls N seconds S`.
 pub(crate) async fn call(args: CallArgs) -> Result<(), String> {
     let provider = Provider::from_args(&args.provider)?;
     let conc = args.concurrency.max(1);
-    let callers = systems::connect(args.system, args.addr, conc, &provider).await?;
+    let callers =
+        systems::connect(args.system, Workload::Unary, args.addr, conc, &provider).await?;
     let payload = Bytes::from(vec![0xa5; args.payload]);
     let callers = calls(callers, &payload, args.warmup_calls).await?;
     let t = Instant::now();

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::provider::ProviderArg;
 use crate::system::System;
+use crate::workload::Workload;
 
 /// rdma-rpc against tonic (HTTP/2 on TCP) and a raw TCP loop: unary echo latency
 /// percentiles, calls/s, MB/s and CPU per call, every figure also a ratio against
@@ -41,10 +42,20 @@ pub(crate) struct RunArgs {
     /// Also run rdma-rpc's UD transport (`rdma-rpc-ud`, 32 B and 1 KiB only).
     #[arg(long)]
     pub(crate) ud: bool,
-    /// Payload sizes in bytes (suffixes K and M are powers of 1024).
+    /// Workloads to run, comma separated: unary, server_stream, bidi_pingpong.
+    /// Streaming workloads run on rdma-rpc (RC) and tonic only.
+    #[arg(long, value_delimiter = ',', default_value = "unary")]
+    pub(crate) workloads: Vec<Workload>,
+    /// Message sizes of the streaming workloads (suffixes K and M).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "32,64K")]
+    pub(crate) stream_sizes: Vec<usize>,
+    /// Concurrent streams of `server_stream` (one connection); `bidi_pingpong` runs one.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub(crate) streams: Vec<usize>,
+    /// Unary payload sizes in bytes (suffixes K and M are powers of 1024).
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "32,1K,64K,4M")]
     pub(crate) sizes: Vec<usize>,
-    /// Calls in flight (closed loop).
+    /// Unary calls in flight (closed loop).
     #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
     pub(crate) concurrency: Vec<usize>,
     /// Measured time per cell (seconds, or with `ms`/`s`); default 3 s, 0.4 s with --quick.

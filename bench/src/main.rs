@@ -25,6 +25,7 @@ mod server;
 mod stats;
 mod system;
 mod systems;
+mod workload;
 
 use std::process::ExitCode;
 

@@ -11,3 +11,15 @@ pub(crate) mod rdma {
 pub(crate) mod tonic {
     include!(concat!(env!("OUT_DIR"), "/tonic/echo.rs"));
 }
+
+/// rdma-rpc's stubs for `proto/echo_stream.proto`.
+#[allow(missing_docs, unreachable_pub, dead_code)]
+pub(crate) mod rdma_stream {
+    include!(concat!(env!("OUT_DIR"), "/rdma/echo_stream.rs"));
+}
+
+/// tonic's stubs for `proto/echo_stream.proto`.
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub(crate) mod tonic_stream {
+    include!(concat!(env!("OUT_DIR"), "/tonic/echo_stream.rs"));
+}

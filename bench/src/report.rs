@@ -8,8 +8,12 @@ use serde::Serialize;
 
 use crate::runner::Measured;
 use crate::system::System;
+use crate::workload::Workload;
 
-/// One measured cell. The first ten fields are the documented JSON shape.
+/// One measured cell. The first ten fields are the documented JSON shape. Streaming
+/// rows fill the same fields, counting one message as one call: `server_stream`'s
+/// `calls_per_s` is messages/s over all its streams and its latencies are the gaps
+/// between consecutive messages of one stream; `bidi_pingpong`'s are round trips.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Run {
     pub(crate) system: &'static str,
@@ -76,7 +80,13 @@ fn us(ns: f64) -> f64 {
 
 impl Run {
     /// The figures of one cell.
-    pub(crate) fn new(system: System, payload: usize, concurrency: usize, m: &Measured) -> Run {
+    pub(crate) fn new(
+        system: System,
+        workload: Workload,
+        payload: usize,
+        concurrency: usize,
+        m: &Measured,
+    ) -> Run {
         let calls = m.hist.count();
         let secs = m.elapsed.as_secs_f64();
         let per_call = |d: Duration| {
@@ -89,7 +99,7 @@ impl Run {
         let calls_per_s = if secs > 0.0 { calls as f64 / secs } else { 0.0 };
         Run {
             system: system.name(),
-            workload: "unary",
+            workload: workload.name(),
             payload_bytes: payload,
             concurrency,
             p50_us: us(m.hist.percentile(50.0)),
@@ -127,6 +137,7 @@ pub(crate) fn add_ratios(runs: &mut [Run]) {
         runs.iter()
             .find(|b| {
                 b.system == sys.name()
+                    && b.workload == r.workload
                     && b.payload_bytes == r.payload_bytes
                     && b.concurrency == r.concurrency
             })
@@ -156,9 +167,13 @@ fn ratio(r: Option<f64>) -> String {
     }
 }
 
-/// The human-readable table.
+/// The human-readable table of the unary cells, then every failed cell.
 pub(crate) fn table(runs: &[Run], errors: &[Failure]) -> String {
     let mut s = String::new();
+    let unary: Vec<&Run> = runs.iter().filter(|r| r.workload == "unary").collect();
+    if unary.is_empty() {
+        return failures(errors);
+    }
     let _ = writeln!(
         s,
         "{:>7} {:>4} {:<11} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} | {:>6} {:>6} {:>7} {:>6} | {:>6} {:>7}",
@@ -171,7 +186,7 @@ pub(crate) fn table(runs: &[Run], errors: &[Failure]) -> String {
         "(CPU: client+server per call)", "÷ tonic (same cell)", "÷ tcp"
     );
     let mut last = None;
-    for r in runs {
+    for r in unary {
         let cell = (r.payload_bytes, r.concurrency);
         if last.is_some_and(|l| l != cell) {
             s.push('\n');
@@ -199,17 +214,114 @@ pub(crate) fn table(runs: &[Run], errors: &[Failure]) -> String {
             ratio(c.map(|x| x.calls_per_s)),
         );
     }
+    s + &failures(errors)
+}
+
+fn failures(errors: &[Failure]) -> String {
+    let mut s = String::new();
     for e in errors {
         let _ = writeln!(
             s,
-            "FAILED {} {} x{}: {}",
+            "FAILED {} {} {} x{}: {}",
             e.system,
+            e.workload,
             size_label(e.payload_bytes),
             e.concurrency,
             e.error
         );
     }
     s
+}
+
+/// The streaming cells, with ratios against tonic's same cell.
+pub(crate) fn stream_table(runs: &[Run]) -> String {
+    let mut s = String::new();
+    for workload in [Workload::ServerStream, Workload::BidiPingpong] {
+        let rows: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.workload == workload.name())
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let (what, lat) = match workload {
+            Workload::ServerStream => ("streams", "gap"),
+            _ => ("streams", "rtt"),
+        };
+        let _ = writeln!(
+            s,
+            "\n{workload}: latencies are {}",
+            match workload {
+                Workload::ServerStream => "gaps between messages of one stream",
+                _ => "round trips (send one, read one)",
+            }
+        );
+        let _ = writeln!(
+            s,
+            "{:>7} {:>7} {:<11} {:>10} {:>8} {:>9} {:>9} {:>9} {:>8} | {:>7} {:>6} {:>6} {:>6}",
+            "message",
+            what,
+            "system",
+            "msgs/s",
+            "MB/s",
+            &format!("{lat} p50"),
+            "p99 µs",
+            "p99.9 µs",
+            "CPU µs",
+            "msgs/s",
+            "p50",
+            "p99",
+            "CPU",
+        );
+        let _ = writeln!(
+            s,
+            "{:>85} | {:^29}",
+            "(p50 in µs; CPU: client+server per message)", "÷ tonic (same cell)"
+        );
+        for r in rows {
+            let t = r.vs_tonic;
+            let _ = writeln!(
+                s,
+                "{:>7} {:>7} {:<11} {:>10.0} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>8.2} | {:>7} {:>6} {:>6} {:>6}",
+                size_label(r.payload_bytes),
+                r.concurrency,
+                r.system,
+                r.calls_per_s,
+                r.mb_per_s,
+                r.p50_us,
+                r.p99_us,
+                r.p999_us,
+                r.cpu_us_per_call,
+                ratio(t.map(|x| x.calls_per_s)),
+                ratio(t.map(|x| x.p50)),
+                ratio(t.map(|x| x.p99)),
+                ratio(t.map(|x| x.cpu_per_call)),
+            );
+        }
+    }
+    s
+}
+
+/// The footer naming the systems a streaming workload skipped, and why.
+pub(crate) fn skipped_note(workloads: &[Workload], systems: &[System]) -> String {
+    let streaming: Vec<&str> = workloads
+        .iter()
+        .filter(|w| w.is_streaming())
+        .map(|w| w.name())
+        .collect();
+    let skipped: Vec<&str> = systems
+        .iter()
+        .filter(|&&s| workloads.iter().any(|w| !w.runs_on(s)))
+        .map(|s| s.name())
+        .collect();
+    if streaming.is_empty() || skipped.is_empty() {
+        return String::new();
+    }
+    format!(
+        "skipped for {}: {} (no streaming calls: the TCP loop has none, UD carries none)\n",
+        streaming.join(", "),
+        skipped.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -237,6 +349,41 @@ mod tests {
             vs_tonic: None,
             vs_tcp: None,
         }
+    }
+
+    #[test]
+    fn streaming_ratios_use_the_same_workload_and_the_table_prints_them() {
+        let mut runs = vec![
+            run(System::RdmaRpc, 10.0, 4000.0),
+            run(System::Tonic, 50.0, 1000.0),
+            run(System::RdmaRpc, 6.0, 9000.0),
+            run(System::Tonic, 30.0, 3000.0),
+        ];
+        runs[2].workload = "bidi_pingpong";
+        runs[3].workload = "bidi_pingpong";
+        add_ratios(&mut runs);
+        let t = runs[2].vs_tonic.unwrap();
+        assert_eq!((t.p50, t.calls_per_s), (0.2, 3.0));
+        assert_eq!(runs[0].vs_tonic.unwrap().calls_per_s, 4.0);
+        let streams = stream_table(&runs);
+        assert!(streams.contains("bidi_pingpong"), "{streams}");
+        assert!(!streams.contains("server_stream"), "{streams}");
+        let row = streams.lines().find(|l| l.contains("rdma-rpc")).unwrap();
+        assert!(row.contains("3.00") && row.contains("0.20"), "{row}");
+        // The unary table leaves the streaming rows out.
+        assert_eq!(table(&runs, &[]).matches("rdma-rpc").count(), 1);
+    }
+
+    #[test]
+    fn the_footer_names_systems_streaming_skipped() {
+        let all = [System::RdmaRpc, System::Tonic, System::Tcp];
+        let note = skipped_note(&[Workload::Unary, Workload::ServerStream], &all);
+        assert!(
+            note.contains("server_stream") && note.contains("tcp"),
+            "{note}"
+        );
+        assert!(!note.contains("tonic"), "{note}");
+        assert_eq!(skipped_note(&[Workload::Unary], &all), "");
     }
 
     #[test]

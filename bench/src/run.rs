@@ -15,6 +15,7 @@ use crate::provider::Provider;
 use crate::report::{self, size_label, Failure, Report, Run};
 use crate::runner::{self, Measured, Window};
 use crate::system::System;
+use crate::workload::Workload;
 use crate::{rusage, systems};
 
 /// How long connecting a cell's clients may take.
@@ -50,17 +51,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
             .or_insert_with(|| ServerProcess::start(s.server(), &provider));
     }
 
-    let cells: Vec<(usize, usize, System)> = args
-        .sizes
-        .iter()
-        .flat_map(|&size| args.concurrency.iter().map(move |&c| (size, c.max(1))))
-        .flat_map(|(size, c)| systems.iter().map(move |&s| (size, c, s)))
-        .filter(|&(size, _, s)| s.carries(size))
-        .collect();
+    let cells = cells(&args, &systems);
     let mut progress = Progress::new(cells.len());
     let (mut runs, mut errors, mut panels) = (Vec::new(), Vec::new(), Vec::<Panel>::new());
-    for (size, conc, system) in cells {
-        let label = format!("{system} {} ×{conc}", size_label(size));
+    for (workload, size, conc, system) in cells {
+        let label = match workload {
+            Workload::Unary => format!("{system} {} ×{conc}", size_label(size)),
+            w => format!("{system} {w} {} ×{conc}", size_label(size)),
+        };
         progress.start(&label);
         let window = Window {
             warmup,
@@ -69,14 +67,17 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
             limit: warmup + duration + STALL_GRACE,
         };
         let outcome = match servers.get_mut(&system.server()) {
-            Some(Ok(server)) => cell(system, server, &provider, size, conc, window).await,
+            Some(Ok(server)) => cell(system, workload, server, &provider, size, conc, window).await,
             Some(Err(e)) => Err(e.clone()),
             None => Err("no server".into()),
         };
         progress.finish(&label, outcome.as_ref().err().map(String::as_str));
         match outcome {
             Ok(m) => {
-                runs.push(Run::new(system, size, conc, &m));
+                runs.push(Run::new(system, workload, size, conc, &m));
+                if workload != Workload::Unary {
+                    continue;
+                }
                 let cdf = m.hist.cdf().into_iter().map(|(ns, f)| (ns / 1e3, f));
                 let curve = (system, cdf.collect());
                 match panels
@@ -93,7 +94,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
             }
             Err(error) => errors.push(Failure {
                 system: system.name(),
-                workload: "unary",
+                workload: workload.name(),
                 payload_bytes: size,
                 concurrency: conc,
                 error,
@@ -103,6 +104,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
     drop(servers);
     report::add_ratios(&mut runs);
     print!("{}", report::table(&runs, &errors));
+    print!("{}", report::stream_table(&runs));
+    print!("{}", report::skipped_note(&args.workloads, &systems));
     let report = Report {
         runs,
         errors,
@@ -122,16 +125,41 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Every cell in run order: (workload, payload, concurrency, system), systems
+/// interleaved within a cell; streaming workloads only on systems that stream.
+pub(crate) fn cells(args: &RunArgs, systems: &[System]) -> Vec<(Workload, usize, usize, System)> {
+    let mut out = Vec::new();
+    for &w in &args.workloads {
+        let (sizes, concs): (&[usize], &[usize]) = match w {
+            Workload::Unary => (&args.sizes, &args.concurrency),
+            Workload::ServerStream => (&args.stream_sizes, &args.streams),
+            Workload::BidiPingpong => (&args.stream_sizes, &[1]),
+        };
+        for &size in sizes {
+            for &c in concs {
+                for &s in systems {
+                    if s.carries(size) && w.runs_on(s) {
+                        out.push((w, size, c.max(1), s));
+                    }
+                }
+            }
+        }
+    }
+    out.dedup();
+    out
+}
+
 /// Connects `conc` clients of `system` and runs one cell against `server`.
 async fn cell(
     system: System,
+    workload: Workload,
     server: &mut ServerProcess,
     provider: &Provider,
     size: usize,
     conc: usize,
     window: Window,
 ) -> Result<Measured, String> {
-    let connecting = systems::connect(system, server.addr(), conc, provider);
+    let connecting = systems::connect(system, workload, server.addr(), conc, provider);
     let callers = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| format!("connecting took over {CONNECT_TIMEOUT:?}"))?
@@ -144,4 +172,48 @@ async fn cell(
         Ok((client, server))
     };
     runner::closed_loop(callers, payload, window, &mut probe).await
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    fn cells_of(args: &[&str]) -> Vec<(Workload, usize, usize, System)> {
+        let cli = Cli::parse_from(std::iter::once("rpc-bench").chain(args.iter().copied()));
+        cells(&cli.run, &selected(&cli.run))
+    }
+
+    #[test]
+    fn default_workload_is_unary_only() {
+        let cells = cells_of(&["--quick"]);
+        assert_eq!(cells.len(), 36);
+        assert!(cells.iter().all(|c| c.0 == Workload::Unary));
+    }
+
+    #[test]
+    fn streaming_cells_skip_systems_that_do_not_stream() {
+        let cells = cells_of(&["--ud", "--workloads", "server_stream,bidi_pingpong"]);
+        assert!(cells
+            .iter()
+            .all(|c| matches!(c.3, System::RdmaRpc | System::Tonic)));
+        // server_stream: 2 sizes x 2 stream counts; bidi_pingpong: 2 sizes x 1 stream.
+        let count = |w| cells.iter().filter(|c| c.0 == w).count();
+        assert_eq!(count(Workload::ServerStream), 2 * 2 * 2);
+        assert_eq!(count(Workload::BidiPingpong), 2 * 2);
+        assert!(cells
+            .iter()
+            .any(|c| c == &(Workload::ServerStream, 65536, 16, System::Tonic)));
+        assert!(cells
+            .iter()
+            .all(|c| c.0 != Workload::BidiPingpong || c.2 == 1));
+    }
+
+    #[test]
+    fn an_unknown_workload_is_refused() {
+        let r = Cli::try_parse_from(["rpc-bench", "--workloads", "unary,client_stream"]);
+        assert!(r.is_err());
+    }
 }

@@ -69,3 +69,56 @@ fn one_cell_per_system_writes_every_field_and_ud_fails_cleanly() {
     let _ = std::fs::remove_file(json);
     let _ = std::fs::remove_file(plot);
 }
+
+#[test]
+fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip() {
+    let json = scratch("stream.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
+        .args([
+            "--workloads",
+            "server_stream,bidi_pingpong",
+            "--stream-sizes",
+            "32",
+        ])
+        .args([
+            "--streams",
+            "2",
+            "--warmup",
+            "20ms",
+            "--duration",
+            "50ms",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .expect("rpc-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "rpc-bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["errors"].as_array().unwrap().len(), 0, "{report}");
+    let runs = report["runs"].as_array().expect("runs is a list");
+    for (workload, streams) in [("server_stream", 2), ("bidi_pingpong", 1)] {
+        for system in ["rdma-rpc", "tonic"] {
+            let run = runs
+                .iter()
+                .find(|r| r["system"] == system && r["workload"] == workload)
+                .unwrap_or_else(|| panic!("no {workload} run of {system}: {report}"));
+            for f in FIELDS {
+                assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
+            }
+            assert_eq!(run["concurrency"], streams, "{run}");
+            assert!(run["calls_per_s"].as_f64().unwrap() > 0.0, "{run}");
+            assert!(run["mb_per_s"].as_f64().unwrap() > 0.0, "{run}");
+        }
+    }
+    assert_eq!(runs.len(), 4, "only rdma-rpc and tonic stream: {report}");
+    assert!(
+        stdout.contains("skipped for server_stream, bidi_pingpong: tcp"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_file(json);
+}

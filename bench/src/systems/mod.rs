@@ -2,8 +2,10 @@
 //! one call at a time) and one `serve` entry.
 
 mod rdma;
+mod rdma_stream;
 mod tcp;
 mod tonic;
+mod tonic_stream;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,6 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::provider::Provider;
 use crate::system::System;
+use crate::workload::Workload;
 
 /// Largest message any system is configured to carry each way (rdma-rpc's default
 /// maximum; tonic's and the TCP loop's are raised to it).
@@ -26,15 +29,23 @@ pub(crate) enum Caller {
     Tonic(tonic::Caller),
     /// Its own TCP connection.
     Tcp(tcp::Caller),
+    /// One rdma-rpc stream (server or bidirectional) on the cell's shared connection
+    /// (boxed: a stream's state is large; one box per caller per cell).
+    RdmaStream(Box<rdma_stream::Caller>),
+    /// One tonic stream on the cell's shared HTTP/2 connection.
+    TonicStream(Box<tonic_stream::Caller>),
 }
 
 impl Caller {
-    /// One echo call of `payload`; the reply's length is checked.
+    /// One echo call of `payload` (streaming workloads: the next message of the
+    /// server stream, or one ping-pong round trip); the reply's length is checked.
     pub(crate) async fn call(&mut self, payload: &Bytes) -> Result<(), String> {
         let got = match self {
             Caller::Rdma(c) => c.call(payload).await?,
             Caller::Tonic(c) => c.call(payload).await?,
             Caller::Tcp(c) => c.call(payload).await?,
+            Caller::RdmaStream(c) => c.call(payload).await?,
+            Caller::TonicStream(c) => c.call(payload).await?,
         };
         if got != payload.len() {
             return Err(format!("echo returned {got} bytes, sent {}", payload.len()));
@@ -43,14 +54,45 @@ impl Caller {
     }
 }
 
-/// `concurrency` callers of `system` connected to the server at `addr`.
+/// `concurrency` callers of `system` running `workload`, connected to the server at
+/// `addr` (streaming workloads: one connection, one stream per caller).
 pub(crate) async fn connect(
     system: System,
+    workload: Workload,
     addr: SocketAddr,
     concurrency: usize,
     provider: &Provider,
 ) -> Result<Vec<Caller>, String> {
     let url = system.url(addr);
+    if !workload.runs_on(system) {
+        return Err(format!("{system} does not run {workload}"));
+    }
+    if workload.is_streaming() {
+        return Ok(match system {
+            System::Tonic => {
+                let channel = tonic::channel(&url).await?;
+                (0..concurrency)
+                    .map(|_| {
+                        Caller::TonicStream(Box::new(tonic_stream::Caller::new(
+                            channel.clone(),
+                            workload,
+                        )))
+                    })
+                    .collect()
+            }
+            _ => {
+                let channel = rdma::channel(&url, provider).await?;
+                (0..concurrency)
+                    .map(|_| {
+                        Caller::RdmaStream(Box::new(rdma_stream::Caller::new(
+                            channel.clone(),
+                            workload,
+                        )))
+                    })
+                    .collect()
+            }
+        });
+    }
     let callers = match system {
         System::RdmaRpc | System::RdmaRpcUd => rdma::connect(&url, concurrency, provider)
             .await?

@@ -30,15 +30,22 @@ pub(crate) async fn connect(
     concurrency: usize,
     provider: &Provider,
 ) -> Result<Vec<Caller>, String> {
-    let channel = Endpoint::from_shared(url)
+    let client = EchoClient::new(channel(url, provider).await?);
+    Ok((0..concurrency).map(|_| Caller(client.clone())).collect())
+}
+
+/// One connection to `url` with the run's provider settings.
+pub(crate) async fn channel(
+    url: &str,
+    provider: &Provider,
+) -> Result<rpc_core::transport::Channel, String> {
+    Endpoint::from_shared(url)
         .map_err(|e| e.to_string())?
         .device(provider.device())
         .completion_mode(provider.completion())
         .connect()
         .await
-        .map_err(|e| e.to_string())?;
-    let client = EchoClient::new(channel);
-    Ok((0..concurrency).map(|_| Caller(client.clone())).collect())
+        .map_err(|e| e.to_string())
 }
 
 /// Returns the request's payload (a reference-counted `Bytes`, not a copy).
@@ -65,6 +72,7 @@ pub(crate) async fn serve(
         .device(provider.device())
         .completion_mode(provider.completion())
         .add_service(EchoServer::new(EchoService))
+        .add_service(super::rdma_stream::server())
         .serve_with_listener(listener, stop)
         .await
         .map_err(|e| e.to_string())

@@ -29,15 +29,19 @@ impl Caller {
 }
 
 pub(crate) async fn connect(url: &str, concurrency: usize) -> Result<Vec<Caller>, String> {
-    let channel = Endpoint::from_shared(url.to_string())
-        .map_err(|e| e.to_string())?
-        .connect()
-        .await
-        .map_err(|e| format!("{e}: {:?}", std::error::Error::source(&e)))?;
-    let client = EchoClient::new(channel)
+    let client = EchoClient::new(channel(url).await?)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     Ok((0..concurrency).map(|_| Caller(client.clone())).collect())
+}
+
+/// One HTTP/2 connection to `url`.
+pub(crate) async fn channel(url: &str) -> Result<Channel, String> {
+    Endpoint::from_shared(url.to_string())
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("{e}: {:?}", std::error::Error::source(&e)))
 }
 
 /// Returns the request's payload (a reference-counted `Bytes`, not a copy).
@@ -66,6 +70,7 @@ pub(crate) async fn serve(
         .max_encoding_message_size(MAX_MESSAGE);
     Server::builder()
         .add_service(svc)
+        .add_service(super::tonic_stream::server())
         .serve_with_incoming_shutdown(incoming, stop)
         .await
         .map_err(|e| e.to_string())

@@ -1,0 +1,47 @@
+//! The call shapes a run measures: unary echo, and the streaming workloads.
+
+use std::fmt;
+
+use crate::system::System;
+
+/// One workload (`--workloads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub(crate) enum Workload {
+    /// One echo call after another per caller.
+    #[value(name = "unary")]
+    Unary,
+    /// One server stream per caller, read as fast as it comes: messages/s and MB/s.
+    #[value(name = "server_stream")]
+    ServerStream,
+    /// One bidirectional stream: send one message, read its echo, repeat.
+    #[value(name = "bidi_pingpong")]
+    BidiPingpong,
+}
+
+impl Workload {
+    /// The name on the command line, in tables and in JSON.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Workload::Unary => "unary",
+            Workload::ServerStream => "server_stream",
+            Workload::BidiPingpong => "bidi_pingpong",
+        }
+    }
+
+    /// Whether this workload streams (and so runs only on systems that stream).
+    pub(crate) fn is_streaming(self) -> bool {
+        self != Workload::Unary
+    }
+
+    /// Whether `system` can run this workload: the raw TCP loop has no streams, and
+    /// rdma-rpc carries streams over RC only (a UD channel opens RC for them).
+    pub(crate) fn runs_on(self, system: System) -> bool {
+        !self.is_streaming() || matches!(system, System::RdmaRpc | System::Tonic)
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
