@@ -71,6 +71,8 @@ pub(crate) struct Device {
     pub(crate) stats: Stats,
     pub(crate) ud: UdShared,
     pub(crate) parked: Mutex<Vec<Parked>>,
+    /// CQs whose epoll sets watch `udp` (bounded: see `cq::MAX_UD_WATCHERS`).
+    pub(crate) ud_watchers: AtomicU32,
     pub(crate) helper: Arc<helper::Shared>,
     pub(crate) profile: SoftProfile,
     epoch: Instant,
@@ -130,6 +132,7 @@ impl Device {
             stats: Stats::default(),
             ud: UdShared::new(config.ud_faults),
             parked: Mutex::new(Vec::new()),
+            ud_watchers: AtomicU32::new(0),
             helper: shared.clone(),
             profile,
             epoch: Instant::now(),
