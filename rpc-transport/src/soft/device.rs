@@ -240,6 +240,8 @@ impl Device {
             rc_frames_malformed: g(&s.rc_frames_malformed),
             rc_connections: g(&s.rc_connections),
             rc_rnr_naks: g(&s.rc_rnr_naks),
+            live_qps: self.qps.read().unwrap_or_else(|e| e.into_inner()).len() as u64,
+            live_mrs: self.keys.live() as u64,
         }
     }
 
