@@ -133,13 +133,13 @@ impl fmt::Display for Error {
 }
 
 /// This process's soft limit on open descriptors (`ulimit -n`).
-fn open_files_limit() -> Option<u64> {
+fn open_files_limit() -> Option<libc::rlim_t> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `r` is a live local the call only writes.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur as u64)
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
 }
 
 impl std::error::Error for Error {
