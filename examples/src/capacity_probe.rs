@@ -28,9 +28,26 @@ struct Args {
     /// shows whether memory left behind is reused or lost).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
+    /// Seconds to keep the server up after the last round, to inspect it (e.g. its
+    /// allocator with `gdb -p PID -batch -ex 'call (void)malloc_stats()'`).
+    #[arg(long, default_value_t = 0)]
+    linger: u64,
+    /// Runs the server under this program (e.g. `heaptrack`, `valgrind --tool=massif`);
+    /// the figures then are the wrapper's, use its own output.
+    #[arg(long, value_delimiter = ' ')]
+    wrap: Vec<String>,
     /// Serve (the child's role): prints `listening ADDR`, serves until stdin closes.
     #[arg(hide = true)]
     serve: Option<String>,
+}
+
+/// Open descriptors and threads of the server (a leak of sockets or tasks shows here).
+fn fds_threads(pid: u32) -> (usize, usize) {
+    let count = |d: String| std::fs::read_dir(d).map_or(0, |r| r.count());
+    (
+        count(format!("/proc/{pid}/fd")),
+        count(format!("/proc/{pid}/task")),
+    )
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -86,26 +103,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.serve.as_deref() == Some("serve") {
         return serve().await;
     }
-    let mut child = Command::new(std::env::current_exe()?)
+    let exe = std::env::current_exe()?;
+    let mut command = match args.wrap.split_first() {
+        Some((wrapper, wrapper_args)) => {
+            let mut c = Command::new(wrapper);
+            c.args(wrapper_args).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    let mut child = command
         .arg("serve")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
     let pid = child.id();
+    // A wrapper may print lines of its own first.
+    let mut out = BufReader::new(child.stdout.take().expect("piped"));
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-    let addr = line
-        .trim()
-        .strip_prefix("listening ")
-        .ok_or("the server did not say where it listens")?
-        .to_string();
+    let addr = loop {
+        line.clear();
+        if out.read_line(&mut line)? == 0 {
+            return Err("the server did not say where it listens".into());
+        }
+        if let Some(a) = line.trim().strip_prefix("listening ") {
+            break a.to_string();
+        }
+    };
     let uri = format!("rdma://{addr}");
     {
         let warm = Channel::connect(uri.clone()).await?;
         call(&warm).await?;
     }
     let baseline = settled_rss(pid).await;
-    println!("server pid {pid}; baseline (after one client came and went): {baseline} KiB");
+    let (fds, threads) = fds_threads(pid);
+    println!("server pid {pid}; baseline (after one client came and went): {baseline} KiB, {fds} fds, {threads} threads");
     for round in 1..=args.rounds {
         let mut clients = Vec::new();
         for &n in &args.steps {
@@ -126,18 +158,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             for c in calls {
                 c.await??;
             }
+            let (fds, threads) = fds_threads(pid);
             println!(
-                "round {round}: {n:>6} clients: server RSS {:>8} KiB  ({:.1?} to connect and call)",
+                "round {round}: {n:>6} clients: server RSS {:>8} KiB, {fds} fds, {threads} threads  ({:.1?} to connect and call)",
                 rss_kib(pid),
                 t0.elapsed()
             );
         }
         drop(clients);
         let after = settled_rss(pid).await;
+        let (fds, threads) = fds_threads(pid);
         println!(
-            "round {round}: after all left: server RSS {after} KiB ({:+.1} % of baseline)",
+            "round {round}: after all left: server RSS {after} KiB ({:+.1} % of baseline), {fds} fds, {threads} threads",
             (after as f64 - baseline as f64) * 100.0 / baseline as f64
         );
+    }
+    if args.linger > 0 {
+        println!("server pid {pid} stays up {} s", args.linger);
+        tokio::time::sleep(Duration::from_secs(args.linger)).await;
     }
     drop(child.stdin.take());
     child.wait()?;

@@ -181,7 +181,7 @@ impl CompletionQueue {
         // SAFETY: the descriptor belongs to `self.imp`, which this CQ owns and which is
         // dropped after `async_fd` (field order), so it stays open for the registration.
         let afd = unsafe { register_readable(self.event_fd()) }
-            .map_err(|e| Error::verb("ibv_create_comp_channel", e))?;
+            .map_err(|e| Error::verb("registering the completion channel with tokio", e))?;
         Ok(self.async_fd.get_or_init(|| afd))
     }
 }

@@ -100,7 +100,21 @@ impl fmt::Display for PostError {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Verb { verb, source } => write!(f, "{verb} failed: {source}"),
+            Error::Verb { verb, source } => match source.raw_os_error() {
+                // Name the limit, so that the fix (raise it, or use fewer) is evident.
+                Some(libc::EMFILE) => match open_files_limit() {
+                    Some(n) => write!(
+                        f,
+                        "{verb} failed: out of file descriptors (ulimit -n {n}): {source}"
+                    ),
+                    None => write!(f, "{verb} failed: out of file descriptors: {source}"),
+                },
+                Some(libc::ENFILE) => write!(
+                    f,
+                    "{verb} failed: the system's open-file table is full: {source}"
+                ),
+                _ => write!(f, "{verb} failed: {source}"),
+            },
             Error::NoDevice(name) => write!(f, "no RDMA device {name}"),
             Error::InvalidTransition { from, to } => {
                 write!(f, "invalid QP state transition {from:?} -> {to:?}")
@@ -118,6 +132,16 @@ impl fmt::Display for Error {
     }
 }
 
+/// This process's soft limit on open descriptors (`ulimit -n`).
+fn open_files_limit() -> Option<libc::rlim_t> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a live local the call only writes.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -131,5 +155,20 @@ impl Error {
     /// An OS-level failure of `verb`.
     pub fn verb(verb: &'static str, source: io::Error) -> Self {
         Error::Verb { verb, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_descriptors_names_the_limit() {
+        let e = Error::verb("ibv_create_cq", io::Error::from_raw_os_error(libc::EMFILE));
+        let s = e.to_string();
+        assert!(
+            s.starts_with("ibv_create_cq failed: out of file descriptors (ulimit -n "),
+            "{s}"
+        );
     }
 }

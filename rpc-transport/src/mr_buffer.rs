@@ -1,4 +1,11 @@
 //! Page-aligned memory owned by a memory region for its whole registered life.
+//!
+//! Each buffer is its own anonymous mapping, not a heap block: unmapping hands its
+//! pages back to the kernel at once. From the heap (page-aligned `malloc` blocks in
+//! glibc's per-thread arenas), a server's connection buffers stayed resident after
+//! their connections closed: 300 connections left ~95 MB of freed arena memory that
+//! nothing in use pinned, growing over rounds of connections. A mapping also comes
+//! zeroed by the kernel, so pages the region never touches never become resident.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
@@ -25,9 +32,22 @@ impl MrBuffer {
     /// region still has a valid address).
     pub(crate) fn zeroed(len: usize) -> MrBuffer {
         let layout = Self::layout(len);
-        // SAFETY: `layout` has a non-zero size (at least one page).
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        // SAFETY: a fresh private anonymous mapping of `layout.size()` (non-zero) bytes;
+        // it aliases nothing and is unmapped once, in `drop`.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            alloc::handle_alloc_error(layout);
+        }
+        let ptr = NonNull::new(raw.cast()).unwrap_or_else(|| alloc::handle_alloc_error(layout));
         MrBuffer { ptr, len }
     }
 
@@ -56,7 +76,8 @@ impl MrBuffer {
 
 impl Drop for MrBuffer {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout and is freed once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        // SAFETY: `ptr` is the start of a mapping of exactly this size, unmapped once;
+        // the region that owned it is gone, so no access can follow.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), Self::layout(self.len).size()) };
     }
 }

@@ -34,6 +34,14 @@ const DIRECT_MAX: usize = 4;
 /// retry budget is coarse; RNR back-offs ask for visits through `defer`).
 const SWEEP_NS: u64 = 10_000_000;
 
+/// CQs of one device that watch its UDP socket in their epoll sets. Every watcher
+/// wakes on every datagram, and the kernel refuses more than 500 epoll sets watching
+/// one socket through a second level (as each CQ's set is, inside tokio's): with one
+/// CQ per UD session, the 501st session failed (`EINVAL`) and each datagram woke every
+/// session. Other CQs learn of their datagrams from whoever drains the socket (a
+/// watcher, any polling CQ, or the helper), through their notify descriptor.
+const MAX_UD_WATCHERS: u32 = 4;
+
 const TOKEN_NOTIFY: u64 = u64::MAX;
 const TOKEN_UD: u64 = u64::MAX - 1;
 
@@ -80,6 +88,8 @@ pub(crate) struct Cq {
     deferred: Mutex<Vec<u32>>,
     has_deferred: AtomicBool,
     ud_qps: AtomicU32,
+    /// The device's UDP socket is in `epoll` (see [`MAX_UD_WATCHERS`]).
+    watches_ud: AtomicBool,
     last_poll: AtomicU64,
     next_sweep: AtomicU64,
 }
@@ -107,6 +117,7 @@ impl Cq {
             deferred: Mutex::new(Vec::new()),
             has_deferred: AtomicBool::new(false),
             ud_qps: AtomicU32::new(0),
+            watches_ud: AtomicBool::new(false),
             last_poll: AtomicU64::new(0),
             next_sweep: AtomicU64::new(0),
         })
@@ -317,14 +328,24 @@ impl Cq {
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         m.qps.insert(qp.qpn, Arc::downgrade(qp));
         if ud && self.ud_qps.fetch_add(1, Ordering::Relaxed) == 0 {
-            let _ = self.epoll.add(self.dev.udp_fd(), TOKEN_UD);
+            let watchers = &self.dev.ud_watchers;
+            if watchers.fetch_add(1, Ordering::Relaxed) < MAX_UD_WATCHERS
+                && self.epoll.add(self.dev.udp_fd(), TOKEN_UD).is_ok()
+            {
+                self.watches_ud.store(true, Ordering::Relaxed);
+            } else {
+                watchers.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
     /// A UD QP of this CQ went away (lock-free: may run inside `progress`).
     pub(crate) fn ud_detach(&self) {
-        if self.ud_qps.fetch_sub(1, Ordering::Relaxed) == 1 {
+        if self.ud_qps.fetch_sub(1, Ordering::Relaxed) == 1
+            && self.watches_ud.swap(false, Ordering::Relaxed)
+        {
             self.epoll.remove(self.dev.udp_fd());
+            self.dev.ud_watchers.fetch_sub(1, Ordering::Relaxed);
         }
     }
 

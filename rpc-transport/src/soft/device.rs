@@ -71,6 +71,8 @@ pub(crate) struct Device {
     pub(crate) stats: Stats,
     pub(crate) ud: UdShared,
     pub(crate) parked: Mutex<Vec<Parked>>,
+    /// CQs whose epoll sets watch `udp` (bounded: see `cq::MAX_UD_WATCHERS`).
+    pub(crate) ud_watchers: AtomicU32,
     pub(crate) helper: Arc<helper::Shared>,
     pub(crate) profile: SoftProfile,
     epoch: Instant,
@@ -130,6 +132,7 @@ impl Device {
             stats: Stats::default(),
             ud: UdShared::new(config.ud_faults),
             parked: Mutex::new(Vec::new()),
+            ud_watchers: AtomicU32::new(0),
             helper: shared.clone(),
             profile,
             epoch: Instant::now(),
@@ -237,6 +240,8 @@ impl Device {
             rc_frames_malformed: g(&s.rc_frames_malformed),
             rc_connections: g(&s.rc_connections),
             rc_rnr_naks: g(&s.rc_rnr_naks),
+            live_qps: self.qps.read().unwrap_or_else(|e| e.into_inner()).len() as u64,
+            live_mrs: self.keys.live() as u64,
         }
     }
 

@@ -73,6 +73,12 @@ impl KeyTable {
         (idx << 8) | u32::from(t.slots[idx as usize].gen)
     }
 
+    /// Regions registered now.
+    pub(crate) fn live(&self) -> usize {
+        let t = self.t.read().unwrap_or_else(|e| e.into_inner());
+        t.slots.len() - t.free.len()
+    }
+
     /// Invalidates `key` immediately.
     pub(crate) fn remove(&self, key: u32) {
         let mut t = self.t.write().unwrap_or_else(|e| e.into_inner());

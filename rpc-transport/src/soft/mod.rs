@@ -124,4 +124,9 @@ pub struct SoftStats {
     pub rc_connections: u64,
     /// RC frames this device's QPs answered with an RNR NAK (no receive posted).
     pub rc_rnr_naks: u64,
+    /// QPs of this device that exist now (a gauge, not a counter: a server's should
+    /// return to where it was once its clients have left).
+    pub live_qps: u64,
+    /// Memory regions registered on this device now (a gauge, as `live_qps`).
+    pub live_mrs: u64,
 }

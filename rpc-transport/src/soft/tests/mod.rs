@@ -13,6 +13,7 @@ mod errors;
 mod rc;
 mod srq_cq;
 mod ud;
+mod ud_many;
 mod wildcard;
 
 const ALL: AccessFlags = AccessFlags::all();
