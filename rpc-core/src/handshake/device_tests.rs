@@ -99,23 +99,45 @@ fn client_mode(client: DeviceCaps, server: Option<DeviceCaps>) -> Result<ImmMode
 #[test]
 fn the_device_word_travels_in_hello_and_grants_and_older_peers_send_none() {
     let h = rc_hello(Some(iwarp()));
-    assert_eq!(ClientHello::decode(&h.encode()).unwrap().device, Some(iwarp()));
+    assert_eq!(
+        ClientHello::decode(&h.encode()).unwrap().device,
+        Some(iwarp())
+    );
     let h = ud_hello(Some(rc_only()));
-    assert_eq!(ClientHello::decode(&h.encode()).unwrap().device, Some(rc_only()));
+    assert_eq!(
+        ClientHello::decode(&h.encode()).unwrap().device,
+        Some(rc_only())
+    );
     // A hello of an older build ends at its ask.
-    assert_eq!(ClientHello::decode(&rc_hello(None).encode()).unwrap().device, None);
+    assert_eq!(
+        ClientHello::decode(&rc_hello(None).encode())
+            .unwrap()
+            .device,
+        None
+    );
 
-    let (_, g) = decide(&rc_hello(Some(roce())).encode(), &policy(Some(iwarp())), &plenty())
-        .into_rc()
-        .unwrap();
+    let (_, g) = decide(
+        &rc_hello(Some(roce())).encode(),
+        &policy(Some(iwarp())),
+        &plenty(),
+    )
+    .into_rc()
+    .unwrap();
     assert_eq!(g.device, Some(iwarp()));
     assert_eq!(Answer::decode(&g.encode()).unwrap(), Answer::Rc(g));
-    let (_, g) = decide(&ud_hello(Some(roce())).encode(), &policy(Some(roce())), &plenty())
-        .into_ud()
-        .unwrap();
+    let (_, g) = decide(
+        &ud_hello(Some(roce())).encode(),
+        &policy(Some(roce())),
+        &plenty(),
+    )
+    .into_ud()
+    .unwrap();
     assert_eq!(Answer::decode(&g.encode()).unwrap(), Answer::Ud(g));
     // An older server's grant has no device word.
-    let old = RcGrant { device: None, ..g_rc() };
+    let old = RcGrant {
+        device: None,
+        ..g_rc()
+    };
     match Answer::decode(&old.encode()).unwrap() {
         Answer::Rc(g) => assert_eq!(g.device, None),
         a => panic!("{a:?}"),
@@ -164,7 +186,11 @@ fn a_server_with_immediates_refuses_a_client_without_naming_why() {
     );
     // So does an older server, which is taken to have immediates.
     assert!(client_mode(iwarp(), None).is_err());
-    let d = decide(&ud_hello(Some(iwarp())).encode(), &policy(Some(roce())), &plenty());
+    let d = decide(
+        &ud_hello(Some(iwarp())).encode(),
+        &policy(Some(roce())),
+        &plenty(),
+    );
     assert_eq!(d, Decision::Reject(Reject::NoImmediateData));
 }
 
@@ -173,9 +199,12 @@ fn a_server_without_immediates_refuses_an_older_client() {
     let d = decide(&rc_hello(None).encode(), &policy(Some(iwarp())), &plenty());
     assert_eq!(d, Decision::Reject(Reject::ClientTooOldForHeaderFraming));
     // That older client still reads a reason (a code unknown to it).
-    let e = check_rc(&rc_hello(None), &Reject::ClientTooOldForHeaderFraming.encode())
-        .unwrap_err()
-        .to_string();
+    let e = check_rc(
+        &rc_hello(None),
+        &Reject::ClientTooOldForHeaderFraming.encode(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("cannot frame without it"), "{e}");
 }
 
@@ -194,6 +223,10 @@ fn a_ud_ask_to_a_device_without_ud_is_refused_naming_it() {
         "server refused the UD session: the server's device has no UD (RC only)"
     );
     // RC to the same server is granted.
-    let d = decide(&rc_hello(Some(roce())).encode(), &policy(Some(rc_only())), &plenty());
+    let d = decide(
+        &rc_hello(Some(roce())).encode(),
+        &policy(Some(rc_only())),
+        &plenty(),
+    );
     assert!(matches!(d, Decision::Rc { .. }), "{d:?}");
 }

@@ -90,12 +90,12 @@ mod capabilities;
 mod check;
 mod decide;
 pub mod device;
+#[cfg(test)]
+mod device_tests;
 mod hello;
 mod legacy;
 pub mod liveness;
 mod reject;
-#[cfg(test)]
-mod device_tests;
 #[cfg(test)]
 mod tests;
 
