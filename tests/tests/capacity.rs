@@ -235,7 +235,8 @@ async fn a_client_is_served_while_twenty_forged_hellos_are_held_open() {
             credits: 257,
             slot_size: 8192,
             max_message: 1 << 20,
-        });
+        })
+        .with_device(dev.caps());
         handshake::send(&mut tcp, &qp.endpoint(7).unwrap(), &hello.encode())
             .await
             .unwrap();
@@ -325,7 +326,8 @@ async fn a_peer_that_never_uses_its_queue_pair_is_closed_and_an_idle_client_is_n
         credits: 257,
         slot_size: 8192,
         max_message: 1 << 20,
-    });
+    })
+    .with_device(dev.caps());
     handshake::send(&mut tcp, &qp.endpoint(7).unwrap(), &hello.encode())
         .await
         .unwrap();

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use rpc_core::client::Grpc;
+use rpc_core::fuzzing::handshake::device::imm_mode;
 use rpc_core::fuzzing::handshake::{check_rc, ClientHello, RcAsk};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::Request;
@@ -49,7 +50,8 @@ async fn garbage_frames_are_answered_and_crash_nothing() {
         credits: 8,
         slot_size: 8192,
         max_message: 1 << 20,
-    });
+    })
+    .with_device(dev.caps());
     handshake::send(&mut tcp, &qp.endpoint(5).unwrap(), &hello.encode())
         .await
         .unwrap();
@@ -58,8 +60,10 @@ async fn garbage_frames_are_answered_and_crash_nothing() {
     qp.connect_rc(&reply.endpoint, 5, AccessFlags::empty())
         .unwrap();
     let slot = grant.slot_size as usize;
-    let pool = RecvPool::new(&pd, RecvTarget::Qp(qp.clone()), 8, slot, None).unwrap();
-    let mut ring = SendRing::new(&pd, qp.clone(), 8, slot).unwrap();
+    // Framed as the server's device and this one agree (docs/fabrics.md).
+    let mode = imm_mode(&dev.caps(), grant.device);
+    let pool = RecvPool::with_mode(&pd, RecvTarget::Qp(qp.clone()), 8, slot, None, mode).unwrap();
+    let mut ring = SendRing::with_mode(&pd, qp.clone(), 8, slot, mode).unwrap();
 
     let mut seed = 0x5eed_u64;
     for i in 0..300 {

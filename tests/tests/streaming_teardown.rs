@@ -293,6 +293,14 @@ async fn a_ud_channel_streams_over_rc_and_fails_clearly_without_it() {
     assert_eq!(msgs.len(), 5);
 
     let (addr, _stop, _server) = serve(Server::builder().accept_rc(false)).await;
+    if !rpc_transport::msg::open_device(None).unwrap().caps().ud {
+        // No UD, and the server takes no RC: the channel cannot connect at all.
+        let e = Channel::connect(format!("rdma+ud://{addr}"))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("device has no UD"), "{e}");
+        return;
+    }
     let mut ch = Channel::connect(format!("rdma+ud://{addr}")).await.unwrap();
     let e = open(&mut ch, "Count", 312, &[5, 3000, 0], None, nothing())
         .await

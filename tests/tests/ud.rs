@@ -1,6 +1,9 @@
 //! UD transport end to end over the soft provider (UD over UDP with fault injection):
 //! at-most-once execution under loss and duplication, bounded per-session state with
 //! 1,000 clients, the RC fallback and the payload limit, deadlines, a lost server.
+//! On a device without UD (`RDMA_RPC_SOFT_PROFILE=iwarp_like` or `rc_only`) each
+//! test asserts instead that `rdma+ud://` falls back to RC, or fails naming the
+//! missing UD against a server that takes no RC (`has_ud_or_falls_back`).
 //!
 //! Tests without fault injection run on the default device (rxe0 in the SoftRoCE VM,
 //! where this binary is staged as `e2e-ud`; soft elsewhere) or the one
@@ -151,10 +154,58 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     panic!("{what} did not happen within 30 s");
 }
 
+/// Whether `dev` has UD. When it does not (the soft `iwarp_like` and `rc_only`
+/// profiles, iWARP, RC-only devices), this has asserted what a UD channel does there
+/// instead, and the caller's test is done: it connects over RC (calls run once, no UD
+/// session), and against a server that takes no RC it fails at once, eagerly or on
+/// the first call of a lazy channel, naming the missing UD.
+async fn has_ud_or_falls_back(dev: &Device) -> bool {
+    if dev.caps().ud {
+        return true;
+    }
+    let count = Count::new(2);
+    let srv = serve(Server::builder(), dev, count.clone()).await;
+    let ch = srv
+        .ud(dev)
+        .connect()
+        .await
+        .expect("rdma+ud:// connects over RC");
+    assert_eq!(
+        call(&ch, ECHO, 1, vec![5; 100]).await.unwrap().data,
+        vec![5; 100]
+    );
+    assert_eq!(count.runs(1), 1);
+    assert!(
+        ch.ud_stats().is_none(),
+        "a UD session on a device without UD"
+    );
+    drop(ch);
+    srv.shut_down().await;
+
+    let srv = serve(Server::builder().accept_rc(false), dev, Count::new(1)).await;
+    let e = srv.ud(dev).connect().await.expect_err("no UD and no RC");
+    assert!(e.to_string().contains("device has no UD"), "{e}");
+    let lazy = srv.ud(dev).connect_lazy();
+    let s = call(&lazy, ECHO, 0, vec![])
+        .await
+        .expect_err("no UD and no RC");
+    assert_eq!(s.code(), Code::Unavailable, "{s}");
+    assert!(s.message().contains("device has no UD"), "{s}");
+    srv.shut_down().await;
+    eprintln!(
+        "note: device {} has no UD: asserted the RC fallback and its refusal instead",
+        dev.name()
+    );
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_thousand_calls_at_5_percent_loss_and_1_percent_duplication_execute_exactly_once() {
     const N: usize = 100_000;
     let (sdev, cdev) = (soft(), soft());
+    if !has_ud_or_falls_back(&sdev).await {
+        return;
+    }
     for (d, seed) in [(&sdev, 1), (&cdev, 2)] {
         d.set_ud_faults(UdFaults {
             loss: 0.05,
@@ -216,6 +267,9 @@ async fn hundred_thousand_calls_at_5_percent_loss_and_1_percent_duplication_exec
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicated_requests_execute_once() {
     let (sdev, cdev) = (soft(), soft());
+    if !has_ud_or_falls_back(&sdev).await {
+        return;
+    }
     cdev.set_ud_faults(UdFaults {
         duplicate: 1.0,
         seed: 3,
@@ -246,6 +300,9 @@ async fn a_thousand_ud_clients_keep_the_servers_per_session_state_bounded() {
     // one UDP socket, and Linux refuses (EINVAL) to nest one file under more than
     // 500 epoll sets that are themselves in an epoll set (tokio's).
     let sdev = device();
+    if !has_ud_or_falls_back(&sdev).await {
+        return;
+    }
     let cdevs: Vec<Device> = (0..8).map(|_| device()).collect();
     let count = Count::new(CLIENTS * 4);
     let srv = serve(Server::builder().ud_window(WINDOW), &sdev, count.clone()).await;
@@ -300,6 +357,9 @@ async fn a_thousand_ud_clients_keep_the_servers_per_session_state_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_too_big_for_a_datagram_goes_over_rc_or_fails_naming_the_limit() {
     let (sdev, cdev) = (device(), device());
+    if !has_ud_or_falls_back(&sdev).await {
+        return;
+    }
     let count = Count::new(8);
     let srv = serve(Server::builder(), &sdev, count.clone()).await;
     let ch = srv.ud(&cdev).connect().await.unwrap();
@@ -333,6 +393,9 @@ async fn a_call_too_big_for_a_datagram_goes_over_rc_or_fails_naming_the_limit() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_too_big_for_a_datagram_is_resource_exhausted_and_runs_once() {
     let (sdev, cdev) = (device(), device());
+    if !has_ud_or_falls_back(&sdev).await {
+        return;
+    }
     let count = Count::new(100_000);
     let srv = serve(Server::builder(), &sdev, count.clone()).await;
     let ch = srv.ud(&cdev).connect().await.unwrap();
@@ -355,6 +418,9 @@ async fn a_reply_too_big_for_a_datagram_is_resource_exhausted_and_runs_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn total_loss_ends_a_ud_call_at_its_deadline() {
     let (sdev, cdev) = (soft(), soft());
+    if !has_ud_or_falls_back(&sdev).await {
+        return;
+    }
     let count = Count::new(4);
     let srv = serve(Server::builder(), &sdev, count.clone()).await;
     let ch = srv.ud(&cdev).connect().await.unwrap();
@@ -379,6 +445,7 @@ async fn total_loss_ends_a_ud_call_at_its_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_goes_away_ends_ud_calls_unavailable() {
+    // Over UD, or over RC where the device has none (the fallback).
     let (sdev, cdev) = (device(), device());
     let srv = serve(Server::builder(), &sdev, Count::new(4)).await;
     let ch = srv.ud(&cdev).connect().await.unwrap();
@@ -392,6 +459,9 @@ async fn a_server_that_goes_away_ends_ud_calls_unavailable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_session_limit_refuses_the_next_client_naming_it() {
     let (sdev, cdev) = (device(), device());
+    if !has_ud_or_falls_back(&sdev).await {
+        return;
+    }
     let srv = serve(Server::builder().max_ud_sessions(2), &sdev, Count::new(4)).await;
     let a = srv.ud(&cdev).connect().await.unwrap();
     let _b = srv.ud(&cdev).connect().await.unwrap();
@@ -409,6 +479,9 @@ async fn the_session_limit_refuses_the_next_client_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_slower_than_the_retry_budget_still_answers_once() {
     let (sdev, cdev) = (device(), device());
+    if !has_ud_or_falls_back(&sdev).await {
+        return;
+    }
     let count = Count::new(4);
     let srv = serve(Server::builder(), &sdev, count.clone()).await;
     let ch = srv.ud(&cdev).connect().await.unwrap();

@@ -1,5 +1,7 @@
 //! The server's answer: a grant or a refusal, and its bytes.
 
+use rpc_transport::DeviceCaps;
+
 use super::{
     head, Capabilities, HandshakeError, Reader, Reject, Transport, KIND_GRANT, KIND_REFUSAL, MAGIC,
     VERSION,
@@ -19,6 +21,8 @@ pub struct RcGrant {
     pub max_message: u64,
     /// Features both sides offered.
     pub capabilities: Capabilities,
+    /// The server's device's capabilities (`None`: not sent, an older server).
+    pub device: Option<DeviceCaps>,
 }
 
 impl RcGrant {
@@ -29,6 +33,7 @@ impl RcGrant {
         b.extend_from_slice(&self.credits.to_be_bytes());
         b.extend_from_slice(&self.slot_size.to_be_bytes());
         b.extend_from_slice(&self.max_message.to_be_bytes());
+        push_device(&mut b, self.device);
         b
     }
 }
@@ -52,6 +57,8 @@ pub struct UdGrant {
     pub accepts_rc: bool,
     /// Features both sides offered.
     pub capabilities: Capabilities,
+    /// The server's device's capabilities (`None`: not sent, an older server).
+    pub device: Option<DeviceCaps>,
 }
 
 impl UdGrant {
@@ -66,7 +73,16 @@ impl UdGrant {
         b.extend_from_slice(&self.session.to_be_bytes());
         let flags = if self.accepts_rc { UD_ACCEPTS_RC } else { 0 };
         b.extend_from_slice(&flags.to_be_bytes());
+        push_device(&mut b, self.device);
         b
+    }
+}
+
+/// Appends the device word, when there is one (after every other field: an older
+/// client ignores it).
+fn push_device(b: &mut Vec<u8>, device: Option<DeviceCaps>) {
+    if let Some(d) = device {
+        b.extend_from_slice(&d.to_bits().to_be_bytes());
     }
 }
 
@@ -127,6 +143,7 @@ impl Answer {
                 slot_size: r.u32().ok_or_else(short)?,
                 max_message: r.u64().ok_or_else(short)?,
                 capabilities,
+                device: r.u64().map(DeviceCaps::from_bits),
             })),
             Some(Transport::Ud) => Ok(Answer::Ud(UdGrant {
                 window: r.u32().ok_or_else(short)?,
@@ -136,6 +153,7 @@ impl Answer {
                 session: r.u32().ok_or_else(short)?,
                 accepts_rc: r.u32().ok_or_else(short)? & UD_ACCEPTS_RC != 0,
                 capabilities,
+                device: r.u64().map(DeviceCaps::from_bits),
             })),
             None => Err(HandshakeError::BadAnswer(format!(
                 "the server granted unknown transport {transport}"

@@ -1,5 +1,8 @@
 //! The server's decision: a pure function of the hello, the policy and what is free.
 
+use rpc_transport::DeviceCaps;
+
+use super::device::assumed;
 use super::{Ask, Capabilities, ClientHello, RcAsk, RcGrant, Reject, UdAsk, UdGrant};
 
 /// What a server takes over RC.
@@ -40,6 +43,13 @@ pub struct Policy {
     pub max_message: u64,
     /// Features the server implements.
     pub capabilities: Capabilities,
+    /// The server's device (`None`: taken to have everything, as an older server).
+    /// Its shared receive pools frame in its mode: a device with immediates
+    /// refuses clients without ([`Reject::NoImmediateData`]), a device without them
+    /// frames every connection in the payload's head, which an older client (no
+    /// device word) cannot ([`Reject::ClientTooOldForHeaderFraming`]); a UD ask to a
+    /// device without UD is refused [`Reject::NoUdDevice`].
+    pub device: Option<DeviceCaps>,
 }
 
 /// What the server has free now. Only the asked transport's field is read.
@@ -125,6 +135,15 @@ pub fn decide(hello: &[u8], policy: &Policy, now: &Availability) -> Decision {
         Err(r) => return Decision::Reject(r),
     };
     let capabilities = hello.capabilities.common(policy.capabilities);
+    let server = assumed(policy.device);
+    match (server.imm_data, hello.device) {
+        (true, Some(client)) if !client.imm_data => {
+            return Decision::Reject(Reject::NoImmediateData);
+        }
+        (false, None) => return Decision::Reject(Reject::ClientTooOldForHeaderFraming),
+        _ => {}
+    }
+    let device = policy.device;
     match hello.ask {
         Ask::Rc(ask) => {
             let Some(rc) = policy.rc else {
@@ -148,10 +167,14 @@ pub fn decide(hello: &[u8], policy: &Policy, now: &Availability) -> Decision {
                 slot_size: rc.slot_size,
                 max_message: policy.max_message,
                 capabilities,
+                device,
             };
             Decision::Rc { ask, grant }
         }
         Ask::Ud(ask) => {
+            if !server.ud {
+                return Decision::Reject(Reject::NoUdDevice);
+            }
             let Some(ud) = policy.ud else {
                 return Decision::Reject(Reject::UdNotServed);
             };
@@ -171,6 +194,7 @@ pub fn decide(hello: &[u8], policy: &Policy, now: &Availability) -> Decision {
                 session: 0,
                 accepts_rc: ud.accepts_rc,
                 capabilities,
+                device,
             };
             Decision::Ud { ask, grant }
         }

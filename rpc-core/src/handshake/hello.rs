@@ -1,5 +1,7 @@
 //! The client's hello: what it offers and asks for, and its bytes.
 
+use rpc_transport::DeviceCaps;
+
 use super::{head, Capabilities, Reader, Reject, Transport, KIND_HELLO, MAGIC, VERSION};
 
 /// What a client asks for an RC connection.
@@ -67,6 +69,9 @@ pub struct ClientHello<A = Ask> {
     pub capabilities: Capabilities,
     /// What it asks for.
     pub ask: A,
+    /// Its device's capabilities (`None`: not sent, an older client; see
+    /// [`super::device`]).
+    pub device: Option<DeviceCaps>,
 }
 
 impl<A> ClientHello<A> {
@@ -75,7 +80,14 @@ impl<A> ClientHello<A> {
         ClientHello {
             capabilities: Capabilities::SUPPORTED,
             ask,
+            device: None,
         }
+    }
+
+    /// The same hello, telling the server its device's capabilities.
+    pub fn with_device(mut self, caps: DeviceCaps) -> ClientHello<A> {
+        self.device = Some(caps);
+        self
     }
 }
 
@@ -97,6 +109,9 @@ impl<A: Into<Ask> + Copy> ClientHello<A> {
                 b.extend_from_slice(&a.max_message.to_be_bytes());
                 b.extend_from_slice(&a.qkey.to_be_bytes());
             }
+        }
+        if let Some(d) = &self.device {
+            b.extend_from_slice(&d.to_bits().to_be_bytes());
         }
         b
     }
@@ -135,6 +150,12 @@ impl ClientHello<Ask> {
                 qkey: r.u32().ok_or(Reject::Malformed)?,
             }),
         };
-        Ok(ClientHello { capabilities, ask })
+        // Optional: an older client ends its hello before it.
+        let device = r.u64().map(DeviceCaps::from_bits);
+        Ok(ClientHello {
+            capabilities,
+            ask,
+            device,
+        })
     }
 }

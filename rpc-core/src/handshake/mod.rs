@@ -33,6 +33,7 @@
 //! 8 capabilities:u64
 //! RC: 16 credits:u32  20 slot_size:u32  24 max_message:u64                  (32 bytes)
 //! UD: 16 window:u32   20 datagram:u32   24 max_message:u64  32 qkey:u32     (36 bytes)
+//! then, optional: device:u64 (the client device's `DeviceCaps::to_bits`)  (+8 bytes)
 //! ```
 //! Server answer:
 //! ```text
@@ -40,6 +41,7 @@
 //!   RC: 16 credits:u32  20 slot_size:u32  24 max_message:u64                (32 bytes)
 //!   UD: 16 window:u32   20 datagram:u32   24 max_message:u64  32 qkey:u32
 //!       36 session:u32  40 flags:u32 (bit 0: the server accepts RC too)     (44 bytes)
+//!   then, optional: device:u64 (the server device's `DeviceCaps::to_bits`)  (+8 bytes)
 //! refusal  8 reason:u16  10 detail:u32                                      (14 bytes)
 //! ```
 //! * `credits`: frames the client may have unanswered (receives the server reserves
@@ -52,6 +54,10 @@
 //! * A refusal's layout never changes, and its `version` is the server's: a client
 //!   of any version can read why it was refused (`detail`: the client's version for
 //!   [`Reject::UnsupportedVersion`], the limit for [`Reject::SessionLimit`]).
+//! * `device`: each side's device capabilities ([`device`]: a side without immediate
+//!   data makes the connection frame its immediates in the payload's head). Sent by
+//!   every peer of this build; an older one (none sent) is taken to have immediates
+//!   and UD.
 //! * Decoders ignore bytes past the fields they know: a later capability appends its
 //!   fields, sent only when both sides offered it, without a version bump.
 //!
@@ -83,6 +89,9 @@ mod answer;
 mod capabilities;
 mod check;
 mod decide;
+pub mod device;
+#[cfg(test)]
+mod device_tests;
 mod hello;
 mod legacy;
 pub mod liveness;
@@ -102,6 +111,10 @@ pub use reject::Reject;
 pub const MAGIC: [u8; 4] = *b"RRPC";
 /// This protocol version; a peer with another is refused.
 pub const VERSION: u16 = 2;
+
+/// What an error says when a device cannot do UD: a UD channel that meets it
+/// (from its own device or in the server's refusal) connects over RC instead.
+pub const NO_UD: &str = "device has no UD (RC only)";
 
 /// The transport a hello asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::{head, KIND_REFUSAL};
+use super::{head, KIND_REFUSAL, NO_UD};
 
 /// Why a server refuses a client. Encoded as a reason code and one detail word; a
 /// code this build does not know decodes as [`Reject::Unknown`].
@@ -37,6 +37,15 @@ pub enum Reject {
         /// That limit.
         limit: u32,
     },
+    /// The client's device has no immediate data and the server's shared receive
+    /// pool frames with it (see [`super::device`]).
+    NoImmediateData,
+    /// The client asked for UD and the server's device has none (RC only): the
+    /// client may connect over RC instead.
+    NoUdDevice,
+    /// The server's device has no immediate data and the client sent no device word:
+    /// an older client, which cannot frame its immediates in the payload.
+    ClientTooOldForHeaderFraming,
     /// A reason this build does not know (from a newer server), by its code.
     Unknown(u16),
 }
@@ -52,6 +61,9 @@ impl Reject {
             Reject::NoReceiveCredits => (6, 0),
             Reject::SessionLimit { limit } => (7, limit),
             Reject::ConnectionLimit { limit } => (8, limit),
+            Reject::NoImmediateData => (9, 0),
+            Reject::NoUdDevice => (10, 0),
+            Reject::ClientTooOldForHeaderFraming => (11, 0),
             Reject::Unknown(code) => (code, 0),
         }
     }
@@ -70,6 +82,9 @@ impl Reject {
             6 => Reject::NoReceiveCredits,
             7 => Reject::SessionLimit { limit: detail },
             8 => Reject::ConnectionLimit { limit: detail },
+            9 => Reject::NoImmediateData,
+            10 => Reject::NoUdDevice,
+            11 => Reject::ClientTooOldForHeaderFraming,
             c => Reject::Unknown(c),
         }
     }
@@ -105,6 +120,13 @@ impl Reject {
             Reject::ConnectionLimit { limit } => {
                 format!(": its limit of {limit} connections is reached (Server::max_connections)")
             }
+            Reject::NoImmediateData => ": this client's device has no immediate data (iWARP), \
+                 which the server's receive pool needs"
+                .into(),
+            Reject::NoUdDevice => format!(": the server's {NO_UD}"),
+            Reject::ClientTooOldForHeaderFraming => ": the server's device has no immediate data \
+                 and this client cannot frame without it"
+                .into(),
             Reject::Unknown(code) => format!(" (reason {code}, unknown to this client)"),
         }
     }
@@ -131,6 +153,14 @@ impl fmt::Display for Reject {
             Reject::ConnectionLimit { limit } => {
                 write!(f, "the server's limit of {limit} connections is reached")
             }
+            Reject::NoImmediateData => f.write_str(
+                "the client's device has no immediate data, which this server's receive pool uses",
+            ),
+            Reject::NoUdDevice => write!(f, "UD sessions are not served: this server's {NO_UD}"),
+            Reject::ClientTooOldForHeaderFraming => f.write_str(
+                "this server's device has no immediate data and the client (an older build) \
+                 cannot frame without it",
+            ),
             Reject::Unknown(code) => write!(f, "refused for reason {code}"),
         }
     }

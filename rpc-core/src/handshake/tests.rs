@@ -40,6 +40,7 @@ fn policy() -> Policy {
         max_message: 2 << 20,
         // A server without credit windows: fixed grants (see the windows test).
         capabilities: Capabilities::NONE,
+        device: None,
     }
 }
 
@@ -98,6 +99,7 @@ fn bytes_past_the_known_fields_are_ignored() {
         slot_size: 256,
         max_message: 1,
         capabilities: Capabilities::NONE,
+        device: Some(rpc_transport::DeviceCaps::from_bits(0xb)),
     };
     let mut b = g.encode();
     b.extend_from_slice(&[0xee; 40]);
@@ -112,6 +114,7 @@ fn answers_round_trip() {
             slot_size: 8192,
             max_message: 64 << 20,
             capabilities: Capabilities::from_bits(5),
+            device: None,
         }),
         Answer::Ud(UdGrant {
             window: 32,
@@ -121,6 +124,7 @@ fn answers_round_trip() {
             session: 0xdead_beef,
             accepts_rc: true,
             capabilities: Capabilities::NONE,
+            device: None,
         }),
         Answer::Ud(UdGrant {
             window: 1,
@@ -130,6 +134,7 @@ fn answers_round_trip() {
             session: 1,
             accepts_rc: false,
             capabilities: Capabilities::NONE,
+            device: None,
         }),
         Answer::Reject(Reject::NotRdmaRpc),
         Answer::Reject(Reject::UnsupportedVersion {
@@ -340,6 +345,7 @@ fn rc_grants_the_smaller_credits_and_the_servers_slot() {
             slot_size: 16384,
             max_message: 2 << 20,
             capabilities: Capabilities::NONE,
+            device: None,
         }
     );
     let mut h = rc_hello();
@@ -408,6 +414,7 @@ fn ud_grants_the_smaller_window_and_datagram_and_says_if_rc_is_taken() {
             session: 0,
             accepts_rc: true,
             capabilities: Capabilities::NONE,
+            device: None,
         }
     );
     let mut h = ud_hello();
@@ -441,6 +448,7 @@ fn rc_grant() -> RcGrant {
         slot_size: 8192,
         max_message: 64 << 20,
         capabilities: Capabilities::NONE,
+        device: None,
     }
 }
 
@@ -453,6 +461,7 @@ fn ud_grant() -> UdGrant {
         session: 7,
         accepts_rc: true,
         capabilities: Capabilities::NONE,
+        device: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! endpoints balanced (`Channel::balance_list`, `Channel::balance_channel`).
 
 use std::hash::Hash;
+use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use tower::{Service, ServiceExt};
 
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::UdClientStats;
+use crate::handshake::NO_UD;
 use crate::server::BoxFuture;
 use crate::status::Status;
 use crate::transport::balance::Balanced;
@@ -66,6 +68,10 @@ enum Transport {
         /// The RC connection for calls too big for a datagram, dialed on first need
         /// and shared by the channel's clones.
         rc: LinkChannel<RcLink>,
+        /// Why UD cannot work (this side's device or the server's has none), once
+        /// a dial found out: every call goes over `rc` from then on. Shared by the
+        /// clones, so the fallback is logged once.
+        no_ud: Arc<OnceLock<String>>,
     },
     /// Boxed: a lone channel stays small.
     Balanced(Box<Balanced>),
@@ -109,6 +115,7 @@ impl Channel {
             Transport::Ud {
                 ud: LinkChannel::lazy(endpoint.clone()),
                 rc: LinkChannel::lazy(rc),
+                no_ud: Arc::default(),
             }
         } else {
             Transport::Rc(LinkChannel::lazy(endpoint.clone()))
@@ -164,7 +171,15 @@ impl Channel {
         }
         match &mut self.transport {
             Transport::Rc(c) => Service::<OutgoingCall<M>>::poll_ready(c, cx),
-            Transport::Ud { ud, .. } => Service::<OutgoingCall<M>>::poll_ready(ud, cx),
+            Transport::Ud { ud, rc, no_ud } => {
+                if no_ud.get().is_none() {
+                    match ready!(Service::<OutgoingCall<M>>::poll_ready(ud, cx)) {
+                        Err(s) if s.message().contains(NO_UD) => fall_back_to_rc(no_ud, &s),
+                        r => return Poll::Ready(r),
+                    }
+                }
+                poll_ready_fallen_back::<M>(rc, no_ud, cx)
+            }
             Transport::Balanced(b) => b.poll_ready::<M>(cx),
         }
     }
@@ -258,7 +273,13 @@ impl Channel {
     pub(crate) fn stream_route(&mut self) -> StreamRoute<'_> {
         match &mut self.transport {
             Transport::Rc(c) => StreamRoute::Rc(c),
-            Transport::Ud { ud, rc } => StreamRoute::UdThenRc { ud, rc },
+            Transport::Ud { ud, rc, no_ud } => {
+                if no_ud.get().is_some() {
+                    StreamRoute::Rc(rc)
+                } else {
+                    StreamRoute::UdThenRc { ud, rc }
+                }
+            }
             Transport::Balanced(b) => StreamRoute::Balanced(b),
         }
     }
@@ -273,7 +294,13 @@ impl Endpoint {
         let channel = Channel::lazy(self);
         let dialed = match &channel.transport {
             Transport::Rc(c) => c.dial_now().await,
-            Transport::Ud { ud, .. } => ud.dial_now().await,
+            Transport::Ud { ud, rc, no_ud } => match ud.dial_now().await {
+                Err(s) if s.message().contains(NO_UD) => {
+                    fall_back_to_rc(no_ud, &s);
+                    rc.dial_now().await.map_err(|e| fallen_back(no_ud, e))
+                }
+                r => r,
+            },
             Transport::Balanced(_) => unreachable!("Channel::lazy is never balanced"),
         };
         dialed.map_err(|s| Error::new(s.message().to_string()))?;
@@ -338,7 +365,8 @@ impl Channel {
         match &mut self.transport {
             Transport::Balanced(b) => b.call(call),
             Transport::Rc(c) => c.call(call),
-            Transport::Ud { ud, rc } => {
+            Transport::Ud { rc, no_ud, .. } if no_ud.get().is_some() => rc.call(call),
+            Transport::Ud { ud, rc, .. } => {
                 let (fits, accepts_rc) = ud
                     .with_link(|l| {
                         let room = l
@@ -362,4 +390,33 @@ impl Channel {
             }
         }
     }
+}
+
+/// A UD channel whose dial found no UD (`status`, naming the device) connects over
+/// RC from now on: said once, at info, for the channel and its clones.
+fn fall_back_to_rc(no_ud: &OnceLock<String>, status: &Status) {
+    if no_ud.set(status.message().to_string()).is_ok() {
+        tracing::info!(
+            reason = status.message(),
+            "rdma+ud:// connects over RC instead: no UD on this path"
+        );
+    }
+}
+
+/// `rc`'s readiness, its failures saying why the channel is on RC (a server that
+/// takes no RC connections then reads as the reason the call cannot go anywhere).
+fn poll_ready_fallen_back<M: Message + Send + 'static>(
+    rc: &mut LinkChannel<RcLink>,
+    no_ud: &OnceLock<String>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), Status>> {
+    Service::<OutgoingCall<M>>::poll_ready(rc, cx).map_err(|e| fallen_back(no_ud, e))
+}
+
+fn fallen_back(no_ud: &OnceLock<String>, e: Status) -> Status {
+    let why = no_ud.get().map_or("", String::as_str);
+    Status::new(
+        e.code(),
+        format!("{why}, so rdma+ud:// fell back to RC: {}", e.message()),
+    )
 }

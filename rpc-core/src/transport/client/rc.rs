@@ -20,8 +20,9 @@ use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::stream::StreamShared;
 use super::{deliver, ReplySender};
 use crate::engine::wire::SERVER_CREDITS;
+use crate::engine::MIN_FRAME;
 use crate::engine::{ClientConfig, ClientConn, Reply};
-use crate::handshake::{check_rc, Capabilities, ClientHello, HandshakeError, RcAsk};
+use crate::handshake::{check_rc, device, Capabilities, ClientHello, HandshakeError, RcAsk};
 use crate::id_map::IdMap;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
@@ -61,6 +62,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     let s = &ep.settings;
     let (mut tcp, addr) = dial(ep).await?;
     let dev = shared_device(ep, &tcp)?;
+    let caps = dev.caps();
     let pd = dev.alloc_pd()?;
     // One CQ for sends and receives, so one poller sees everything of the connection.
     // One credit more than calls in flight: the engine keeps it for CANCEL frames.
@@ -81,7 +83,8 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
         credits: ask,
         slot_size: s.slot_size as u32,
         max_message: s.max_message as u64,
-    });
+    })
+    .with_device(caps);
     handshake::send(&mut tcp, &qp.endpoint(psn)?, &hello.encode()).await?;
     let reply = handshake::recv(&mut tcp)
         .await
@@ -89,6 +92,16 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     let grant = check_rc(&hello, &reply.payload)?;
     let credits = grant.credits;
     let slot = grant.slot_size as usize;
+    // Immediates only if both devices have them; the server said what its has.
+    let mode = device::imm_mode(&caps, grant.device);
+    let frame = slot - mode.header_len();
+    if frame < MIN_FRAME {
+        return Err(Error::new(format!(
+            "slot size {slot} leaves {frame} bytes per frame after the {}-byte header \
+             of a device without immediate data; at least {MIN_FRAME} are needed",
+            mode.header_len()
+        )));
+    }
     qp.connect_rc_with(&reply.endpoint, psn, AccessFlags::empty(), s.rc_retry)?;
 
     let sig = Arc::new(Signals::default());
@@ -104,17 +117,18 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
             sig.ready.wake_all();
         })
     };
-    let pool = RecvPool::new(
+    let pool = RecvPool::with_mode(
         &pd,
         RecvTarget::Qp(qp.clone()),
         credits + SERVER_CREDITS,
         slot,
         Some(hook),
+        mode,
     )?;
-    let ring = SendRing::new(&pd, qp.clone(), credits, slot)?;
+    let ring = SendRing::with_mode(&pd, qp.clone(), credits, slot, mode)?;
     let mut engine = ClientConn::new(ClientConfig {
         credits,
-        frame_size: slot,
+        frame_size: frame,
         max_send_message: s.max_message.min(grant.max_message as usize),
         max_recv_message: s.max_message,
     });
@@ -134,7 +148,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     // closes connections that send none in time) and asks for the working window.
     link.engine.ask_credit();
     link.pump();
-    tracing::debug!(peer = %addr, credits, slot, "connected");
+    tracing::debug!(peer = %addr, credits, slot, ?mode, "connected");
     Ok(Conn::spawn(link, sig, (pool, cq), s, tcp))
 }
 
@@ -331,7 +345,7 @@ impl Link for RcLink {
             match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => match pool.complete(wc) {
                     Ok(slot) => {
-                        let imm = wc.imm_data.unwrap_or(0);
+                        let imm = slot.imm().unwrap_or(0);
                         if let Some(c) = self.engine.handle_frame(now, imm, slot.bytes()) {
                             let keep = matches!(c.result, Ok(Reply::InFrame { .. }));
                             deliver(c.waiter, c.result, keep.then_some(slot), 0);

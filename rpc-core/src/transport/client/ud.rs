@@ -21,7 +21,7 @@ use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::{deliver, ReplySender};
 use crate::engine::ud::{UdClient, UdClientConfig, UdCompletion};
 use crate::engine::Reply;
-use crate::handshake::{check_ud, ClientHello, HandshakeError, UdAsk};
+use crate::handshake::{check_ud, device, ClientHello, HandshakeError, UdAsk, NO_UD};
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::ud_device::{datagram_limit, QKEY};
@@ -42,8 +42,16 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<UdLink>>, Error> {
     let s = &ep.settings;
     let (mut tcp, addr) = dial(ep).await?;
     let dev = shared_device(ep, &tcp)?;
+    let caps = dev.caps();
+    if !caps.ud {
+        // Known before any QP: creating one would fail EOPNOTSUPP, for good. The
+        // channel reads this and connects over RC instead (`transport::channel`).
+        return Err(Error::new(format!("{} {NO_UD}", dev.name())));
+    }
     let pd = dev.alloc_pd()?;
     let limit = datagram_limit(&dev)?;
+    // Asked as payload: a device without immediates sends them in its head.
+    let ask_datagram = limit - device::imm_mode(&caps, None).header_len();
     let window = s.ud_window.max(1);
     // Sends: a slot per call plus room for slots whose retransmissions are in flight.
     let (sends, recvs) = (2 * window, 2 * window);
@@ -60,10 +68,11 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<UdLink>>, Error> {
     qp.activate_ud(QKEY, 0)?;
     let hello = ClientHello::new(UdAsk {
         window,
-        datagram: limit as u32,
+        datagram: ask_datagram as u32,
         max_message: s.max_message as u64,
         qkey: QKEY,
-    });
+    })
+    .with_device(caps);
     handshake::send(&mut tcp, &qp.endpoint(0)?, &hello.encode()).await?;
     let reply = handshake::recv(&mut tcp)
         .await
@@ -71,20 +80,27 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<UdLink>>, Error> {
     let ud = check_ud(&hello, &reply.payload)?;
     let datagram = ud.datagram as usize;
     let window = ud.window;
+    let mode = device::imm_mode(&caps, ud.device);
     let ah = Arc::new(pd.create_ah(&AhAttr::from_endpoint(
         &reply.endpoint,
         dev.preferred_gid_index(),
     ))?);
-    let pool = RecvPool::new(
+    // The granted datagram is payload; in header mode the immediate comes on top:
+    // receives hold it beside the payload, and sends keep within this device's
+    // limit.
+    let header = mode.header_len();
+    let pool = RecvPool::with_mode(
         &pd,
         RecvTarget::Qp(qp.clone()),
         recvs,
-        GRH_LEN + datagram,
+        GRH_LEN + datagram + header,
         None,
+        mode,
     )?;
-    let ring = UdSendRing::new(&pd, qp.clone(), sends, datagram)?;
+    let payload = datagram.min(limit - header);
+    let ring = UdSendRing::with_mode(&pd, qp.clone(), sends, payload + header, mode)?;
     let link = UdLink {
-        engine: UdClient::new(UdClientConfig::new(ud.session, window, datagram)),
+        engine: UdClient::new(UdClientConfig::new(ud.session, window, payload)),
         ring,
         promised: SlotPromises::default(),
         dest: UdDestination {
@@ -210,7 +226,7 @@ impl Link for UdLink {
                     if slot.len() < GRH_LEN || self.engine.dead().is_some() {
                         continue;
                     }
-                    let imm = wc.imm_data.unwrap_or(0);
+                    let imm = slot.imm().unwrap_or(0);
                     let c = self
                         .engine
                         .handle_datagram(now, imm, &slot.bytes()[GRH_LEN..]);

@@ -177,12 +177,14 @@ where
         // Receives of the whole pool plus every ring's sends (each ring is at most
         // its connection's window, and the windows sum to the pool).
         let cq = Arc::new(dev.create_cq(2 * pool_slots + 64)?);
-        let pool = RecvPool::new(
+        // Shared by every connection: framed in this device's mode (`handshake::device`).
+        let pool = RecvPool::with_mode(
             &pd,
             RecvTarget::Srq(srq.clone()),
             pool_slots,
             s.slot_size,
             None,
+            rpc_transport::msg::ImmMode::for_caps(&dev.caps()),
         )?;
         tracing::info!(
             provider = %dev.provider(),

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rpc_transport::msg::{handshake, RecvPool, SendRing};
+use rpc_transport::msg::{handshake, ImmMode, RecvPool, SendRing};
 use rpc_transport::{
     AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpEndpoint, QpInitAttr, QpType,
     SharedReceiveQueue, WcOpcode, WorkCompletion,
@@ -21,7 +21,7 @@ use super::pending::Pending;
 use super::rc_peer::{Dispatch, RcPeer};
 use super::settings::ServerSettings;
 use super::ud_side::UdSide;
-use crate::engine::{CreditWindow, ServerConfig, ServerConn};
+use crate::engine::{CreditWindow, ServerConfig, ServerConn, MIN_FRAME};
 use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::request::ConnAddrs;
@@ -81,7 +81,7 @@ fn handle(
                 let slot = sh.pool.complete(wc);
                 match (conn, slot) {
                     (Some(c), Ok(slot)) => {
-                        calls.extend(c.on_frame(now, wc.imm_data.unwrap_or(0), slot));
+                        calls.extend(c.on_frame(now, slot.imm().unwrap_or(0), slot));
                     }
                     (Some(c), Err(_)) => c.kill(),
                     // A connection already gone: the slot goes back to the pool.
@@ -157,6 +157,7 @@ pub(super) async fn accept(
         ud: None,
         max_message: s.max_message as u64,
         capabilities: Capabilities::SUPPORTED,
+        device: Some(sh.pd.device().caps()),
     };
     let now = Availability {
         receive_credits_free: sh.credits.free(),
@@ -202,9 +203,19 @@ pub(super) async fn accept(
         qp.connect_rc_with(&hello.endpoint, psn, AccessFlags::empty(), DEFAULT_RC_RETRY)?;
         // Sized to the window granted now: a peer that has not proven its RDMA path
         // holds two slots; the ring grows with the window.
-        let ring = SendRing::new(&sh.pd, qp.clone(), credits, s.slot_size)?;
+        // In the SRQ pool's mode, which the grant told the client (`decide`).
+        let mode = ImmMode::for_caps(&sh.pd.device().caps());
+        let ring = SendRing::with_mode(&sh.pd, qp.clone(), credits, s.slot_size, mode)?;
+        let frame = ring.slot_size();
+        if frame < MIN_FRAME {
+            return Err(Error::new(format!(
+                "slot size {} leaves {frame} bytes per frame after the immediate's header; \
+                 at least {MIN_FRAME} are needed",
+                s.slot_size
+            )));
+        }
         let mut engine = ServerConn::new(ServerConfig {
-            frame_size: s.slot_size,
+            frame_size: frame,
             max_recv_message: s.max_message,
             max_send_message: s.max_message.min(ask.max_message as usize),
             buffer_cap: 2 * s.max_message + s.slot_size,

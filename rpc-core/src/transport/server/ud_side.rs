@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rpc_transport::msg::handshake::{self, Envelope};
-use rpc_transport::msg::{RecvPool, RecvSlot, RecvTarget, UdDestination, UdSendRing};
+use rpc_transport::msg::{ImmMode, RecvPool, RecvSlot, RecvTarget, UdDestination, UdSendRing};
 use rpc_transport::{
     AhAttr, CompletionQueue, ProtectionDomain, QpCap, QpEndpoint, QpInitAttr, QpType, QueuePair,
     WcOpcode, WorkCompletion, GRH_LEN,
@@ -28,7 +28,7 @@ use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::liveness::serve_liveness;
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
 use crate::handshake::liveness::Keepalive;
-use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy};
+use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy, NO_UD};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::request::ConnAddrs;
@@ -146,6 +146,10 @@ impl UdSide {
     ) -> Result<Arc<UdSide>, Error> {
         let settings = server.ud;
         let dev = pd.device();
+        if !dev.caps().ud {
+            // Known before any QP: the server serves RC alone.
+            return Err(Error::new(format!("{} {NO_UD}", dev.name())));
+        }
         let datagram = datagram_limit(dev)?;
         let max_wr = dev.attr().max_qp_wr.max(1);
         let recv_slots = settings.recv_slots.min(max_wr);
@@ -161,17 +165,21 @@ impl UdSide {
         };
         let qp = Arc::new(pd.create_qp(&init)?);
         qp.activate_ud(QKEY, 0)?;
-        let pool = RecvPool::new(
+        // Shared by every session: framed in this device's mode (`handshake::device`).
+        let mode = ImmMode::for_caps(&dev.caps());
+        let pool = RecvPool::with_mode(
             pd,
             RecvTarget::Qp(qp.clone()),
             recv_slots,
             GRH_LEN + datagram,
             None,
+            mode,
         )?;
-        let ring = UdSendRing::new(pd, qp.clone(), send_slots, datagram)?;
+        let ring = UdSendRing::with_mode(pd, qp.clone(), send_slots, datagram, mode)?;
         let engine = UdServer::new(UdServerConfig {
             window: settings.window,
-            datagram,
+            // The payload: in header mode, without the immediate's 4 bytes.
+            datagram: ring.slot_size(),
             max_sessions: settings.max_sessions,
         });
         let side = Arc::new(UdSide {
@@ -257,7 +265,7 @@ impl UdSide {
                     if slot.len() < GRH_LEN {
                         continue;
                     }
-                    let imm = wc.imm_data.unwrap_or(0);
+                    let imm = slot.imm().unwrap_or(0);
                     let inc =
                         st.engine
                             .handle_datagram(now, wc.src_qp, imm, &slot.bytes()[GRH_LEN..]);
@@ -400,6 +408,7 @@ impl UdSide {
                 }),
                 max_message: self.max_message as u64,
                 capabilities: Capabilities::SUPPORTED,
+                device: Some(self.pd.device().caps()),
             };
             let now = Availability {
                 receive_credits_free: 0,
