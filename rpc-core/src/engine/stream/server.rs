@@ -1,7 +1,10 @@
 //! The server's streaming calls on one connection: their states, message credits,
-//! and the connection credits the client granted for frames that answer nothing.
+//! deadlines, and the connection credits the client granted for frames that answer
+//! nothing.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::{Duration, Instant};
 
 use super::{write_message, Chunk, Incoming, Outgoing, Window};
 use crate::engine::codec::{self, StatusCuts};
@@ -42,6 +45,8 @@ struct Stream {
     grant: u32,
     recv: Incoming,
     window: Window,
+    /// When the call ends here `DEADLINE_EXCEEDED`, and the timeout it came from.
+    deadline: Option<(Instant, Duration)>,
 }
 
 impl Stream {
@@ -64,6 +69,8 @@ pub struct ServerStreams {
     /// the call's status (answers need no connection credit).
     answers: VecDeque<(u32, Status)>,
     events: VecDeque<(u32, ServerStreamEvent)>,
+    /// Deadlines of calls, earliest first (entries of ended calls are skipped).
+    deadlines: BinaryHeap<Reverse<(Instant, u32)>>,
     pub(crate) malformed: u64,
 }
 
@@ -77,6 +84,7 @@ impl ServerStreams {
             transmit: VecDeque::new(),
             answers: VecDeque::new(),
             events: VecDeque::new(),
+            deadlines: BinaryHeap::new(),
             malformed: 0,
         }
     }
@@ -94,8 +102,13 @@ impl ServerStreams {
         self.credits
     }
 
-    /// A streaming `REQ` arrived: the call is open.
-    pub(crate) fn open(&mut self, id: u32) {
+    /// A streaming `REQ` arrived at `now`: the call is open, until `timeout` (the
+    /// client's, from the `REQ`) if any.
+    pub(crate) fn open(&mut self, id: u32, now: Instant, timeout: Option<Duration>) {
+        let deadline = timeout.and_then(|t| Some((now.checked_add(t)?, t)));
+        if let Some((at, _)) = deadline {
+            self.deadlines.push(Reverse((at, id)));
+        }
         self.streams.insert(
             id,
             Stream {
@@ -108,8 +121,56 @@ impl ServerStreams {
                 grant: 0,
                 recv: Incoming::default(),
                 window: Window::default(),
+                deadline,
             },
         );
+    }
+
+    /// When call `id` ends here at its deadline, if it is open and has one.
+    pub fn deadline(&self, id: u32) -> Option<Instant> {
+        self.streams
+            .get(&id)
+            .filter(|s| s.open)
+            .and_then(|s| s.deadline)
+            .map(|(at, _)| at)
+    }
+
+    /// The earliest deadline of an open call: [`ServerStreams::handle_timeout`] is
+    /// due then.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
+            if self.deadline(id) == Some(at) {
+                return Some(at);
+            }
+            self.deadlines.pop();
+        }
+        None
+    }
+
+    /// Ends the open calls whose deadline passed by `now` on this side, whatever the
+    /// client does (it may be gone without a word): `DEADLINE_EXCEEDED` goes to the
+    /// client (as the `REQ`'s answer if the handler has not answered yet, else as
+    /// `TRAILERS`, dropping the rest of a long message), and to the handler as a
+    /// [`ServerStreamEvent::Reset`] (its producer is dropped).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some((_, t)) = self
+                .streams
+                .get(&id)
+                .filter(|s| s.open)
+                .and_then(|s| s.deadline)
+            else {
+                continue;
+            };
+            self.refuse(
+                id,
+                Status::deadline_exceeded(format!("deadline of {t:?} exceeded on the server")),
+            );
+        }
     }
 
     /// Answers the call's `REQ`: with its response headers (the call goes on), or a
