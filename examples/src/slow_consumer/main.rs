@@ -287,13 +287,19 @@ fn report(args: &Args, run: &Run) {
             args::mib(alone.iter().sum::<u64>()) / alone.len() as f64
         );
     }
-    let per_second: Vec<u64> = samples.iter().map(|(_, b)| *b).collect();
+    let per_second = samples.iter().map(|(_, b)| *b);
+    let spread = match (per_second.clone().min(), per_second.max()) {
+        (Some(lo), Some(hi)) => format!(
+            "; per second min {:.1}, max {:.1} MiB/s",
+            args::mib(lo),
+            args::mib(hi)
+        ),
+        _ => String::new(),
+    };
     println!(
-        "fast stream during it: {:.1} MiB in {secs:.1} s = {:.1} MiB/s; per second min {:.1}, max {:.1} MiB/s{}",
+        "fast stream during it: {:.1} MiB in {secs:.1} s = {:.1} MiB/s{spread}{}",
         args::mib(end.fast_bytes),
         args::mib(end.fast_bytes) / secs,
-        args::mib(per_second.iter().copied().min().unwrap_or(0)),
-        args::mib(per_second.iter().copied().max().unwrap_or(0)),
         fast_error
             .as_ref()
             .map_or(String::new(), |s| format!("; it failed: {s}")),

@@ -2,8 +2,7 @@
 //! deadlines, and the connection credits the client granted for frames that answer
 //! nothing.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{write_message, Chunk, Incoming, Outgoing, Window};
@@ -69,8 +68,6 @@ pub struct ServerStreams {
     /// the call's status (answers need no connection credit).
     answers: VecDeque<(u32, Status)>,
     events: VecDeque<(u32, ServerStreamEvent)>,
-    /// Deadlines of calls, earliest first (entries of ended calls are skipped).
-    deadlines: BinaryHeap<Reverse<(Instant, u32)>>,
     pub(crate) malformed: u64,
 }
 
@@ -84,7 +81,6 @@ impl ServerStreams {
             transmit: VecDeque::new(),
             answers: VecDeque::new(),
             events: VecDeque::new(),
-            deadlines: BinaryHeap::new(),
             malformed: 0,
         }
     }
@@ -106,9 +102,6 @@ impl ServerStreams {
     /// client's, from the `REQ`) if any.
     pub(crate) fn open(&mut self, id: u32, now: Instant, timeout: Option<Duration>) {
         let deadline = timeout.and_then(|t| Some((now.checked_add(t)?, t)));
-        if let Some((at, _)) = deadline {
-            self.deadlines.push(Reverse((at, id)));
-        }
         self.streams.insert(
             id,
             Stream {
@@ -136,15 +129,14 @@ impl ServerStreams {
     }
 
     /// The earliest deadline of an open call: [`ServerStreams::handle_timeout`] is
-    /// due then.
-    pub fn poll_timeout(&mut self) -> Option<Instant> {
-        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
-            if self.deadline(id) == Some(at) {
-                return Some(at);
-            }
-            self.deadlines.pop();
-        }
-        None
+    /// due then. (A scan: deadlines live in the calls, so a call that ends leaves
+    /// nothing behind, however long its deadline.)
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.streams
+            .values()
+            .filter(|s| s.open)
+            .filter_map(|s| s.deadline.map(|(at, _)| at))
+            .min()
     }
 
     /// Ends the open calls whose deadline passed by `now` on this side, whatever the
@@ -153,19 +145,16 @@ impl ServerStreams {
     /// `TRAILERS`, dropping the rest of a long message), and to the handler as a
     /// [`ServerStreamEvent::Reset`] (its producer is dropped).
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(&Reverse((at, id))) = self.deadlines.peek() {
-            if at > now {
-                break;
-            }
-            self.deadlines.pop();
-            let Some((_, t)) = self
-                .streams
-                .get(&id)
-                .filter(|s| s.open)
-                .and_then(|s| s.deadline)
-            else {
-                continue;
-            };
+        let expired: Vec<(u32, Duration)> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.open)
+            .filter_map(|(id, s)| match s.deadline {
+                Some((at, t)) if at <= now => Some((*id, t)),
+                _ => None,
+            })
+            .collect();
+        for (id, t) in expired {
             self.refuse(
                 id,
                 Status::deadline_exceeded(format!("deadline of {t:?} exceeded on the server")),
