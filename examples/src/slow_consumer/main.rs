@@ -68,10 +68,19 @@ struct Progress {
 /// Both processes' RSS in KiB, and what the readers had at that moment.
 #[derive(Clone, Copy)]
 struct Sample {
+    at: Instant,
     client: u64,
     server: u64,
     slow_messages: u64,
     fast_bytes: u64,
+}
+
+impl Sample {
+    /// The fast stream's MiB/s since `before`.
+    fn fast_rate(&self, before: &Sample) -> f64 {
+        let dt = self.at.duration_since(before.at).as_secs_f64();
+        args::mib(self.fast_bytes - before.fast_bytes) / dt
+    }
 }
 
 #[tokio::main]
@@ -103,6 +112,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     b?;
     let take = |p: &Progress| -> std::io::Result<Sample> {
         Ok(Sample {
+            at: Instant::now(),
             client: rss::rss_kib(me)?,
             server: rss::rss_kib(server.pid)?,
             slow_messages: p.slow_messages.load(Ordering::Relaxed),
@@ -127,19 +137,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The fast stream alone first: what it moves with the connection to itself.
     let fast = tokio::spawn(fast_reader(client.clone(), message, progress.clone()));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     let mut last = base;
     let mut alone = Vec::new();
     for _ in 0..args.alone_seconds {
         tick.tick().await;
         let s = take(&progress)?;
+        let fast_rate = s.fast_rate(&last);
         println!(
-            "fast alone: {:>8.1} MiB/s  client {:>7.1} MiB  server {:>7.1} MiB",
-            args::mib(s.fast_bytes - last.fast_bytes),
+            "fast alone: {fast_rate:>8.1} MiB/s  client {:>7.1} MiB  server {:>7.1} MiB",
             rss::mib(s.client),
             rss::mib(s.server),
         );
-        alone.push(s.fast_bytes - last.fast_bytes);
+        alone.push(fast_rate);
         last = s;
     }
 
@@ -162,18 +173,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             r = &mut slow => break r,
             _ = tick.tick() => {
                 let s = take(&progress)?;
+                let fast_rate = s.fast_rate(&last);
+                let dt = s.at.duration_since(last.at).as_secs_f64();
                 println!(
-                    "t={:>4}s client {:>7.1} MiB ({:+6.1})  server {:>7.1} MiB ({:+6.1})  slow {:>6} msgs (+{:>5}/s)  fast {:>8.1} MiB/s",
+                    "t={:>4}s client {:>7.1} MiB ({:+6.1})  server {:>7.1} MiB ({:+6.1})  slow {:>6} msgs ({:>5.0}/s)  fast {fast_rate:>8.1} MiB/s",
                     start.elapsed().as_secs(),
                     rss::mib(s.client),
                     rss::mib_delta(s.client, base.client),
                     rss::mib(s.server),
                     rss::mib_delta(s.server, base.server),
                     s.slow_messages,
-                    s.slow_messages - last.slow_messages,
-                    args::mib(s.fast_bytes - last.fast_bytes),
+                    (s.slow_messages - last.slow_messages) as f64 / dt,
                 );
-                samples.push((s, s.fast_bytes - last.fast_bytes));
+                samples.push((s, fast_rate));
                 last = s;
             }
         }
@@ -255,10 +267,10 @@ struct Run {
     base: Sample,
     /// At the slow stream's end (`fast_bytes`: moved while it ran).
     end: Sample,
-    /// The fast stream's bytes per second while alone.
-    alone: Vec<u64>,
-    /// Once a second while the slow stream ran, and the fast stream's bytes in it.
-    samples: Vec<(Sample, u64)>,
+    /// The fast stream's MiB/s while alone, once a second.
+    alone: Vec<f64>,
+    /// Once a second while the slow stream ran, with the fast stream's MiB/s.
+    samples: Vec<(Sample, f64)>,
     slow_time: Duration,
     slow_bytes: u64,
     fast_error: Option<Status>,
@@ -284,16 +296,15 @@ fn report(args: &Args, run: &Run) {
     if !alone.is_empty() {
         println!(
             "fast stream alone before it: {:.1} MiB/s",
-            args::mib(alone.iter().sum::<u64>()) / alone.len() as f64
+            alone.iter().sum::<f64>() / alone.len() as f64
         );
     }
-    let per_second = samples.iter().map(|(_, b)| *b);
-    let spread = match (per_second.clone().min(), per_second.max()) {
-        (Some(lo), Some(hi)) => format!(
-            "; per second min {:.1}, max {:.1} MiB/s",
-            args::mib(lo),
-            args::mib(hi)
-        ),
+    let per_second = samples.iter().map(|(_, r)| *r);
+    let spread = match (
+        per_second.clone().reduce(f64::min),
+        per_second.reduce(f64::max),
+    ) {
+        (Some(lo), Some(hi)) => format!("; per second min {lo:.1}, max {hi:.1} MiB/s"),
         _ => String::new(),
     };
     println!(
