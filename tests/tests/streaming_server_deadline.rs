@@ -71,7 +71,7 @@ impl Service<ServerCall> for Pour {
 }
 
 /// In the child: opens a bidirectional `Pour` with a deadline, never reads or
-/// sends, and stops itself (SIGSTOP) once the call is open: a client gone silent,
+/// sends, and says so; the parent then stops it (SIGSTOP): a client gone silent,
 /// its connection still up. In a normal test run: does nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child-process entry: its parent test runs it in a child process"]
@@ -96,12 +96,8 @@ async fn child_silent_client() {
         .await
         .unwrap();
     println!("OPEN");
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &std::process::id().to_string()])
-        .status()
-        .expect("running kill");
-    assert!(stopped.success());
-    // Never gets here while the parent runs: it kills the stopped child.
+    // The parent stops this process now (SIGSTOP) and kills it at the end.
+    std::future::pending::<()>().await;
     drop(call);
 }
 
@@ -113,6 +109,13 @@ async fn the_server_ends_a_silent_clients_stream_at_the_deadline() {
     let (addr, _stop) = tests::serve_router(Server::builder().add_service(Pour)).await;
     let mut child = ChildTest::spawn("child_silent_client", (CHILD, &addr.to_string()));
     child.read_tagged("OPEN").await;
+    let pid = child.child.id().expect("the child runs").to_string();
+    let stopped = tokio::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .await
+        .expect("running kill -STOP on the child");
+    assert!(stopped.success(), "kill -STOP {pid}: {stopped:?}");
     // The child reads nothing: the producer sends what it may, then waits (for
     // the call's credits, or for send slots the stopped client never completes).
     w.wait_for("the producer started", |s| *s == Seen::Polled(1))
@@ -133,6 +136,9 @@ async fn the_server_ends_a_silent_clients_stream_at_the_deadline() {
         .await
         .expect("the handler's inbound ends")
         .unwrap();
+    if let Ok(Some(exit)) = child.child.try_wait() {
+        panic!("the child did not stay stopped: {exit:?}");
+    }
     let s = end.expect_err("the call ended by its deadline, not OK");
     assert_eq!(s.code(), Code::DeadlineExceeded, "{s:?}");
     assert!(
