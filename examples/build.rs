@@ -10,6 +10,7 @@ fn main() -> std::io::Result<()> {
                 "../proto/kv.proto",
                 "../proto/route_guide.proto",
                 "../proto/file_transfer.proto",
+                "../proto/slow_consumer.proto",
             ],
             &["../proto"],
         )

@@ -229,7 +229,7 @@ impl ServerConn {
     /// Handles one received frame; a complete request is returned for dispatch (its
     /// answer is the later [`ServerConn::respond`]); any other answer is queued for
     /// [`ServerConn::poll_transmit`]. Nothing a client sends makes this panic.
-    pub fn handle_frame(&mut self, _now: Instant, imm: u32, frame: &[u8]) -> Option<Incoming> {
+    pub fn handle_frame(&mut self, now: Instant, imm: u32, frame: &[u8]) -> Option<Incoming> {
         let kind_bits = imm >> wire::CALL_ID_BITS;
         let wants = kind_bits == Kind::Want as u32
             || kind_bits == Kind::Req as u32
@@ -244,7 +244,7 @@ impl ServerConn {
             return None;
         };
         match kind {
-            Kind::Req => self.on_request(id, frame),
+            Kind::Req => self.on_request(now, id, frame),
             Kind::ReqFrag => self.on_fragment(id, frame),
             Kind::Rfr => {
                 if matches!(self.calls.get(&id), Some(Call::Responding { .. })) {
@@ -300,7 +300,7 @@ impl ServerConn {
         None
     }
 
-    fn on_request(&mut self, id: u32, frame: &[u8]) -> Option<Incoming> {
+    fn on_request(&mut self, now: Instant, id: u32, frame: &[u8]) -> Option<Incoming> {
         if self.calls.contains_key(&id) || self.streams.contains(id) {
             // A client bug; the call that owns the id keeps it.
             self.stats.malformed += 1;
@@ -316,7 +316,7 @@ impl ServerConn {
         };
         let total = start.body_len;
         if wire::request_is_stream(frame) {
-            return self.open_stream(id, start);
+            return self.open_stream(now, id, start);
         }
         if total > self.cfg.max_recv_message {
             return self.reject(
@@ -422,13 +422,18 @@ impl ServerConn {
     }
 
     /// A `REQ` flagged `STREAM`: a streaming call opens (its body must be empty:
-    /// messages come as `MSG`s).
-    fn open_stream(&mut self, id: u32, start: codec::RequestStart) -> Option<Incoming> {
+    /// messages come as `MSG`s), with its deadline counted from `now`.
+    fn open_stream(
+        &mut self,
+        now: Instant,
+        id: u32,
+        start: codec::RequestStart,
+    ) -> Option<Incoming> {
         if start.body_len != 0 {
             self.stats.malformed += 1;
             return self.reject(id, Status::internal("streaming request with a body"));
         }
-        self.streams.open(id);
+        self.streams.open(id, now, start.timeout);
         self.stats.dispatched += 1;
         Some(Incoming {
             id,

@@ -185,6 +185,13 @@
 //!   reason: `CANCELLED` when it stopped reading, `DEADLINE_EXCEEDED`,
 //!   `RESOURCE_EXHAUSTED`) ends both halves at once: the server stops the handler
 //!   and drops its producer.
+//! * **Deadlines.** Both sides keep the `REQ`'s timeout: the client resets the call
+//!   (`RESET` `DEADLINE_EXCEEDED`) at its deadline; the server, counting from the
+//!   `REQ`'s arrival, ends the call itself at its own: `DEADLINE_EXCEEDED` as the
+//!   `REQ`'s answer if the handler has not answered, else as `TRAILERS` (the rest of
+//!   a long message is not sent), and it drops the producer. So a stream stops at
+//!   its deadline even when the client went silent; whichever end comes second
+//!   finds the call ended and is dropped.
 //! * **Answers.** Every client frame still gets exactly one answer (`MSG`,
 //!   `HALF_CLOSE`, `RESET` and `CREDIT` are answered at once by `CR`; a `REQ` by its
 //!   `RESP`), so the client's credits work as above, unchanged.

@@ -1,7 +1,9 @@
 //! The server's streaming calls on one connection: their states, message credits,
-//! and the connection credits the client granted for frames that answer nothing.
+//! deadlines, and the connection credits the client granted for frames that answer
+//! nothing.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use super::{write_message, Chunk, Incoming, Outgoing, Window};
 use crate::engine::codec::{self, StatusCuts};
@@ -42,6 +44,8 @@ struct Stream {
     grant: u32,
     recv: Incoming,
     window: Window,
+    /// When the call ends here `DEADLINE_EXCEEDED`, and the timeout it came from.
+    deadline: Option<(Instant, Duration)>,
 }
 
 impl Stream {
@@ -94,8 +98,10 @@ impl ServerStreams {
         self.credits
     }
 
-    /// A streaming `REQ` arrived: the call is open.
-    pub(crate) fn open(&mut self, id: u32) {
+    /// A streaming `REQ` arrived at `now`: the call is open, until `timeout` (the
+    /// client's, from the `REQ`) if any.
+    pub(crate) fn open(&mut self, id: u32, now: Instant, timeout: Option<Duration>) {
+        let deadline = timeout.and_then(|t| Some((now.checked_add(t)?, t)));
         self.streams.insert(
             id,
             Stream {
@@ -108,8 +114,52 @@ impl ServerStreams {
                 grant: 0,
                 recv: Incoming::default(),
                 window: Window::default(),
+                deadline,
             },
         );
+    }
+
+    /// When call `id` ends here at its deadline, if it is open and has one.
+    pub fn deadline(&self, id: u32) -> Option<Instant> {
+        self.streams
+            .get(&id)
+            .filter(|s| s.open)
+            .and_then(|s| s.deadline)
+            .map(|(at, _)| at)
+    }
+
+    /// The earliest deadline of an open call: [`ServerStreams::handle_timeout`] is
+    /// due then. (A scan: deadlines live in the calls, so a call that ends leaves
+    /// nothing behind, however long its deadline.)
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.streams
+            .values()
+            .filter(|s| s.open)
+            .filter_map(|s| s.deadline.map(|(at, _)| at))
+            .min()
+    }
+
+    /// Ends the open calls whose deadline passed by `now` on this side, whatever the
+    /// client does (it may be gone without a word): `DEADLINE_EXCEEDED` goes to the
+    /// client (as the `REQ`'s answer if the handler has not answered yet, else as
+    /// `TRAILERS`, dropping the rest of a long message), and to the handler as a
+    /// [`ServerStreamEvent::Reset`] (its producer is dropped).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let expired: Vec<(u32, Duration)> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.open)
+            .filter_map(|(id, s)| match s.deadline {
+                Some((at, t)) if at <= now => Some((*id, t)),
+                _ => None,
+            })
+            .collect();
+        for (id, t) in expired {
+            self.refuse(
+                id,
+                Status::deadline_exceeded(format!("deadline of {t:?} exceeded on the server")),
+            );
+        }
     }
 
     /// Answers the call's `REQ`: with its response headers (the call goes on), or a

@@ -6,7 +6,8 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::code::Code;
-use crate::engine::wire::{SERVER_CREDITS, STREAM_WINDOW};
+use crate::engine::codec;
+use crate::engine::wire::{self, Kind, SERVER_CREDITS, STREAM_WINDOW};
 use crate::engine::{
     CallHead, ClientConfig, ClientConn, ServerConfig, ServerConn, ServerStreamEvent, StreamEvent,
 };
@@ -45,6 +46,11 @@ struct StreamSim {
     /// Readers that take every message as it comes.
     c_auto: bool,
     s_auto: bool,
+    /// The client enforces its deadlines (off: only the server's end a call).
+    c_timers: bool,
+    /// The client is gone without a word: frames to it vanish (kept here), and it
+    /// sends nothing.
+    c_gone: Option<Vec<(u32, Vec<u8>)>>,
 }
 
 impl StreamSim {
@@ -72,6 +78,8 @@ impl StreamSim {
             server: HashMap::new(),
             c_auto: true,
             s_auto: true,
+            c_timers: true,
+            c_gone: None,
         }
     }
 
@@ -170,6 +178,7 @@ impl StreamSim {
             // Stream frames are copied out: the slot is reposted at once.
             self.s_recvs += 1;
         }
+        self.s.streams().handle_timeout(now);
         while let Some((id, ev)) = self.s.poll_stream_event() {
             let seen = self.server.entry(id).or_default();
             match ev {
@@ -195,6 +204,10 @@ impl StreamSim {
             out.truncate(t.len);
             self.to_c.push_back((t.imm, out));
         }
+        if let Some(lost) = &mut self.c_gone {
+            lost.extend(self.to_c.drain(..));
+            return;
+        }
         for (imm, f) in std::mem::take(&mut self.to_c) {
             assert!(self.c_recvs > 0, "RNR at the client");
             self.c_recvs -= 1;
@@ -202,7 +215,9 @@ impl StreamSim {
             self.c_recvs += 1;
             self.c.handle_tokens_returned(1);
         }
-        self.c.handle_timeout(now);
+        if self.c_timers {
+            self.c.handle_timeout(now);
+        }
         self.drain_client_events();
         if self.c_auto {
             let ids: Vec<u32> = self.client.keys().copied().collect();
@@ -541,4 +556,120 @@ fn a_handler_failing_before_its_headers_ends_the_call_trailers_only() {
     assert_eq!(sim.end(id), Some(Code::NotFound));
     assert!(!sim.client[&id].headers);
     sim.assert_quiescent();
+}
+
+/// The server's end of a call, if it had one (a reset, a refusal, its deadline).
+fn server_end(sim: &StreamSim, id: u32) -> Option<Status> {
+    sim.server[&id].end.clone().and_then(Result::err)
+}
+
+#[test]
+fn the_servers_deadline_ends_a_stream_after_its_handler_answered() {
+    // The client's timer stays silent: the server ends the call on its own, with
+    // trailers the client reads, and the handler's producer is stopped.
+    let mut sim = StreamSim::plain();
+    sim.c_timers = false;
+    let id = sim.open(Some(Duration::from_millis(20)));
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    for i in 0..3 {
+        assert!(sim.server_send(id, &msg(id, i, 30)));
+        sim.step();
+    }
+    assert!(sim.s.streams().deadline(id).is_some());
+    assert_eq!(sim.s.streams().poll_timeout(), sim.s.streams().deadline(id));
+    assert_eq!(sim.end(id), None, "still running before the deadline");
+    sim.run(25);
+    let s = server_end(&sim, id).expect("the handler hears the deadline");
+    assert_eq!(s.code(), Code::DeadlineExceeded);
+    assert!(
+        !sim.s.streams().is_open(id),
+        "the producer may send no more"
+    );
+    assert_eq!(sim.s.streams().poll_timeout(), None, "no timer left");
+    assert_eq!(sim.end(id), Some(Code::DeadlineExceeded));
+    let c = sim.client[&id].end.as_ref().unwrap().as_ref().unwrap_err();
+    assert!(c.message().contains("on the server"), "{c:?}");
+    assert_eq!(sim.client[&id].read.len(), 3, "messages before it arrive");
+    sim.assert_quiescent();
+}
+
+#[test]
+fn the_servers_deadline_before_the_handler_answered_ends_the_call_trailers_only() {
+    let mut sim = StreamSim::plain();
+    sim.c_timers = false;
+    let id = sim.open(Some(Duration::from_millis(20)));
+    sim.run(25);
+    assert_eq!(
+        server_end(&sim, id).map(|s| s.code()),
+        Some(Code::DeadlineExceeded)
+    );
+    assert_eq!(sim.end(id), Some(Code::DeadlineExceeded));
+    assert!(!sim.client[&id].headers);
+    // The handler answers late: nothing more goes.
+    sim.server_answer(id, Ok(()));
+    assert!(sim.to_c.is_empty());
+    sim.assert_quiescent();
+}
+
+#[test]
+fn the_servers_deadline_ends_a_stream_whose_client_went_silent() {
+    // The producer filled the window and waits for credit the silent client will
+    // never grant: the deadline stops it, and the trailers still go (connection
+    // credits remain).
+    let mut sim = StreamSim::plain();
+    let id = sim.open(Some(Duration::from_millis(20)));
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(2);
+    sim.c_gone = Some(Vec::new());
+    let mut sent = 0;
+    while sim.server_send(id, &msg(id, sent, 30)) {
+        sent += 1;
+    }
+    assert_eq!(sent, STREAM_WINDOW as usize);
+    sim.run(25);
+    assert_eq!(
+        server_end(&sim, id).map(|s| s.code()),
+        Some(Code::DeadlineExceeded),
+        "the handler hears the deadline with no word from the client"
+    );
+    assert!(!sim.s.streams().is_open(id));
+    let lost = sim.c_gone.take().unwrap();
+    let (imm, trailers) = lost.last().expect("frames went to the client");
+    assert_eq!(wire::parse_imm(*imm).unwrap().0, Kind::Trailers);
+    match codec::read_response(trailers).unwrap().outcome {
+        codec::Outcome::Status(s) => assert_eq!(s.code(), Code::DeadlineExceeded),
+        codec::Outcome::Ok(_) => panic!("trailers OK at a deadline"),
+    }
+    assert_eq!(sim.s.calls(), 0, "the server forgot the call");
+
+    // Mid-message, the connection's credits spent on it: the deadline drops the
+    // rest of the message and the producer; nothing goes beyond the receives the
+    // client posted (the trailers wait for credits the client no longer returns).
+    let mut sim = StreamSim::plain();
+    let id = sim.open(Some(Duration::from_millis(20)));
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(2);
+    sim.c_gone = Some(Vec::new());
+    assert!(sim.server_send(id, &msg(id, 0, 2 * SERVER_CREDITS as usize * FRAME)));
+    sim.run(25);
+    assert_eq!(
+        server_end(&sim, id).map(|s| s.code()),
+        Some(Code::DeadlineExceeded)
+    );
+    assert!(!sim.s.streams().is_open(id));
+    let lost = sim.c_gone.take().unwrap();
+    assert_eq!(
+        lost.len(),
+        SERVER_CREDITS as usize,
+        "no frame without a receive"
+    );
+    sim.c_gone = Some(Vec::new());
+    sim.run(5);
+    assert!(
+        sim.c_gone.take().unwrap().is_empty(),
+        "nothing more of the message after the deadline"
+    );
 }

@@ -5,12 +5,21 @@
 //! Client messages are copied out of their receive slot (the SRQ slot is reposted
 //! at once: a slow handler never holds the server's shared receives); at most the
 //! call's window of them waits here. Locks: the connection's, then a call's.
+//!
+//! A call with a deadline gets a timer task that wakes the engine then
+//! ([`ServerStreams::handle_timeout`](crate::engine::ServerStreams::handle_timeout)
+//! decides what expired): the call ends `DEADLINE_EXCEEDED` on the server's own
+//! clock, so a producer stops at the deadline even when the client went silent
+//! (a client that is still there resets the call at its own deadline first).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use tokio::task::AbortHandle;
 
 use super::rc_peer::{RcPeer, RcPeerState};
 use crate::engine::ServerStreamEvent;
@@ -34,6 +43,8 @@ struct Inner {
     /// The handler dropped its inbound: later messages are discarded (and their
     /// credit granted back at once, so the client is never stalled by them).
     dropped: bool,
+    /// The task that ends the call at its deadline: stopped when the call ends first.
+    deadline_timer: Option<AbortHandle>,
 }
 
 impl InboundShared {
@@ -48,6 +59,15 @@ impl InboundShared {
         if let Some(w) = w {
             w.wake();
         }
+    }
+
+    /// The call is over here: its inbound ends (unless it already ended), and its
+    /// deadline's timer stops.
+    fn close(&self, r: Result<(), Status>) {
+        if let Some(t) = lock(&self.0).deadline_timer.take() {
+            t.abort();
+        }
+        self.end(r);
     }
 
     /// A message arrived; `false` if the handler no longer reads (discarded).
@@ -70,6 +90,10 @@ impl RcPeer {
     /// The inbound half of a streaming call that just arrived.
     pub(super) fn open_inbound(self: &Arc<Self>, st: &mut RcPeerState, id: u32) -> BoxInbound {
         let shared = Arc::new(InboundShared::default());
+        if let Some(at) = st.engine.streams().deadline(id) {
+            let timer = tokio::spawn(end_at_deadline(Arc::downgrade(self), at));
+            lock(&shared.0).deadline_timer = Some(timer.abort_handle());
+        }
         st.streams.insert(id, shared.clone());
         Box::pin(ServerInbound {
             peer: self.clone(),
@@ -100,7 +124,7 @@ impl RcPeer {
                 ServerStreamEvent::Writable => writable = true,
                 ServerStreamEvent::Reset(status) => {
                     if let Some(s) = st.streams.remove(&id) {
-                        s.end(Err(status));
+                        s.close(Err(status));
                     }
                     if let Some(h) = st.running.remove(&id) {
                         h.abort();
@@ -140,7 +164,7 @@ impl RcPeer {
         st.running.remove(&id);
         if let Some(s) = st.streams.remove(&id) {
             // A handler task still reading hears that the call is over.
-            s.end(Err(Status::cancelled(
+            s.close(Err(Status::cancelled(
                 "the call has ended (the server sent its final status)",
             )));
         }
@@ -247,6 +271,23 @@ impl RcPeer {
             notified.await;
         }
     }
+}
+
+/// Sleeps until `at`, a call's deadline, then lets the engine end the calls of the
+/// connection whose deadline passed (their handlers' tasks are stopped, their
+/// producers dropped). Holds the connection weakly: a closed one is left alone.
+async fn end_at_deadline(peer: Weak<RcPeer>, at: Instant) {
+    tokio::time::sleep_until(at.into()).await;
+    let Some(peer) = peer.upgrade() else {
+        return;
+    };
+    let mut st = lock(&peer.state);
+    if st.dead {
+        return;
+    }
+    st.engine.streams().handle_timeout(Instant::now());
+    peer.route_stream_events(&mut st);
+    drop(st);
 }
 
 /// A reply of one message, as a stream.

@@ -1,0 +1,100 @@
+//! The slow-consumer bound, end to end: a reader that takes 64 KiB messages one at
+//! a time never has more than a window (`STREAM_WINDOW`, 16 messages) produced
+//! ahead of it, whichever side reads, while another stream on the same channel
+//! (the same connection) keeps moving. The producers count what they were asked
+//! for, so the bound is checked on counts, not on time.
+
+use rpc_core::transport::{Channel, Server};
+use tests::raw_stream::{next, open, read_all, CountSource, Seen, StreamService, Witness};
+
+/// Messages a reader lets its peer send ahead: the engine's `STREAM_WINDOW`.
+const WINDOW: u64 = 16;
+/// 64 KiB messages: larger than a slot, each travels as several `MSG` frames.
+const KIB: u64 = 64;
+
+async fn channel() -> (Channel, tokio::sync::oneshot::Sender<()>) {
+    let (addr, stop) = tests::serve_router(Server::builder().add_service(StreamService)).await;
+    let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
+    (ch, stop)
+}
+
+/// The most messages a producer was asked for, among `seen` (0 if none).
+fn most_polled(seen: &[Seen]) -> u64 {
+    seen.iter()
+        .filter_map(|s| match s {
+            Seen::Polled(n) => Some(*n),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Another stream on `ch` moves `n` 64 KiB messages from the server, completely.
+async fn others_move(ch: &mut Channel, tag: u64, n: u64) {
+    let nothing = CountSource::boxed(0, 0, 0, None);
+    let r = open(ch, "Count", tag, &[n, KIB * 1024, 0], None, nothing)
+        .await
+        .unwrap();
+    let mut inbound = r.messages;
+    let (msgs, end) = read_all(&mut inbound).await;
+    end.unwrap();
+    assert_eq!(msgs.len() as u64, n, "the other stream moved every message");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_reader_holds_the_server_producer_to_a_window() {
+    let (mut ch, _stop) = channel().await;
+    let mut w = Witness::new(701);
+    let nothing = CountSource::boxed(0, 0, 0, None);
+    let r = open(&mut ch, "Endless", 701, &[KIB], None, nothing)
+        .await
+        .unwrap();
+    let mut slow = r.messages;
+    w.wait_for("a window's worth produced", |s| *s == Seen::Polled(WINDOW))
+        .await;
+    // Ten windows' worth on another stream of the connection while this one is
+    // not read at all: that one moves, and this producer stays where it was.
+    others_move(&mut ch, 702, 10 * WINDOW).await;
+    let ahead = most_polled(&w.drain());
+    assert!(
+        ahead <= WINDOW,
+        "{ahead} messages produced for a reader that took none"
+    );
+    // Read one at a time: never more than a window produced ahead of the reader.
+    for read in 1..=4 * WINDOW {
+        let m = next(&mut slow).await.unwrap().unwrap();
+        assert_eq!(m.id, read - 1);
+        assert_eq!(m.data.len() as u64, KIB * 1024);
+        let produced = most_polled(&w.drain());
+        assert!(
+            produced <= read + WINDOW,
+            "{produced} produced when the reader had taken {read}"
+        );
+    }
+    drop(slow);
+    w.wait_for("the producer dropped with the stream", |s| {
+        *s == Seen::ProducerDropped
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_handler_that_reads_nothing_holds_the_client_producer_to_a_window() {
+    let (mut ch, _stop) = channel().await;
+    let mut w = Witness::new(703);
+    // `Block` never reads its inbound: the client's writer stops at the window.
+    let mut ch2 = ch.clone();
+    let blocked = tokio::spawn(async move {
+        let source = CountSource::boxed(703, u64::MAX, (KIB * 1024) as usize, None);
+        open(&mut ch2, "Block", 703, &[], None, source).await
+    });
+    w.wait_for("a window's worth sent", |s| *s == Seen::Polled(WINDOW))
+        .await;
+    others_move(&mut ch, 704, 10 * WINDOW).await;
+    let ahead = most_polled(&w.drain());
+    assert!(
+        ahead <= WINDOW,
+        "{ahead} messages produced for a handler that took none"
+    );
+    blocked.abort();
+}
