@@ -305,13 +305,14 @@ async fn cancelled_call_stops_its_handler(builder: Server, millis: u64) {
         data: vec![],
     });
     let mut fut = Box::pin(g.unary::<Echo, Echo>(req, path("Sleep")));
-    // One poll posts the request (a credit is free).
-    assert!(tokio::time::timeout(Duration::ZERO, &mut fut)
-        .await
-        .is_err());
     // Round trips on the same connection until the handler runs (a handler aborted
-    // before it first ran would leave no trace to test)...
+    // before it first ran would leave no trace to test), polling the call each time:
+    // it posts its request once the connection's credit window lets it (a new
+    // connection starts with the minimal window while it asks for more)...
     for i in 0..10_000 {
+        assert!(tokio::time::timeout(Duration::ZERO, &mut fut)
+            .await
+            .is_err());
         if tests::sleep_started(millis) {
             break;
         }

@@ -49,9 +49,11 @@ impl SoftProfile {
         SoftProfile::RcOnly,
     ];
 
-    /// The profile named by [`SOFT_PROFILE_ENV`] (`Full` when unset).
+    /// The profile named by [`SOFT_PROFILE_ENV`] (`Full` when unset or empty, as a
+    /// shell's `VAR= cmd` means "no profile").
     pub fn from_env() -> Result<SoftProfile> {
         match std::env::var(SOFT_PROFILE_ENV) {
+            Ok(v) if v.is_empty() => Ok(SoftProfile::Full),
             Ok(v) => v.parse(),
             Err(std::env::VarError::NotPresent) => Ok(SoftProfile::Full),
             Err(std::env::VarError::NotUnicode(v)) => Err(Error::InvalidArgument(format!(
