@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tower::{Layer, Service};
 
@@ -12,6 +13,7 @@ use crate::client::{OutgoingCall, OutgoingStream};
 use crate::request::{ConnAddrs, Request};
 use crate::server::{NamedService, ServerCall};
 use crate::status::Status;
+use crate::{Extensions, MetadataMap};
 
 /// Sees a call's [`Request<()>`](Request) (its metadata, extensions, timeout and, on
 /// the server, the connection's addresses; not its message) and returns it, changed
@@ -159,26 +161,32 @@ where
     }
 
     fn call(&mut self, mut call: OutgoingCall<M>) -> Self::Future {
-        let head = Request::received(
-            std::mem::take(&mut call.metadata),
-            std::mem::take(&mut call.extensions),
-            (),
-            call.timeout,
-            ConnAddrs::default(),
-        );
-        match self.interceptor.call(head) {
-            Ok(head) => {
-                let (metadata, extensions, (), timeout, _) = head.into_all();
-                call.metadata = metadata;
-                call.extensions = extensions;
-                call.timeout = timeout;
-                ResponseFuture::inner(self.inner.call(call))
-            }
+        let head = (&mut call.metadata, &mut call.extensions, &mut call.timeout);
+        match intercept_head(&mut self.interceptor, head) {
+            Ok(()) => ResponseFuture::inner(self.inner.call(call)),
             // The inner service keeps its reservation from `poll_ready` for the next
             // call (or gives it back when dropped).
             Err(status) => ResponseFuture::ended(status),
         }
     }
+}
+
+/// Runs a client interceptor on an outgoing call's head (metadata, extensions,
+/// timeout), in place: what it returns replaces them; its refusal is the call's.
+fn intercept_head<I: Interceptor>(
+    interceptor: &mut I,
+    (metadata, extensions, timeout): (&mut MetadataMap, &mut Extensions, &mut Option<Duration>),
+) -> Result<(), Status> {
+    let head = Request::received(
+        std::mem::take(metadata),
+        std::mem::take(extensions),
+        (),
+        *timeout,
+        ConnAddrs::default(),
+    );
+    let (m, e, (), t, _) = interceptor.call(head)?.into_all();
+    (*metadata, *extensions, *timeout) = (m, e, t);
+    Ok(())
 }
 
 /// The client side of a streaming call: intercepted once, before the call opens (as
@@ -198,21 +206,9 @@ where
     }
 
     fn call(&mut self, mut call: OutgoingStream) -> Self::Future {
-        let head = Request::received(
-            std::mem::take(&mut call.metadata),
-            std::mem::take(&mut call.extensions),
-            (),
-            call.timeout,
-            ConnAddrs::default(),
-        );
-        match self.interceptor.call(head) {
-            Ok(head) => {
-                let (metadata, extensions, (), timeout, _) = head.into_all();
-                call.metadata = metadata;
-                call.extensions = extensions;
-                call.timeout = timeout;
-                ResponseFuture::inner(self.inner.call(call))
-            }
+        let head = (&mut call.metadata, &mut call.extensions, &mut call.timeout);
+        match intercept_head(&mut self.interceptor, head) {
+            Ok(()) => ResponseFuture::inner(self.inner.call(call)),
             Err(status) => ResponseFuture::ended(status),
         }
     }
