@@ -20,58 +20,75 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use prost::Message;
 use tokio::sync::mpsc;
-use tower::Service;
 
-use super::channel::{Change, Channel};
 use super::endpoint::Endpoint;
 use super::lock;
-use crate::client::{IncomingReply, IncomingStream, OutgoingCall, OutgoingStream};
 use crate::server::BoxFuture;
 use crate::status::Status;
 
+/// A change in the set of endpoints of a `Channel::balance_channel`, as tonic's
+/// `tonic::transport::channel::Change`.
+#[derive(Debug, Clone)]
+pub enum Change<K, V> {
+    /// A new endpoint, identified by `K` (an endpoint inserted again under the same
+    /// key replaces the first).
+    Insert(K, V),
+    /// The endpoint identified by `K` is gone: it gets no more calls.
+    Remove(K),
+}
+
+/// What a balancer spreads calls over: one channel per endpoint. (`Channel` is the
+/// only one; the balancer names it through this so that a channel can hold a
+/// balancer of channels.)
+pub(crate) trait Backend: Clone + Send + 'static {
+    /// A channel to `endpoint` that dials on first need.
+    fn lazy(endpoint: &Endpoint) -> Self;
+    /// When this channel, whose dial failed, may dial again.
+    fn retry_at(&self) -> Option<Instant>;
+}
+
 /// One clone of a balanced channel.
-pub(crate) struct Balanced {
-    pool: Arc<Pool>,
+pub(crate) struct Balanced<C> {
+    pool: Arc<Pool<C>>,
     /// The endpoint's channel this clone reserved on (the reservation is in it), and
     /// that endpoint's load.
-    reserved: Option<(Channel, Arc<AtomicUsize>)>,
+    reserved: Option<(C, Arc<AtomicUsize>)>,
     rng: u64,
 }
 
 /// What all clones share: the endpoints, and the changes still to apply.
-struct Pool {
-    state: Mutex<PoolState>,
+struct Pool<C> {
+    state: Mutex<PoolState<C>>,
 }
 
-struct PoolState {
-    members: Vec<Member>,
-    changes: Option<Box<dyn Changes>>,
+struct PoolState<C> {
+    members: Vec<Member<C>>,
+    changes: Option<Box<dyn Changes<C>>>,
 }
 
 #[derive(Clone)]
-struct Member {
+struct Member<C> {
     id: u64,
-    channel: Channel,
+    channel: C,
     /// Calls in flight through this balanced channel.
     load: Arc<AtomicUsize>,
 }
 
-impl Member {
-    fn new(id: u64, endpoint: &Endpoint) -> Member {
+impl<C: Backend> Member<C> {
+    fn new(id: u64, endpoint: &Endpoint) -> Member<C> {
         Member {
             id,
-            channel: endpoint.connect_lazy(),
+            channel: C::lazy(endpoint),
             load: Arc::default(),
         }
     }
 }
 
 /// The receiving end of `balance_channel`, with its key type erased.
-trait Changes: Send {
+trait Changes<C>: Send {
     /// Applies every change sent so far; registers `cx` for the next one.
-    fn poll_apply(&mut self, cx: &mut Context<'_>, members: &mut Vec<Member>);
+    fn poll_apply(&mut self, cx: &mut Context<'_>, members: &mut Vec<Member<C>>);
 }
 
 struct ChangeReceiver<K> {
@@ -80,8 +97,8 @@ struct ChangeReceiver<K> {
     next_id: u64,
 }
 
-impl<K: Hash + Eq + Send + Clone + 'static> Changes for ChangeReceiver<K> {
-    fn poll_apply(&mut self, cx: &mut Context<'_>, members: &mut Vec<Member>) {
+impl<C: Backend, K: Hash + Eq + Send + Clone + 'static> Changes<C> for ChangeReceiver<K> {
+    fn poll_apply(&mut self, cx: &mut Context<'_>, members: &mut Vec<Member<C>>) {
         while let Poll::Ready(Some(change)) = self.rx.poll_recv(cx) {
             match change {
                 Change::Insert(key, endpoint) => {
@@ -104,9 +121,9 @@ impl<K: Hash + Eq + Send + Clone + 'static> Changes for ChangeReceiver<K> {
     }
 }
 
-impl Balanced {
+impl<C: Backend> Balanced<C> {
     /// Balances over a fixed list of endpoints.
-    pub(crate) fn list(endpoints: impl Iterator<Item = Endpoint>) -> Balanced {
+    pub(crate) fn list(endpoints: impl Iterator<Item = Endpoint>) -> Balanced<C> {
         let members = endpoints
             .enumerate()
             .map(|(i, e)| Member::new(i as u64, &e))
@@ -115,7 +132,7 @@ impl Balanced {
     }
 
     /// Balances over the endpoints sent on the returned sender.
-    pub(crate) fn channel<K>(capacity: usize) -> (Balanced, mpsc::Sender<Change<K, Endpoint>>)
+    pub(crate) fn channel<K>(capacity: usize) -> (Balanced<C>, mpsc::Sender<Change<K, Endpoint>>)
     where
         K: Hash + Eq + Send + Clone + 'static,
     {
@@ -128,7 +145,7 @@ impl Balanced {
         (Balanced::new(Vec::new(), Some(Box::new(changes))), tx)
     }
 
-    fn new(members: Vec<Member>, changes: Option<Box<dyn Changes>>) -> Balanced {
+    fn new(members: Vec<Member<C>>, changes: Option<Box<dyn Changes<C>>>) -> Balanced<C> {
         Balanced {
             pool: Arc::new(Pool {
                 state: Mutex::new(PoolState { members, changes }),
@@ -138,29 +155,13 @@ impl Balanced {
         }
     }
 
-    /// Reserves on one endpoint: the less loaded of two picked at random, else any
-    /// ready one. `Pending` while none is ready but some may become so; `Err` when
-    /// every endpoint failed to connect.
-    pub(crate) fn poll_ready<M>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>>
-    where
-        M: Message + Send + 'static,
-    {
-        self.poll_pick(cx, |channel, cx| channel.poll_ready_or_fail::<M>(cx))
-    }
-
-    /// [`Balanced::poll_ready`] for a streaming call: reserves what a stream needs
-    /// on the endpoint picked.
-    pub(crate) fn poll_ready_stream(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        self.poll_pick(cx, |channel, cx| {
-            Service::<OutgoingStream>::poll_ready(channel, cx)
-        })
-    }
-
-    /// Picks an endpoint and reserves on it with `ready`.
-    fn poll_pick(
+    /// Reserves on one endpoint with `ready`: the less loaded of two picked at
+    /// random, else any ready one. `Pending` while none is ready but some may become
+    /// so; `Err` when every endpoint failed to connect.
+    pub(crate) fn poll_pick(
         &mut self,
         cx: &mut Context<'_>,
-        ready: impl Fn(&mut Channel, &mut Context<'_>) -> Poll<Result<(), Status>>,
+        ready: impl Fn(&mut C, &mut Context<'_>) -> Poll<Result<(), Status>>,
     ) -> Poll<Result<(), Status>> {
         if self.reserved.is_some() {
             return Poll::Ready(Ok(()));
@@ -206,36 +207,21 @@ impl Balanced {
         }
     }
 
-    /// Starts the call on the endpoint `poll_ready` reserved.
-    pub(crate) fn call<M>(&mut self, call: OutgoingCall<M>) -> BoxFuture<IncomingReply>
-    where
-        M: Message + Send + 'static,
-    {
+    /// Starts a call with `start` on the endpoint `poll_pick` reserved. The
+    /// endpoint's load counts the call until the returned future ends.
+    pub(crate) fn start<T: Send + 'static>(
+        &mut self,
+        start: impl FnOnce(&mut C) -> BoxFuture<T>,
+    ) -> BoxFuture<T> {
         let Some((mut channel, load)) = self.reserved.take() else {
             return Box::pin(async { Err(Status::internal("Channel::call without poll_ready")) });
         };
         load.fetch_add(1, Ordering::Relaxed);
         let in_flight = InFlight(load);
-        let reply = channel.call(call);
+        let started = start(&mut channel);
         Box::pin(async move {
             let _in_flight = in_flight;
-            reply.await
-        })
-    }
-
-    /// Opens the streaming call on the endpoint `poll_ready_stream` reserved. The
-    /// endpoint's load counts the call until it is open (its messages then flow
-    /// on that connection, whatever the balancer does).
-    pub(crate) fn call_stream(&mut self, call: OutgoingStream) -> BoxFuture<IncomingStream> {
-        let Some((mut channel, load)) = self.reserved.take() else {
-            return Box::pin(async { Err(Status::internal("Channel::call without poll_ready")) });
-        };
-        load.fetch_add(1, Ordering::Relaxed);
-        let in_flight = InFlight(load);
-        let opened = Service::<OutgoingStream>::call(&mut channel, call);
-        Box::pin(async move {
-            let _in_flight = in_flight;
-            opened.await
+            started.await
         })
     }
 
@@ -249,7 +235,7 @@ impl Balanced {
     }
 }
 
-impl Clone for Balanced {
+impl<C> Clone for Balanced<C> {
     fn clone(&self) -> Self {
         // A reservation belongs to the clone that made it.
         Balanced {
@@ -260,7 +246,7 @@ impl Clone for Balanced {
     }
 }
 
-impl std::fmt::Debug for Balanced {
+impl<C> std::fmt::Debug for Balanced<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Channel")
             .field("endpoints", &lock(&self.pool.state).members.len())

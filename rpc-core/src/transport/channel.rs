@@ -22,18 +22,8 @@ use crate::transport::limit::Limits;
 use crate::transport::Error;
 use crate::WaitForReady;
 
+pub use crate::transport::balance::Change;
 pub use crate::transport::endpoint::Endpoint;
-
-/// A change in the set of endpoints of a [`Channel::balance_channel`], as tonic's
-/// `tonic::transport::channel::Change`.
-#[derive(Debug, Clone)]
-pub enum Change<K, V> {
-    /// A new endpoint, identified by `K` (an endpoint inserted again under the same
-    /// key replaces the first).
-    Insert(K, V),
-    /// The endpoint identified by `K` is gone: it gets no more calls.
-    Remove(K),
-}
 
 /// A client connection: cheap to clone (clones share it), many calls in flight, a
 /// `tower::Service` whose `poll_ready` waits for room to send.
@@ -74,7 +64,7 @@ enum Transport {
         no_ud: Arc<OnceLock<String>>,
     },
     /// Boxed: a lone channel stays small.
-    Balanced(Box<Balanced>),
+    Balanced(Box<Balanced<Channel>>),
 }
 
 impl std::fmt::Debug for Channel {
@@ -151,7 +141,7 @@ impl Channel {
         (Channel::balanced(balanced), tx)
     }
 
-    fn balanced(balanced: Balanced) -> Channel {
+    fn balanced(balanced: Balanced<Channel>) -> Channel {
         Channel {
             transport: Transport::Balanced(Box::new(balanced)),
             limits: None,
@@ -266,7 +256,7 @@ pub(crate) enum StreamRoute<'a> {
         ud: &'a LinkChannel<UdLink>,
         rc: &'a mut LinkChannel<RcLink>,
     },
-    Balanced(&'a mut Balanced),
+    Balanced(&'a mut Balanced<Channel>),
 }
 
 impl Channel {

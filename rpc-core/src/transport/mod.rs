@@ -76,6 +76,7 @@
 //!   no receive is lost, and retransmission covers it.
 
 mod balance;
+mod balanced_channel;
 pub mod channel;
 mod channel_stream;
 mod client;
