@@ -6,11 +6,11 @@
 //! memory (VmRSS) at each step and after every client has left. The baseline is
 //! taken after one warm-up client connected, called and left.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use examples::child::{rss_kib, serve_until_stdin_closes, ServerChild};
 use examples::greeter::MyGreeter;
 use examples::hello_world::greeter_client::GreeterClient;
 use examples::hello_world::greeter_server::GreeterServer;
@@ -28,6 +28,11 @@ struct Args {
     /// shows whether memory left behind is reused or lost).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
+    /// Before the rounds: this many clients one after another, each connecting,
+    /// calling once and leaving (churn), then the server's footprint against the
+    /// baseline.
+    #[arg(long, default_value_t = 0)]
+    cycles: usize,
     /// Seconds to keep the server up after the last round, to inspect it (e.g. its
     /// allocator with `gdb -p PID -batch -ex 'call (void)malloc_stats()'`).
     #[arg(long, default_value_t = 0)]
@@ -50,31 +55,6 @@ fn fds_threads(pid: u32) -> (usize, usize) {
     )
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("server status");
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
-}
-
-async fn serve() -> Result<(), Box<dyn std::error::Error>> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    println!("listening {}", listener.local_addr()?);
-    std::io::stdout().flush()?;
-    let stdin_closed = tokio::task::spawn_blocking(|| {
-        let mut sink = String::new();
-        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
-    });
-    Server::builder()
-        .add_service(GreeterServer::new(MyGreeter))
-        .serve_with_listener(listener, async {
-            let _ = stdin_closed.await;
-        })
-        .await?;
-    Ok(())
-}
-
 async fn call(ch: &Channel) -> Result<(), Box<dyn std::error::Error>> {
     let mut c = GreeterClient::new(ch.clone());
     c.say_hello(Request::new(HelloRequest { name: "p".into() }))
@@ -85,10 +65,10 @@ async fn call(ch: &Channel) -> Result<(), Box<dyn std::error::Error>> {
 /// Waits until the server's RSS stops falling (2 s without a drop of 1 %), 20 s at most.
 async fn settled_rss(pid: u32) -> u64 {
     let t0 = Instant::now();
-    let mut last = rss_kib(pid);
+    let mut last = rss_kib(pid).expect("server's /proc status");
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = rss_kib(pid);
+        let now = rss_kib(pid).expect("server's /proc status");
         if now * 100 >= last * 99 || t0.elapsed() > Duration::from_secs(20) {
             return now;
         }
@@ -101,7 +81,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     examples::init_tracing();
     let args = Args::parse();
     if args.serve.as_deref() == Some("serve") {
-        return serve().await;
+        let router = Server::builder().add_service(GreeterServer::new(MyGreeter));
+        return serve_until_stdin_closes(router).await;
     }
     let exe = std::env::current_exe()?;
     let mut command = match args.wrap.split_first() {
@@ -112,24 +93,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         None => Command::new(&exe),
     };
-    let mut child = command
-        .arg("serve")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let pid = child.id();
-    // A wrapper may print lines of its own first.
-    let mut out = BufReader::new(child.stdout.take().expect("piped"));
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        if out.read_line(&mut line)? == 0 {
-            return Err("the server did not say where it listens".into());
-        }
-        if let Some(a) = line.trim().strip_prefix("listening ") {
-            break a.to_string();
-        }
-    };
+    command.arg("serve");
+    let server = ServerChild::spawn(command)?;
+    let pid = server.pid;
+    let addr = format!("127.0.0.1:{}", server.port);
     let uri = format!("rdma://{addr}");
     {
         let warm = Channel::connect(uri.clone()).await?;
@@ -138,6 +105,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let baseline = settled_rss(pid).await;
     let (fds, threads) = fds_threads(pid);
     println!("server pid {pid}; baseline (after one client came and went): {baseline} KiB, {fds} fds, {threads} threads");
+    if args.cycles > 0 {
+        let t0 = Instant::now();
+        for _ in 0..args.cycles {
+            let ch = Channel::connect(uri.clone()).await?;
+            call(&ch).await?;
+        }
+        let after = settled_rss(pid).await;
+        let (fds, threads) = fds_threads(pid);
+        println!(
+            "{} connect/call/leave cycles in {:.1?}: server RSS {after} KiB ({:+.1} % of baseline), {fds} fds, {threads} threads",
+            args.cycles,
+            t0.elapsed(),
+            (after as f64 - baseline as f64) * 100.0 / baseline as f64
+        );
+    }
     for round in 1..=args.rounds {
         let mut clients = Vec::new();
         for &n in &args.steps {
@@ -161,7 +143,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (fds, threads) = fds_threads(pid);
             println!(
                 "round {round}: {n:>6} clients: server RSS {:>8} KiB, {fds} fds, {threads} threads  ({:.1?} to connect and call)",
-                rss_kib(pid),
+                rss_kib(pid).expect("server's /proc status"),
                 t0.elapsed()
             );
         }
@@ -177,7 +159,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("server pid {pid} stays up {} s", args.linger);
         tokio::time::sleep(Duration::from_secs(args.linger)).await;
     }
-    drop(child.stdin.take());
-    child.wait()?;
+    drop(server);
     Ok(())
 }

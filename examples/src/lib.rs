@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod checksum;
+pub mod child;
 pub mod file_store;
 pub mod greeter;
 pub mod kv_store;

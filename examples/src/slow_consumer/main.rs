@@ -94,7 +94,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .filter(|m| *m > 0)
         .ok_or("--message must be between 1 and 4 GiB")?;
-    let server = server::Child::spawn()?;
+    let server = examples::child::ServerChild::spawn_self("--serve")?;
     let channel = Channel::from_shared(format!("rdma://127.0.0.1:{}", server.port))?
         .connect()
         .await?;
@@ -113,8 +113,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let take = |p: &Progress| -> std::io::Result<Sample> {
         Ok(Sample {
             at: Instant::now(),
-            client: rss::rss_kib(me)?,
-            server: rss::rss_kib(server.pid)?,
+            client: examples::child::rss_kib(me)?,
+            server: examples::child::rss_kib(server.pid)?,
             slow_messages: p.slow_messages.load(Ordering::Relaxed),
             fast_bytes: p.fast_bytes.load(Ordering::Relaxed),
         })

@@ -1,15 +1,4 @@
-//! Resident memory of a process, from `/proc/<pid>/status` (VmRSS).
-
-/// VmRSS of `pid` in KiB.
-pub(crate) fn rss_kib(pid: u32) -> std::io::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("no VmRSS in /proc/{pid}/status")))
-}
+//! Resident memory figures (KiB, from `examples::child::rss_kib`) as MiB.
 
 /// KiB as MiB, for printing.
 pub(crate) fn mib(kib: u64) -> f64 {

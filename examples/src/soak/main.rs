@@ -6,7 +6,6 @@
 //! message and the latency percentiles. Run it through `scripts/soak`.
 
 mod proc_stats;
-mod server;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,9 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use examples::greeter::MyGreeter;
 use examples::hello_world::greeter_client::GreeterClient;
+use examples::hello_world::greeter_server::GreeterServer;
 use examples::hello_world::HelloRequest;
-use rpc_core::transport::{Channel, Endpoint};
+use rpc_core::transport::{Channel, Endpoint, Server};
 use rpc_core::Request;
 
 #[derive(Parser)]
@@ -70,9 +71,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     examples::init_tracing();
     let args = Args::parse();
     if args.serve {
-        return server::serve().await;
+        // The server runs in a child of its own, so its footprint is its alone.
+        let router = Server::builder().add_service(GreeterServer::new(MyGreeter));
+        return examples::child::serve_until_stdin_closes(router).await;
     }
-    let server = server::Child::spawn()?;
+    let server = examples::child::ServerChild::spawn_self("--serve")?;
     let addr = format!("rdma://127.0.0.1:{}", server.port);
     let pid = server.pid;
     // One call first: the server has built its queues and pools (after printing its

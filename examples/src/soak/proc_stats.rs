@@ -26,13 +26,7 @@ impl fmt::Display for Sample {
 }
 
 pub(crate) fn sample(pid: u32) -> std::io::Result<Sample> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let rss_kib = examples::child::rss_kib(pid)?;
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
     Ok(Sample { rss_kib, fds })
 }

@@ -91,10 +91,16 @@ impl Srq {
         self.id
     }
 
-    /// Takes the oldest receive; raises the limit event when the count falls below it.
+    /// Takes the newest receive; raises the limit event when the count falls below it.
+    ///
+    /// Verbs leaves the order an SRQ's receives are used in to the provider (each
+    /// completion names its own `wr_id`). Newest first keeps a mostly idle pool's
+    /// other buffers untouched, so a soft server's resident memory follows the
+    /// receives it really uses rather than every slot it ever posted, and the
+    /// buffer used next is the one still in cache.
     pub(crate) fn take(&self) -> Option<RecvWqe> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let w = g.q.pop_front()?;
+        let w = g.q.pop_back()?;
         if g.limit > 0 && (g.q.len() as u32) < g.limit {
             g.limit = 0;
             self.dev

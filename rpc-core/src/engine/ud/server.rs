@@ -9,9 +9,12 @@
 //! violation: both are dropped and counted.
 //!
 //! **Bound.** A session holds at most `window` entries and `window × datagram` bytes
-//! of stored replies (each entry's buffer is allocated once, `datagram` bytes, on its
-//! first reply, and reused); sessions are capped by `max_sessions`. So all UD
-//! per-peer state is at most `max_sessions × window × (datagram + entry)` bytes.
+//! of stored replies; sessions are capped by `max_sessions`. So all UD per-peer state
+//! is at most `max_sessions × window × (datagram + entry)` bytes. An entry's buffer
+//! is sized to the replies it has held (the next power of two, 64 bytes at least),
+//! not to the datagram, and reused: a session of small calls keeps about 2 KiB of
+//! replies, not `window × datagram` (128 KiB at the defaults), and an entry
+//! reallocates only when a reply outgrows every earlier one.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -381,8 +384,8 @@ impl UdServer {
             Err(s) => codec::write_status(&s, None, f, cuts).len,
         };
         let len = UD_HEAD_LEN + len;
-        if e.reply.capacity() == 0 {
-            e.reply.reserve_exact(datagram);
+        if e.reply.capacity() < len {
+            e.reply = Vec::with_capacity(len.next_power_of_two().clamp(64, datagram));
         }
         e.reply.clear();
         e.reply.extend_from_slice(&out[..len]);

@@ -582,3 +582,47 @@ fn a_ud_status_too_big_for_its_datagram_loses_its_details_whole_never_its_code()
     assert!(e.metadata().is_empty());
     assert_eq!(s.stats().cuts.metadata_dropped, 1);
 }
+
+#[test]
+fn a_session_of_small_calls_keeps_small_reply_buffers_and_grows_one_for_a_large_reply() {
+    const WINDOW: u32 = 32;
+    let mut s = UdServer::new(UdServerConfig {
+        window: WINDOW,
+        datagram: DGRAM,
+        max_sessions: 1,
+    });
+    let sess = s.open_session(5, DGRAM).unwrap();
+    let mut c: UdClient<(), ()> = UdClient::new(UdClientConfig::new(sess, WINDOW, DGRAM));
+    let now = Instant::now();
+    let md = MetadataMap::new();
+    let head = CallHead::new("/s/m", &md, None);
+    let mut out = vec![0u8; DGRAM];
+    let mut round_trip = |s: &mut UdServer, reply_len: usize| {
+        assert!(c.reserve());
+        let (_, t) = c
+            .start_call(now, (), (), &head, &Raw(vec![1]), &mut out)
+            .map_err(|e| e.0)
+            .unwrap();
+        let req = out[..t.len].to_vec();
+        let inc = s.handle_datagram(now, 5, t.imm, &req).unwrap();
+        let t = s
+            .respond(sess, inc.id, Ok((&md, &Raw(vec![3; reply_len]))), &mut out)
+            .unwrap();
+        let reply = out[..t.len].to_vec();
+        assert!(c.handle_datagram(now, t.imm, &reply).unwrap().result.is_ok());
+    };
+    // Twice around the window with 32-byte replies: every entry has held one.
+    for _ in 0..2 * WINDOW {
+        round_trip(&mut s, 32);
+    }
+    let small = s.stats().reply_buffer_bytes;
+    assert!(
+        small <= u64::from(WINDOW) * 128,
+        "{small} bytes of reply buffers for 32-byte replies (a datagram each would be {})",
+        u64::from(WINDOW) * DGRAM as u64
+    );
+    // A large reply grows its entry's buffer, and only that one.
+    round_trip(&mut s, DGRAM / 2);
+    let grown = s.stats().reply_buffer_bytes;
+    assert!(grown > small && grown <= small + DGRAM as u64, "{small} -> {grown}");
+}

@@ -15,6 +15,7 @@ use tower::Layer;
 
 use super::credit_pool::CreditPool;
 use super::handler::Served;
+use super::heap_release;
 use super::log_limit::RateLimit;
 use super::pending::PendingHandshakes;
 use super::rc_peer::RcPeer;
@@ -248,6 +249,7 @@ where
                                     tracing::info!(%peer, error = %e, more, "handshake refused or failed");
                                 }
                             }
+                            heap_release::connection_closed();
                         });
                     }
                     Some(Err(e)) => {

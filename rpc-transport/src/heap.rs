@@ -1,0 +1,23 @@
+//! Handing freed heap memory back to the kernel.
+//!
+//! glibc's allocator keeps what a thread frees in that thread's arena, and returns it
+//! to the kernel only from the top of the main heap. A server whose thousand RC
+//! connections have come and gone keeps tens of megabytes resident that it no longer
+//! uses (capacity-probe, 1,000 clients on the soft provider: 10.9 MB before they
+//! came, 39.8 MB after they left, 20.5 MB after `malloc_trim(0)`; what then remains is
+//! the receive pool's touched slots, kept registered for the next clients).
+//! `malloc_trim` also releases whole free pages inside the heaps (`MADV_DONTNEED`).
+//! It takes the arenas' locks while it walks them, so callers run it rarely and off
+//! the hot path (rpc-core's server: at most once a second after connections close,
+//! on a blocking thread).
+
+/// Returns free heap pages to the kernel where the allocator can (glibc); a no-op
+/// elsewhere. Costs a walk of the heap: not for a hot path.
+pub fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only reads and rearranges the allocator's own free lists
+    // under its locks; it frees nothing that is in use and has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
