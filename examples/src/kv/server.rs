@@ -20,6 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("kv store listening on rdma://{}", args.addr);
     let reflection = rpc_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(examples::FILE_DESCRIPTOR_SET)
+        .with_service_name("kv.KeyValue")
         .build_v1()?;
     Server::builder()
         .add_service(reflection)

@@ -28,6 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let reflection = rpc_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(examples::FILE_DESCRIPTOR_SET)
+        .with_service_name("routeguide.RouteGuide")
         .build_v1()?;
     let serving = tokio::spawn(
         Server::builder()
