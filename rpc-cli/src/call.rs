@@ -44,7 +44,9 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Fail> {
         }
         None => {
             let requests = stdin_requests(input, bad_input.clone());
-            streaming(&mut channel, path, metadata, timeout, requests).await?
+            // The call may fail as it opens, because its first request did not parse.
+            let opened = streaming(&mut channel, path, metadata, timeout, requests).await;
+            opened.map_err(|status| bad_input.take().unwrap_or(Fail::Status(status)))?
         }
     };
     print_replies(reply.messages, &output, &bad_input).await
