@@ -1,16 +1,17 @@
-//! Descriptors from the server's `grpc.reflection.v1.ServerReflection` service, over
-//! one bidirectional call: list the services, then ask for the file of each (the
-//! server sends its imports along; any it did not are asked for by name).
+//! Descriptors from the server's `grpc.reflection.v1.ServerReflection` service (or
+//! v1alpha's, for a server that has only that), over one bidirectional call: list
+//! the services, then ask for the file of each (the server sends its imports along;
+//! any it did not are asked for by name).
 
 use std::collections::HashSet;
 
 use prost::Message;
 use prost_reflect::DescriptorPool;
 use prost_types::FileDescriptorProto;
+use rpc_core::client::Grpc;
 use rpc_core::transport::Channel;
 use rpc_core::Streaming;
-use rpc_core::{Code, Status};
-use rpc_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use rpc_core::{Code, Request, Status};
 use rpc_reflection::pb::v1::server_reflection_request::MessageRequest;
 use rpc_reflection::pb::v1::server_reflection_response::MessageResponse;
 use rpc_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
@@ -27,7 +28,7 @@ pub(super) async fn fetch(
     let no_reflection = |status: Status| {
         if status.code() == Code::Unimplemented {
             local(format!(
-                "{addr} serves no reflection (grpc.reflection.v1.ServerReflection): \
+                "{addr} serves no reflection (grpc.reflection.v1 or v1alpha): \
                  pass --proto or --protoset"
             ))
         } else {
@@ -38,17 +39,7 @@ pub(super) async fn fetch(
             ))
         }
     };
-    let mut session = Session::open(channel).await.map_err(no_reflection)?;
-    let services = match session
-        .ask(MessageRequest::ListServices(String::new()))
-        .await
-    {
-        Ok(MessageResponse::ListServicesResponse(list)) => {
-            list.service.into_iter().map(|s| s.name).collect::<Vec<_>>()
-        }
-        Ok(other) => return Err(unexpected(&other)),
-        Err(status) => return Err(no_reflection(status)),
-    };
+    let (mut session, services) = Session::start(channel).await.map_err(no_reflection)?;
     let mut files = Files::default();
     for service in &services {
         files
@@ -73,9 +64,8 @@ pub(super) async fn fetch(
     Ok(Schema { pool, services })
 }
 
-fn unexpected(response: &MessageResponse) -> Fail {
-    local(format!("reflection answered out of turn: {response:?}"))
-}
+const V1: &str = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+const V1ALPHA: &str = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
 
 /// One `ServerReflectionInfo` call: a request, then its answer.
 struct Session {
@@ -84,17 +74,50 @@ struct Session {
 }
 
 impl Session {
-    async fn open(channel: Channel) -> Result<Session, Status> {
+    /// A call of `path`: v1's, or v1alpha's with v1's messages (the two versions'
+    /// messages are the same field for field).
+    async fn open(channel: Channel, path: &'static str) -> Result<Session, Status> {
         let (requests, outbox) = mpsc::channel(1);
         let outbound = futures_util::stream::unfold(outbox, |mut rx| async move {
             rx.recv().await.map(|request| (request, rx))
         });
-        let mut client = ServerReflectionClient::new(channel);
-        let responses = client.server_reflection_info(outbound).await?.into_inner();
+        let responses = Grpc::new(channel)
+            .streaming(Request::new(outbound), path)
+            .await?
+            .into_inner();
         Ok(Session {
             requests,
             responses,
         })
+    }
+
+    /// A session with the server's reflection service, v1 or else v1alpha, and
+    /// the services it lists.
+    async fn start(channel: Channel) -> Result<(Session, Vec<String>), Status> {
+        let mut last = Status::unimplemented("no reflection");
+        for path in [V1, V1ALPHA] {
+            let listed = match Session::open(channel.clone(), path).await {
+                Ok(mut session) => session
+                    .ask(MessageRequest::ListServices(String::new()))
+                    .await
+                    .map(|answer| (session, answer)),
+                Err(status) => Err(status),
+            };
+            match listed {
+                Ok((session, MessageResponse::ListServicesResponse(list))) => {
+                    let names = list.service.into_iter().map(|s| s.name).collect();
+                    return Ok((session, names));
+                }
+                Ok((_, other)) => {
+                    return Err(Status::internal(format!(
+                        "reflection answered a service list with {other:?}"
+                    )))
+                }
+                Err(status) if status.code() == Code::Unimplemented => last = status,
+                Err(status) => return Err(status),
+            }
+        }
+        Err(last)
     }
 
     async fn ask(&mut self, request: MessageRequest) -> Result<MessageResponse, Status> {

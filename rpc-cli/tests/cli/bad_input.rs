@@ -145,7 +145,7 @@ fn a_server_without_reflection_is_named() {
         run,
         1,
         &format!(
-            "error: {} serves no reflection (grpc.reflection.v1.ServerReflection): \
+            "error: {} serves no reflection (grpc.reflection.v1 or v1alpha): \
              pass --proto or --protoset",
             server.addr
         ),

@@ -1,10 +1,20 @@
 //! `list` and `describe`, from reflection and from `--proto`.
 
-use crate::support::{ok, proto, rdma_rpc, TestServer};
+use crate::support::{ok, proto, rdma_rpc, Reflection, TestServer};
 
 #[test]
 fn list_shows_the_services_reflection_advertises() {
     let server = TestServer::start(true);
+    let out = ok(rdma_rpc(&["list", &server.addr], ""));
+    assert_eq!(
+        out,
+        "helloworld.Greeter\nkv.KeyValue\nrouteguide.RouteGuide\n"
+    );
+}
+
+#[test]
+fn list_asks_v1alpha_when_the_server_has_only_that() {
+    let server = TestServer::start_with(Reflection::V1Alpha);
     let out = ok(rdma_rpc(&["list", &server.addr], ""));
     assert_eq!(
         out,

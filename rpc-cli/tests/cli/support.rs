@@ -52,6 +52,13 @@ impl Greeter for TestGreeter {
     }
 }
 
+/// Which reflection service a test server offers.
+pub(crate) enum Reflection {
+    None,
+    V1,
+    V1Alpha,
+}
+
 /// The example services on 127.0.0.1, stopped when dropped.
 pub(crate) struct TestServer {
     pub(crate) addr: String,
@@ -61,9 +68,18 @@ pub(crate) struct TestServer {
 }
 
 impl TestServer {
-    /// Greeter, key-value store and route guide, with the reflection service when
-    /// `reflection`.
+    /// Greeter, key-value store and route guide, with the v1 reflection service
+    /// when `reflection`.
     pub(crate) fn start(reflection: bool) -> TestServer {
+        TestServer::start_with(if reflection {
+            Reflection::V1
+        } else {
+            Reflection::None
+        })
+    }
+
+    /// Greeter, key-value store and route guide, with `reflection`.
+    pub(crate) fn start_with(reflection: Reflection) -> TestServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         listener
             .set_nonblocking(true)
@@ -80,21 +96,26 @@ impl TestServer {
                 .expect("server runtime");
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-                let reflection = reflection.then(|| {
+                let builder = || {
                     rpc_reflection::server::Builder::configure()
                         .register_encoded_file_descriptor_set(examples::FILE_DESCRIPTOR_SET)
                         .with_service_name("helloworld.Greeter")
                         .with_service_name("kv.KeyValue")
                         .with_service_name("routeguide.RouteGuide")
-                        .build_v1()
-                        .expect("reflection service")
-                });
+                };
                 let mut router = Server::builder()
                     .add_service(GreeterServer::new(served))
                     .add_service(KeyValueServer::new(MemoryStore::default()))
                     .add_service(RouteGuideServer::new(RouteGuideService::sample()));
-                if let Some(reflection) = reflection {
-                    router = router.add_service(reflection);
+                match reflection {
+                    Reflection::None => {}
+                    Reflection::V1 => {
+                        router = router.add_service(builder().build_v1().expect("v1 reflection"));
+                    }
+                    Reflection::V1Alpha => {
+                        let v1alpha = builder().build_v1alpha().expect("v1alpha reflection");
+                        router = router.add_service(v1alpha);
+                    }
                 }
                 router
                     .serve_with_listener(listener, async {
