@@ -39,6 +39,11 @@ pub mod echo {
     rpc_core::include_proto!("echo");
 }
 
+/// The encoded `FileDescriptorSet` of every proto above, for the servers' reflection
+/// service (`rpc_reflection::server::Builder::register_encoded_file_descriptor_set`).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/examples_descriptor.bin"));
+
 /// Sets up `tracing` output, filtered by `RUST_LOG` (default: info).
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

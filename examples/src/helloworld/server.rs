@@ -18,7 +18,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     examples::init_tracing();
     let args = Args::parse();
     println!("greeter listening on rdma://{}", args.addr);
+    let reflection = rpc_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(examples::FILE_DESCRIPTOR_SET)
+        .with_service_name("helloworld.Greeter")
+        .build_v1()?;
     Server::builder()
+        .add_service(reflection)
         .add_service(GreeterServer::new(MyGreeter))
         .serve(args.addr)
         .await?;

@@ -26,8 +26,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = format!("rdma://{}", listener.local_addr()?);
     println!("server: route guide on {addr}");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let reflection = rpc_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(examples::FILE_DESCRIPTOR_SET)
+        .with_service_name("routeguide.RouteGuide")
+        .build_v1()?;
     let serving = tokio::spawn(
         Server::builder()
+            .add_service(reflection)
             .add_service(RouteGuideServer::new(RouteGuideService::sample()))
             .serve_with_listener(listener, async {
                 let _ = stopped.await;
