@@ -16,6 +16,8 @@
 //!   immediate or (on devices without immediate data, such as iWARP) as a 4-byte
 //!   header at the head of the payload; rings and pools take it at construction
 //!   (`with_mode`) and [`RecvSlot::imm`] gives the value in both modes.
+//! * [`RegionPool`]: bounded, reused registered regions for messages that travel
+//!   by reference (RDMA Read); a request that finds no room waits its turn.
 //! * [`handshake`]: the exchange of QP endpoints (each with an opaque payload for the
 //!   layer above) over an out-of-band TCP connection that stays open as the liveness
 //!   channel.
@@ -25,6 +27,7 @@ pub mod handshake;
 mod header_tests;
 mod imm_mode;
 mod recv_pool;
+mod region_pool;
 mod send_ring;
 #[cfg(test)]
 mod tests;
@@ -33,6 +36,7 @@ mod ud_ring;
 pub use handshake::Envelope;
 pub use imm_mode::{ImmMode, IMM_HEADER_LEN};
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
+pub use region_pool::{PoolStats, PooledRegion, RegionPool, Ticket, GRAIN};
 pub use send_ring::{SendRing, SendSlot};
 pub use ud_ring::{UdDestination, UdSendRing, UdSlot};
 
