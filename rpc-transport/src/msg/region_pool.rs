@@ -54,7 +54,6 @@ pub struct PoolStats {
 
 struct Waiter {
     ticket: u64,
-    need: usize,
     waker: Option<Waker>,
 }
 
@@ -163,7 +162,6 @@ impl RegionPool {
         st.next_ticket += 1;
         st.queue.push_back(Waiter {
             ticket,
-            need,
             waker: None,
         });
         Ok(Ticket {

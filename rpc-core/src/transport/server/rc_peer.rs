@@ -187,6 +187,7 @@ impl RcPeer {
                     Payload::from_slot(slot, 0..n)
                 }
                 RequestBody::Owned(v) => Payload::from_vec(v),
+                RequestBody::Shared(b) => Payload::from_bytes(b),
             };
             let mut call =
                 ServerCall::received(payload, path, body, metadata, timeout, self.addrs.clone());
