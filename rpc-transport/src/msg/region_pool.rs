@@ -82,6 +82,17 @@ pub struct RegionPool {
     inner: Arc<Inner>,
 }
 
+/// A handle that does not keep a [`RegionPool`] alive (for stats readers).
+#[derive(Clone)]
+pub struct WeakRegionPool(std::sync::Weak<Inner>);
+
+impl WeakRegionPool {
+    /// The pool, if it is still alive.
+    pub fn upgrade(&self) -> Option<RegionPool> {
+        self.0.upgrade().map(|inner| RegionPool { inner })
+    }
+}
+
 /// A region taken from a [`RegionPool`], back in the pool when dropped.
 pub struct PooledRegion {
     // Field order: nothing; the region goes back to the pool in `drop`.
@@ -127,6 +138,11 @@ impl RegionPool {
                 }),
             }),
         }
+    }
+
+    /// A handle that does not keep the pool alive.
+    pub fn downgrade(&self) -> WeakRegionPool {
+        WeakRegionPool(Arc::downgrade(&self.inner))
     }
 
     /// The byte limit.
@@ -212,10 +228,10 @@ impl Inner {
         }))
     }
 
-    fn wake_head(st: &mut State) {
-        if let Some(w) = st.queue.front_mut().and_then(|w| w.waker.take()) {
-            w.wake();
-        }
+    /// The waker of the request now first in line, to wake once the lock is let go
+    /// (a waker may take other locks, or this one).
+    fn head_waker(st: &mut State) -> Option<Waker> {
+        st.queue.front_mut().and_then(|w| w.waker.take())
     }
 }
 
@@ -242,7 +258,11 @@ impl Ticket {
                     }
                 });
                 // The next in line may fit in what is left.
-                Inner::wake_head(&mut st);
+                let next = Inner::head_waker(&mut st);
+                drop(st);
+                if let Some(w) = next {
+                    w.wake();
+                }
                 return Some(r);
             }
         }
@@ -276,7 +296,11 @@ impl Drop for Ticket {
         if let Some(i) = st.queue.iter().position(|w| w.ticket == self.ticket) {
             st.queue.remove(i);
             if i == 0 {
-                Inner::wake_head(&mut st);
+                let next = Inner::head_waker(&mut st);
+                drop(st);
+                if let Some(w) = next {
+                    w.wake();
+                }
             }
         }
     }
@@ -365,7 +389,11 @@ impl Drop for PooledRegion {
         st.in_use -= mr.len();
         st.regions_in_use -= 1;
         st.free.push(mr);
-        Inner::wake_head(&mut st);
+        let next = Inner::head_waker(&mut st);
+        drop(st);
+        if let Some(w) = next {
+            w.wake();
+        }
     }
 }
 
