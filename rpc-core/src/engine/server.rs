@@ -175,6 +175,11 @@ impl ServerConn {
         self.rendezvous = Some(threshold);
     }
 
+    /// The rendezvous threshold, if bodies may travel by reference.
+    pub fn rendezvous(&self) -> Option<usize> {
+        self.rendezvous
+    }
+
     /// Whether a response of `body_len` bytes should be lent by reference rather
     /// than sent inline or in fragments.
     pub fn response_by_ref(&self, body_len: usize) -> bool {

@@ -109,12 +109,14 @@ impl<L: Link> Conn<L> {
         reply: super::ReplySender,
         head: crate::engine::CallHead<'_>,
         body: &dyn crate::server::EncodeMessage,
+        region: Option<rpc_transport::msg::PooledRegion>,
     ) -> Result<u32, Status> {
         let call = NewCall {
             now: Instant::now(),
             reply,
             head,
             body,
+            region,
         };
         let (id, timer) = match st.link.start(&self.sig, call) {
             Ok(started) => started,

@@ -176,7 +176,9 @@ where
         })?);
         // Receives of the whole pool plus every ring's sends (each ring is at most
         // its connection's window, and the windows sum to the pool).
-        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64)?);
+        // And the RDMA Reads of requests by reference, a few per connection.
+        let reads = crate::transport::rendezvous::SERVER_READ_WRS as usize * s.max_connections;
+        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64 + reads.min(1 << 16) as u32)?);
         // Shared by every connection: framed in this device's mode (`handshake::device`).
         let pool = RecvPool::with_mode(
             &pd,
@@ -210,7 +212,14 @@ where
                 None
             }
         };
+        let regions = rpc_transport::msg::RegionPool::new(&pd, s.rendezvous_pool_bytes);
+        if let Some(stats) = &s.rendezvous_stats {
+            stats.watch(&regions);
+        }
         let shared = Arc::new(SrqSide {
+            regions,
+            read_wakeups: Default::default(),
+            read_pump: std::sync::Once::new(),
             ud: ud.clone(),
             served,
             conns: Mutex::new(IdMap::default()),
