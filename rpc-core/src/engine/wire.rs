@@ -786,8 +786,8 @@ mod tests {
             assert_eq!(parse_imm(imm(k, CALL_ID_MASK)), Some((k, CALL_ID_MASK)));
             assert_eq!(parse_imm(imm(k, 7)), Some((k, 7)));
         }
-        assert_eq!(parse_imm(0), None);
-        assert_eq!(parse_imm(0xf000_0001), None);
+        assert_eq!(parse_imm(0), None, "kind 0 stays invalid");
+        assert_eq!(parse_imm(0x0000_0001), None);
         assert_ne!(
             Kind::InProgress as u8,
             Kind::Cr as u8,
