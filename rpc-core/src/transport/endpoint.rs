@@ -194,10 +194,12 @@ impl Endpoint {
         self
     }
 
-    /// Registered memory each connection may hold for bodies by reference (its
-    /// requests lent, its responses read): at most `bytes`, registered as used and
-    /// reused. A call that finds no room waits its turn; a body larger than all of
-    /// it fails `RESOURCE_EXHAUSTED` naming the limit. Default 128 MiB.
+    /// Registered memory each connection may hold for bodies by reference: at most
+    /// `bytes`, half for requests lent and half for responses read (so a call
+    /// waiting to send never holds what a call in flight needs to finish),
+    /// registered as used and reused. A call that finds no room waits its turn; a
+    /// body larger than its half fails `RESOURCE_EXHAUSTED` naming the limit.
+    /// Default [`crate::transport::DEFAULT_CLIENT_POOL_BYTES`] (160 MiB).
     pub fn rendezvous_pool_bytes(mut self, bytes: usize) -> Self {
         self.settings.rendezvous_pool_bytes = bytes;
         self

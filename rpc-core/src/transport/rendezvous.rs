@@ -15,11 +15,13 @@ use crate::transport::lock;
 /// on the soft provider (see `docs/large-messages.md`): below it, fragments of an
 /// 8 KiB slot cost less than a descriptor, a Read and an `RDONE`.
 pub const DEFAULT_RENDEZVOUS_THRESHOLD: usize = 32 * 1024;
-/// Registered bytes a client connection's pool may hold by default (registered as
-/// used, so an idle connection holds none).
-pub const DEFAULT_CLIENT_POOL_BYTES: usize = 128 * 1024 * 1024;
-/// Registered bytes a server's pool (shared by its connections) may hold by default.
-pub const DEFAULT_SERVER_POOL_BYTES: usize = 512 * 1024 * 1024;
+/// Registered bytes a client connection's pools may hold by default, half for
+/// requests lent and half for responses read (registered as used, so an idle
+/// connection holds none): a default max message (65 MiB) fits each half.
+pub const DEFAULT_CLIENT_POOL_BYTES: usize = 160 * 1024 * 1024;
+/// Registered bytes a server's pools (shared by its connections) may hold by
+/// default, half for responses lent and half for requests read.
+pub const DEFAULT_SERVER_POOL_BYTES: usize = 1024 * 1024 * 1024;
 /// RDMA Read WRs one connection keeps in flight (within the QP's outstanding-Read
 /// limit of 16 and beyond its send slots).
 pub(crate) const READ_WRS: u32 = 8;
@@ -70,6 +72,15 @@ impl RendezvousStats {
 impl std::fmt::Debug for RendezvousStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("RendezvousStats").field(&self.get()).finish()
+    }
+}
+
+/// The status a call ends with when the pool refused its body (larger than the
+/// whole pool: the message names the limit).
+pub(crate) fn pool_refusal(e: rpc_transport::Error) -> Status {
+    match e {
+        rpc_transport::Error::InvalidArgument(m) => Status::resource_exhausted(m),
+        e => Status::resource_exhausted(e.to_string()),
     }
 }
 

@@ -28,7 +28,7 @@ use crate::handshake::{check_rc, device, Capabilities, ClientHello, HandshakeErr
 use crate::id_map::IdMap;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
-use crate::transport::rendezvous::{read_failed, waker, READ_WRS, UNKNOWN_MAX_READ};
+use crate::transport::rendezvous::{pool_refusal, read_failed, waker, READ_WRS, UNKNOWN_MAX_READ};
 use crate::transport::Error;
 
 /// Calls open on a connection above which a new request is left for the driver to
@@ -65,6 +65,9 @@ pub(crate) struct RcLink {
 /// A connection's bodies by reference: its pool, the Reads of responses, and the
 /// request regions the server may still read.
 struct Rendezvous {
+    /// Regions for request bodies; the reader has its own for responses, so that a
+    /// call waiting to send never holds memory a call in flight needs to finish.
+    lend_pool: RegionPool,
     reader: Reader,
     /// Request regions lent, by call id, until the `REQ`'s answer.
     lent: IdMap<u32, PooledRegion>,
@@ -163,15 +166,19 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
         engine = engine.with_rendezvous(s.rendezvous_threshold);
     }
     let rdv = by_ref.then(|| {
-        let pool = RegionPool::new(&pd, s.rendezvous_pool_bytes);
+        // Half for requests lent, half for responses read (see `Rendezvous`).
+        let lend_pool = RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
+        let read_pool = RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
         if let Some(stats) = &s.rendezvous_stats {
-            stats.watch(&pool);
+            stats.watch(&lend_pool);
+            stats.watch(&read_pool);
         }
         let common = grant.device.map_or(caps, |d| DeviceCaps::common(&caps, &d));
         let piece = common.max_msg_size.unwrap_or(UNKNOWN_MAX_READ);
         let kick = sig.clone();
         Rendezvous {
-            reader: Reader::new(qp.clone(), pool, piece, READ_WRS),
+            lend_pool,
+            reader: Reader::new(qp.clone(), read_pool, piece, READ_WRS),
             lent: IdMap::default(),
             waker: waker(move || kick.kick.notify_one()),
         }
@@ -366,12 +373,7 @@ impl Link for RcLink {
         if !self.engine.request_by_ref(body_len) {
             return None;
         }
-        Some(
-            rdv.reader
-                .pool()
-                .request(body_len)
-                .map_err(|e| Status::resource_exhausted(e.to_string())),
-        )
+        Some(rdv.lend_pool.request(body_len).map_err(pool_refusal))
     }
 
     fn start(

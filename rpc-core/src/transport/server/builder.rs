@@ -252,10 +252,11 @@ impl<L> Server<L> {
     }
 
     /// Registered memory the server may hold for bodies by reference, all
-    /// connections together (responses lent, requests read): at most `bytes`,
-    /// registered as used and reused. A response that finds no room waits its turn
-    /// (as does a request's Read); a body larger than all of it fails
-    /// `RESOURCE_EXHAUSTED` naming the limit. Default 512 MiB.
+    /// connections together: at most `bytes`, half for responses lent and half for
+    /// requests read, registered as used and reused. A response that finds no room
+    /// waits its turn (as does a request's Read); a body larger than its half fails
+    /// `RESOURCE_EXHAUSTED` naming the limit. Default
+    /// [`crate::transport::DEFAULT_SERVER_POOL_BYTES`] (1 GiB).
     pub fn rendezvous_pool_bytes(mut self, bytes: usize) -> Self {
         self.settings.rendezvous_pool_bytes = bytes;
         self

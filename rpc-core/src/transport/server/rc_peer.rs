@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rpc_transport::msg::{PooledRegion, Reader, RecvSlot, SendRing};
+use rpc_transport::msg::{PooledRegion, Reader, RecvSlot, RegionPool, SendRing};
 use rpc_transport::WorkCompletion;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
@@ -19,7 +19,7 @@ use crate::request::ConnAddrs;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::lock;
-use crate::transport::rendezvous::read_failed;
+use crate::transport::rendezvous::{pool_refusal, read_failed};
 
 pub(crate) struct RcPeerState {
     pub(super) engine: ServerConn,
@@ -37,6 +37,8 @@ pub(crate) struct RcPeerState {
 /// A connection's bodies by reference: the Reads of its requests and the response
 /// regions it lent.
 struct PeerRendezvous {
+    /// Regions for responses (the reader has its own for requests).
+    lend_pool: RegionPool,
     reader: Reader,
     /// Wakes the server's read pump when the pool has room for a Read that waits.
     waker: std::task::Waker,
@@ -72,7 +74,7 @@ impl RcPeer {
         addrs: ConnAddrs,
         limit: Option<usize>,
         credit: PeerCredit,
-        reads: Option<(Reader, std::task::Waker)>,
+        reads: Option<(Reader, RegionPool, std::task::Waker)>,
     ) -> RcPeer {
         let by_ref_above = reads.as_ref().and(engine.rendezvous());
         RcPeer {
@@ -83,7 +85,8 @@ impl RcPeer {
                 dead: false,
                 running: IdMap::default(),
                 streams: IdMap::default(),
-                rdv: reads.map(|(reader, waker)| PeerRendezvous {
+                rdv: reads.map(|(reader, lend_pool, waker)| PeerRendezvous {
+                    lend_pool,
                     reader,
                     waker,
                     lent: IdMap::default(),
@@ -330,13 +333,13 @@ impl RcPeer {
             if st.dead || !st.engine.response_by_ref(len) {
                 return None;
             }
-            rdv.reader.pool().request(len)
+            rdv.lend_pool.request(len)
         };
         Some(match ticket {
             Ok(t) => t
                 .await
                 .map_err(|e| Status::unavailable(format!("no registered memory: {e}"))),
-            Err(e) => Err(Status::resource_exhausted(e.to_string())),
+            Err(e) => Err(pool_refusal(e)),
         })
     }
 

@@ -212,12 +212,17 @@ where
                 None
             }
         };
-        let regions = rpc_transport::msg::RegionPool::new(&pd, s.rendezvous_pool_bytes);
+        // Half for responses lent, half for requests read: a response waiting for
+        // room never holds memory a request's Read needs, nor the reverse.
+        let lend_regions = rpc_transport::msg::RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
+        let read_regions = rpc_transport::msg::RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
         if let Some(stats) = &s.rendezvous_stats {
-            stats.watch(&regions);
+            stats.watch(&lend_regions);
+            stats.watch(&read_regions);
         }
         let shared = Arc::new(SrqSide {
-            regions,
+            lend_regions,
+            read_regions,
             read_wakeups: Default::default(),
             read_pump: std::sync::Once::new(),
             ud: ud.clone(),

@@ -72,9 +72,11 @@ async fn read_pump(sh: std::sync::Weak<SrqSide>) {
 
 /// What the accept loop, the handshakes and the receive loop share.
 pub(super) struct SrqSide {
-    /// Registered regions for bodies by reference, shared by every connection (they
-    /// share the PD, so regions are server-wide in any case).
-    pub(super) regions: rpc_transport::msg::RegionPool,
+    /// Registered regions for responses lent by reference, shared by every
+    /// connection (they share the PD, so regions are server-wide in any case).
+    pub(super) lend_regions: rpc_transport::msg::RegionPool,
+    /// Registered regions requests by reference are read into.
+    pub(super) read_regions: rpc_transport::msg::RegionPool,
     pub(super) read_wakeups: Arc<ReadWakeups>,
     /// Starts [`read_pump`] once, with the first connection.
     pub(super) read_pump: std::sync::Once,
@@ -297,10 +299,13 @@ pub(super) async fn accept(
                 .caps()
                 .max_msg_size
                 .unwrap_or(UNKNOWN_MAX_READ);
-            Reader::new(qp.clone(), sh.regions.clone(), piece, SERVER_READ_WRS)
+            Reader::new(qp.clone(), sh.read_regions.clone(), piece, SERVER_READ_WRS)
         });
         let conn = Arc::new_cyclic(|me| {
-            let reads = reads.map(|r| (r, sh.read_wakeups.waker_for(me.clone())));
+            let reads = reads.map(|r| {
+                let waker = sh.read_wakeups.waker_for(me.clone());
+                (r, sh.lend_regions.clone(), waker)
+            });
             RcPeer::new(engine, ring, addrs, s.concurrency_limit, credit, reads)
         });
         Ok((qp, endpoint, conn))
