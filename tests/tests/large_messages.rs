@@ -465,3 +465,119 @@ async fn a_hostile_descriptor_closes_only_its_connection() {
     all_back(&srv_stats).await;
     drop(tx);
 }
+
+const CHILD: &str = "RDMA_RPC_TEST_CHILD_LARGE_SERVER";
+
+/// In the child: serve (with bodies by reference) until stdin closes, printing the
+/// port first. In a normal test run: does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child-process entry: its parent test runs it in a child process"]
+async fn child_server() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let stop = async {
+        use tokio::io::AsyncReadExt;
+        let mut sink = Vec::new();
+        let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+    };
+    let (addr, task) = serve_echo(server(&RendezvousStats::new()), stop).await;
+    println!("PORT {}", addr.port());
+    task.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_mid_transfer_ends_every_call_unavailable_and_frees_the_pool() {
+    init_tracing();
+    let mut child = tests::ChildTest::spawn("child_server", (CHILD, "1"));
+    let port: u16 = child.read_tagged("PORT ").await.parse().unwrap();
+    let cli_stats = RendezvousStats::new();
+    let ch = channel(&format!("rdma://127.0.0.1:{port}"), &cli_stats, 32 << 20).await;
+    // Large requests the server read and holds in 60 s handlers: their regions at
+    // the server, and the client's until their answers, are in use.
+    let mut calls = Vec::new();
+    for i in 0..4u64 {
+        let mut g = Grpc::new(ch.clone());
+        let data = pattern(i, 1 << 20);
+        calls.push(tokio::spawn(async move {
+            g.unary::<Echo, Echo>(
+                Request::new(Echo {
+                    id: 60_000 + i,
+                    data,
+                }),
+                path("Sleep"),
+            )
+            .await
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cli_stats.get().regions_in_use < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "requests not lent: {:?}",
+            cli_stats.get()
+        );
+        tokio::task::yield_now().await;
+    }
+    child.child.kill().await.unwrap();
+    for c in calls {
+        let e = tokio::time::timeout(Duration::from_secs(30), c)
+            .await
+            .expect("every call ends")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    }
+    // The connection's end gave back every region before the calls ended.
+    let c = cli_stats.get();
+    assert_eq!((c.in_use, c.regions_in_use, c.waiting), (0, 0, 0), "{c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_dies_holding_a_lent_response_gives_the_server_its_region_back() {
+    use rpc_core::fuzzing::codec::read_response;
+    use rpc_core::fuzzing::wire::{response_is_by_ref, Descriptor};
+    use rpc_transport::AccessFlags;
+    init_tracing();
+    let srv_stats = RendezvousStats::new();
+    let (tx, rx) = oneshot::channel::<()>();
+    let (addr, _task) = serve_echo(server(&srv_stats), async move {
+        let _ = rx.await;
+    })
+    .await;
+    let mut raw = RawClient::connect(addr).await;
+    // A well-formed request by reference: an Echo of 200 KB in a region it lends.
+    let msg = Echo {
+        id: 5,
+        data: pattern(5, 200_000),
+    };
+    let body = prost::Message::encode_to_vec(&msg);
+    let mr = raw
+        .pd
+        .alloc_mr(
+            body.len(),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        )
+        .unwrap();
+    mr.write(0, &body);
+    raw.send_by_ref(
+        1,
+        Descriptor {
+            addr: mr.addr(),
+            rkey: mr.rkey(),
+            len: body.len() as u32,
+        },
+    );
+    // The server read it, ran the handler and lent the response: it waits for this
+    // client's RDONE, which never comes.
+    let (_, f) = raw.next_frame().await.unwrap();
+    assert!(response_is_by_ref(&f));
+    let r = read_response(&f).unwrap();
+    assert_eq!(r.body_len, body.len());
+    let s = srv_stats.get();
+    assert_eq!(s.regions_in_use, 1, "the lent response: {s:?}");
+    drop(raw);
+    drop(mr);
+    all_back(&srv_stats).await;
+    drop(tx);
+}
