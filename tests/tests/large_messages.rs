@@ -188,7 +188,7 @@ async fn more_large_calls_than_the_pools_hold_all_complete_in_order_of_arrival()
     let (srv_stats, cli_stats) = (RendezvousStats::new(), RendezvousStats::new());
     let order = OrderService::default();
     let (addr, _stop) = tests::serve_router(server(&srv_stats).add_service(order.clone())).await;
-    let len = if on_verbs() { 1 << 20 } else { 1 << 20 };
+    let len = 1 << 20;
     let calls: u64 = if on_verbs() { 6 } else { 24 };
     // Each half of the client's pool holds 3 such bodies (a region rounds up to 64 KiB).
     let region = len + 64 * 1024;
