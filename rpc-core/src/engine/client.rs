@@ -223,6 +223,17 @@ impl<W> ClientConn<W> {
         self
     }
 
+    /// Whether Reads to start or released regions wait for the driver
+    /// (`poll_read`, `poll_released`): one check per batch on the hot path.
+    pub fn rendezvous_pending(&self) -> bool {
+        !self.reads.is_empty() || !self.released.is_empty()
+    }
+
+    /// The rendezvous threshold, if bodies may travel by reference.
+    pub fn rendezvous(&self) -> Option<usize> {
+        self.rendezvous
+    }
+
     /// Whether a request of `body_len` bytes should be lent by reference.
     pub fn request_by_ref(&self, body_len: usize) -> bool {
         self.rendezvous.is_some_and(|t| body_len > t)

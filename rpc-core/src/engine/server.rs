@@ -175,6 +175,12 @@ impl ServerConn {
         self.rendezvous = Some(threshold);
     }
 
+    /// Whether Reads to start or released regions wait for the driver
+    /// (`poll_read`, `poll_released`): one check per batch on the hot path.
+    pub fn rendezvous_pending(&self) -> bool {
+        !self.reads.is_empty() || !self.released.is_empty()
+    }
+
     /// The rendezvous threshold, if bodies may travel by reference.
     pub fn rendezvous(&self) -> Option<usize> {
         self.rendezvous

@@ -119,6 +119,12 @@ impl Reader {
         self.len() == 0
     }
 
+    /// Whether [`Reader::pump`] or [`Reader::poll_done`] has anything to do: reads
+    /// waiting, in progress, or finished and not yet taken.
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.active.is_empty() || !self.done.is_empty()
+    }
+
     /// Queues a read of `len` bytes at the peer's `addr` under `rkey`, tagged `tag`,
     /// into a region whose first bytes are `prefix`. Nothing is posted until
     /// [`Reader::pump`].

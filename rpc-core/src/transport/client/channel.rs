@@ -167,10 +167,14 @@ impl<L: Dial> LinkChannel<L> {
         };
         // A body by reference needs a region of the connection's pool: taken now if
         // free and nobody waits, else awaited in line (the reservation is kept).
-        let ticket = conn
-            .lock()
-            .link
-            .region_for(Message::encoded_len(&call.message));
+        // Read without the lock: a small call pays one comparison.
+        let ticket = match conn.by_ref_above {
+            Some(t) if Message::encoded_len(&call.message) > t => conn
+                .lock()
+                .link
+                .region_for(Message::encoded_len(&call.message)),
+            _ => None,
+        };
         let region = match ticket {
             None => None,
             Some(Err(s)) => {

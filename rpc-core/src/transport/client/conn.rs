@@ -39,6 +39,9 @@ pub(crate) struct Conn<L> {
     cq: Arc<CompletionQueue>,
     mode: CompletionMode,
     pub(crate) default_timeout: Option<Duration>,
+    /// Request bodies longer than this go by reference (`None`: never), read
+    /// without the lock so that a small call pays one comparison.
+    pub(crate) by_ref_above: Option<usize>,
 }
 
 impl<L: Link> Conn<L> {
@@ -53,7 +56,9 @@ impl<L: Link> Conn<L> {
         settings: &Settings,
         tcp: TcpStream,
     ) -> Arc<Conn<L>> {
+        let by_ref_above = link.by_ref_above();
         let conn = Arc::new(Conn {
+            by_ref_above,
             state: Mutex::new(State { link, armed: None }),
             sig,
             pool,

@@ -100,6 +100,12 @@ pub(crate) trait Link: Send + Sized + 'static {
         None
     }
 
+    /// The threshold above which [`Link::region_for`] may give a region (`None`:
+    /// never), fixed for the connection's life.
+    fn by_ref_above(&self) -> Option<usize> {
+        None
+    }
+
     /// Starts a reserved call: encodes its request into a send slot and posts it
     /// (or leaves it for the driver to post with others). Returns the call id and
     /// the first engine timer the call set, if any (its deadline on RC; on UD its

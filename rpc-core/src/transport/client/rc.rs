@@ -284,6 +284,9 @@ impl RcLink {
     /// completes the calls whose Reads ended (their `RDONE`s go with the next pump).
     fn pump_rendezvous(&mut self) {
         let Some(rdv) = &mut self.rdv else { return };
+        if !self.engine.rendezvous_pending() && !rdv.reader.has_work() {
+            return;
+        }
         while let Some(id) = self.engine.poll_released() {
             rdv.lent.remove(&id);
         }
@@ -366,6 +369,10 @@ impl Link for RcLink {
         if self.engine.dead().is_none() {
             self.engine.unreserve();
         }
+    }
+
+    fn by_ref_above(&self) -> Option<usize> {
+        self.rdv.as_ref().and(self.engine.rendezvous())
     }
 
     fn region_for(&self, body_len: usize) -> Option<Result<Ticket, Status>> {

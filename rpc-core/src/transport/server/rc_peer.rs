@@ -261,7 +261,11 @@ impl RcPeer {
         }
         let inc = st.engine.handle_frame(now, imm, slot.bytes());
         let state = &mut *st;
-        if let Some(rdv) = &mut state.rdv {
+        if let Some(rdv) = state
+            .rdv
+            .as_mut()
+            .filter(|_| state.engine.rendezvous_pending())
+        {
             while let Some(op) = state.engine.poll_read() {
                 let d = op.desc;
                 // The head (path, metadata) goes to the region's head: one buffer.
