@@ -12,8 +12,9 @@ use crate::status::Status;
 use crate::transport::lock;
 
 /// Bodies longer than this go by reference by default. Measured with `rpc-bench`
-/// on the soft provider (see `docs/large-messages.md`): below it, fragments of an
-/// 8 KiB slot cost less than a descriptor, a Read and an `RDONE`.
+/// on the soft provider (`docs/large-messages.md`, "Choosing the threshold"): by
+/// reference wins from 48 KiB on, fragments of 8 KiB slots near 16 KiB; the
+/// crossover lies between.
 pub const DEFAULT_RENDEZVOUS_THRESHOLD: usize = 32 * 1024;
 /// Registered bytes a client connection's pools may hold by default, half for
 /// requests lent and half for responses read (registered as used, so an idle
