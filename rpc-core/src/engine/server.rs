@@ -41,7 +41,7 @@ pub struct ServerStats {
     pub cancelled: u64,
     /// What fitting statuses into frames cut or dropped (see [`codec`]).
     pub cuts: StatusCuts,
-    /// Requests read by reference (RDMA Read), and responses lent by reference.
+    /// Requests read by reference (RDMA Read).
     pub by_ref_in: u64,
     /// Responses lent by reference.
     pub by_ref_out: u64,
