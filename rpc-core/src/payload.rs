@@ -14,6 +14,9 @@ enum Repr {
         slot: rpc_transport::msg::RecvSlot,
         range: std::ops::Range<usize>,
     },
+    /// Shared with a pooled registered region (a body read by reference); the
+    /// region returns to its pool when the last clone drops.
+    Shared(bytes::Bytes),
 }
 
 impl Payload {
@@ -21,6 +24,13 @@ impl Payload {
     pub fn from_vec(v: Vec<u8>) -> Payload {
         Payload {
             repr: Repr::Owned(v),
+        }
+    }
+
+    /// Bytes shared with their buffer (a body read by reference into a pooled region).
+    pub(crate) fn from_bytes(b: bytes::Bytes) -> Payload {
+        Payload {
+            repr: Repr::Shared(b),
         }
     }
 
@@ -50,6 +60,7 @@ impl Payload {
     ) -> Result<M, prost::DecodeError> {
         match self.repr {
             Repr::Owned(v) => M::decode(bytes::Bytes::from(v).slice(range)),
+            Repr::Shared(b) => M::decode(b.slice(range)),
             Repr::Slot { slot, range: r } => M::decode(&slot.bytes()[r][range]),
         }
     }
@@ -58,6 +69,7 @@ impl Payload {
     pub fn as_slice(&self) -> &[u8] {
         match &self.repr {
             Repr::Owned(v) => v,
+            Repr::Shared(b) => b,
             Repr::Slot { slot, range } => &slot.bytes()[range.clone()],
         }
     }

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::engine::codec::{self, CallHead, Outcome};
+use crate::engine::rendezvous::ReadOp;
 use crate::engine::stream::client::{ClientStreams, Limits, StreamEvent};
-use crate::engine::wire::{self, CreditAdjust, Kind};
+use crate::engine::wire::{self, CreditAdjust, Descriptor, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -41,6 +42,10 @@ pub struct ClientStats {
     pub frames_sent: u64,
     /// Statuses delivered without their details (longer than the max message).
     pub details_dropped: u64,
+    /// Requests lent by reference.
+    pub by_ref_out: u64,
+    /// Responses read by reference.
+    pub by_ref_in: u64,
 }
 
 /// A successful reply's bytes.
@@ -60,6 +65,13 @@ pub enum Reply {
         metadata: MetadataMap,
         /// The body.
         body: Vec<u8>,
+    },
+    /// Read by reference into a pooled region, shared (no copy).
+    Shared {
+        /// Response metadata.
+        metadata: MetadataMap,
+        /// The body.
+        body: Bytes,
     },
 }
 
@@ -86,6 +98,8 @@ enum Phase {
         body: Vec<u8>,
         expected: usize,
     },
+    /// Response body being read by reference (the driver's RDMA Read).
+    Reading { outcome: Outcome },
     /// Nothing more to send or receive for this call except owed answers.
     Done,
 }
@@ -103,11 +117,15 @@ struct Call<W> {
     rfrs: u32,
     /// A CANCEL still to send.
     cancel: bool,
+    /// An RDONE still to send (the response's region was read).
+    rdone: bool,
+    /// The request's body is lent by reference until the `REQ`'s answer.
+    lent: bool,
 }
 
 impl<W> Call<W> {
     fn has_work(&self) -> bool {
-        self.cancel || self.rfrs > 0 || matches!(self.phase, Phase::Sending { .. })
+        self.cancel || self.rdone || self.rfrs > 0 || matches!(self.phase, Phase::Sending { .. })
     }
 
     /// Whether the deadline entry `at` is this call's and still to be enforced.
@@ -151,6 +169,13 @@ pub struct ClientConn<W> {
     starved: bool,
     /// A `WANT` frame awaits its `CR`.
     want_in_flight: bool,
+    /// Bodies longer than this go by reference (both sides agreed on RDMA Read);
+    /// `None`: never, and a response by reference is malformed.
+    rendezvous: Option<usize>,
+    /// Response bodies for the driver to read.
+    reads: VecDeque<ReadOp>,
+    /// Calls whose lent request region the driver may reuse.
+    released: VecDeque<u32>,
     /// The last `WANT` brought nothing: no other until another answer arrives.
     want_blocked: bool,
 }
@@ -184,7 +209,176 @@ impl<W> ClientConn<W> {
             starved: false,
             want_in_flight: false,
             want_blocked: false,
+            rendezvous: None,
+            reads: VecDeque::new(),
+            released: VecDeque::new(),
         }
+    }
+
+    /// Lets bodies travel by reference (both sides offered RDMA Read): requests
+    /// longer than `threshold` go by [`ClientConn::start_call_by_ref`], and
+    /// responses by reference are read ([`ClientConn::poll_read`]).
+    pub fn with_rendezvous(mut self, threshold: usize) -> Self {
+        self.rendezvous = Some(threshold);
+        self
+    }
+
+    /// Whether Reads to start or released regions wait for the driver
+    /// (`poll_read`, `poll_released`): one check per batch on the hot path.
+    pub fn rendezvous_pending(&self) -> bool {
+        !self.reads.is_empty() || !self.released.is_empty()
+    }
+
+    /// The rendezvous threshold, if bodies may travel by reference.
+    pub fn rendezvous(&self) -> Option<usize> {
+        self.rendezvous
+    }
+
+    /// Whether a request of `body_len` bytes should be lent by reference.
+    pub fn request_by_ref(&self, body_len: usize) -> bool {
+        self.rendezvous.is_some_and(|t| body_len > t)
+            && body_len <= self.cfg.max_send_message
+            && u32::try_from(body_len).is_ok()
+    }
+
+    /// The next response body to read by RDMA Read (then
+    /// [`ClientConn::handle_read_done`]).
+    pub fn poll_read(&mut self) -> Option<ReadOp> {
+        self.reads.pop_front()
+    }
+
+    /// The next call whose lent request region the driver may reuse (the server
+    /// answered its `REQ`, so it read the region or never will).
+    pub fn poll_released(&mut self) -> Option<u32> {
+        self.released.pop_front()
+    }
+
+    /// Starts a call on a reserved token whose request body (`desc.len` bytes) the
+    /// driver encoded into a region it lends to the server: the `REQ` carries the
+    /// descriptor in place of the body. The region is in use until
+    /// [`ClientConn::poll_released`] names the call (or the connection dies). On
+    /// error the reservation is released, nothing is sent and the region is free.
+    pub fn start_call_by_ref(
+        &mut self,
+        now: Instant,
+        waiter: W,
+        head: &CallHead<'_>,
+        desc: Descriptor,
+        out: &mut [u8],
+    ) -> Result<(u32, Transmit), Status> {
+        assert!(
+            self.reserved > 0,
+            "start_call_by_ref without a reserved token"
+        );
+        let res = self.start_by_ref_inner(now, waiter, head, desc, out);
+        if res.is_err() {
+            self.unreserve();
+        } else {
+            self.reserved -= 1;
+            self.stats.frames_sent += 1;
+            self.stats.by_ref_out += 1;
+            if self.windows && std::mem::take(&mut self.starved) {
+                out[wire::REQ_FLAGS_AT] |= wire::REQ_WANT_CREDIT;
+            }
+        }
+        res
+    }
+
+    fn start_by_ref_inner(
+        &mut self,
+        now: Instant,
+        waiter: W,
+        head: &CallHead<'_>,
+        desc: Descriptor,
+        out: &mut [u8],
+    ) -> Result<(u32, Transmit), Status> {
+        if let Some(s) = &self.dead {
+            return Err(s.clone());
+        }
+        let cap = self.cfg.frame_size.min(out.len());
+        let out = &mut out[..cap];
+        let body_len = desc.len as usize;
+        let head_len = codec::write_request(head, body_len, out)?;
+        if head_len + wire::DESCRIPTOR_LEN > out.len() {
+            return Err(Status::resource_exhausted(format!(
+                "path and metadata ({head_len} bytes) leave no room for a descriptor in a {}-byte frame",
+                out.len()
+            )));
+        }
+        if body_len > self.cfg.max_send_message {
+            return Err(Status::resource_exhausted(format!(
+                "request message of {body_len} bytes exceeds the limit of {}",
+                self.cfg.max_send_message
+            )));
+        }
+        wire::set_request_by_ref(out);
+        desc.write(&mut out[head_len..]);
+        let id = self.alloc_id();
+        self.insert_call(now, id, waiter, head, Phase::Waiting, true);
+        Ok((
+            id,
+            Transmit {
+                len: head_len + wire::DESCRIPTOR_LEN,
+                imm: wire::imm(Kind::Req, id),
+            },
+        ))
+    }
+
+    fn insert_call(
+        &mut self,
+        now: Instant,
+        id: u32,
+        waiter: W,
+        head: &CallHead<'_>,
+        phase: Phase,
+        lent: bool,
+    ) {
+        let deadline = head.timeout.map(|t| (now + t, t));
+        self.calls.insert(
+            id,
+            Call {
+                waiter: Some(waiter),
+                deadline,
+                phase,
+                awaiting: 1,
+                rfrs: 0,
+                cancel: false,
+                rdone: false,
+                lent,
+            },
+        );
+        if let Some((at, _)) = deadline {
+            self.add_deadline(at, id);
+        }
+    }
+
+    /// The Read of call `id`'s response body ended: the call completes with the
+    /// body (sharing the region it was read into) or the error, and an `RDONE`
+    /// tells the server it may reuse its region. A call cancelled meanwhile was
+    /// already forgotten by the server (its `CANCEL` released the region).
+    pub fn handle_read_done(
+        &mut self,
+        id: u32,
+        result: Result<Bytes, Status>,
+    ) -> Option<Completion<W>> {
+        let call = self.calls.get_mut(&id)?;
+        if !matches!(call.phase, Phase::Reading { .. }) {
+            return None;
+        }
+        let Phase::Reading { outcome } = std::mem::replace(&mut call.phase, Phase::Done) else {
+            unreachable!()
+        };
+        if self.dead.is_none() {
+            call.rdone = true;
+            self.transmit.push_back(id);
+        }
+        self.stats.by_ref_in += 1;
+        let result = result.and_then(|b| {
+            outcome
+                .finish(b, |b| b)
+                .map(|(metadata, body)| Reply::Shared { metadata, body })
+        });
+        self.finish(id, result)
     }
 
     /// Lets the server move the window from `cfg.credits` up to `max` (both sides
@@ -400,21 +594,7 @@ impl<W> ClientConn<W> {
                 out.len(),
             )
         };
-        let deadline = head.timeout.map(|t| (now + t, t));
-        self.calls.insert(
-            id,
-            Call {
-                waiter: Some(waiter),
-                deadline,
-                phase,
-                awaiting: 1,
-                rfrs: 0,
-                cancel: false,
-            },
-        );
-        if let Some((at, _)) = deadline {
-            self.add_deadline(at, id);
-        }
+        self.insert_call(now, id, waiter, head, phase, false);
         Ok((
             id,
             Transmit {
@@ -508,6 +688,12 @@ impl<W> ClientConn<W> {
                     len: 0,
                     imm: wire::imm(Kind::Cancel, id),
                 }
+            } else if call.rdone {
+                call.rdone = false;
+                Transmit {
+                    len: 0,
+                    imm: wire::imm(Kind::Rdone, id),
+                }
             } else if let Phase::Sending { body, sent } = &mut call.phase {
                 let n = (out.len() - wire::FRAG_HEAD_LEN).min(body.len() - *sent);
                 wire::write_frag_head(out, *sent as u32);
@@ -576,6 +762,10 @@ impl<W> ClientConn<W> {
             return None;
         }
         call.awaiting -= 1;
+        if kind == Kind::Resp && std::mem::take(&mut call.lent) {
+            // The `REQ`'s answer: the server read the request's region, or never will.
+            self.released.push_back(id);
+        }
         let out = match kind {
             Kind::Cr => None,
             Kind::Resp => self.on_response(id, frame),
@@ -633,6 +823,9 @@ impl<W> ClientConn<W> {
                 return self.finish(id, Err(s));
             }
         };
+        if let Some(desc) = start.by_ref {
+            return self.read_response(id, start.outcome, desc);
+        }
         if start.body.len() == start.body_len {
             let result = start
                 .outcome
@@ -672,6 +865,43 @@ impl<W> ClientConn<W> {
             expected: start.body_len,
         };
         self.transmit.push_back(id);
+        None
+    }
+
+    /// A `RESP` whose body is by reference: queued for the driver's Read, unless
+    /// this side cannot read or the body is over its limit (then a `CANCEL` tells the
+    /// server to release the region).
+    fn read_response(
+        &mut self,
+        id: u32,
+        outcome: Outcome,
+        desc: Descriptor,
+    ) -> Option<Completion<W>> {
+        let len = desc.len as usize;
+        let refused = if self.rendezvous.is_none() {
+            self.stats.malformed += 1;
+            Some(Status::internal(
+                "response body by reference on a connection without RDMA Read",
+            ))
+        } else if len > self.cfg.max_recv_message {
+            Some(Status::resource_exhausted(format!(
+                "response message of {len} bytes exceeds the limit of {}",
+                self.cfg.max_recv_message
+            )))
+        } else {
+            None
+        };
+        if let Some(s) = refused {
+            self.queue_cancel(id);
+            return self.finish(id, Err(s));
+        }
+        let call = self.calls.get_mut(&id).expect("caller checked");
+        call.phase = Phase::Reading { outcome };
+        self.reads.push_back(ReadOp {
+            id,
+            desc,
+            head_len: 0,
+        });
         None
     }
 
@@ -827,6 +1057,8 @@ impl<W> ClientConn<W> {
         }
         self.transmit.clear();
         self.deadlines.clear();
+        self.reads.clear();
+        self.released.clear();
         self.streams.handle_peer_lost(&status);
         self.dead = Some(status);
     }

@@ -45,7 +45,9 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::code::Code;
-use crate::engine::wire::{RequestHead, ResponseHead, REQUEST_HEAD_LEN, RESPONSE_HEAD_LEN};
+use crate::engine::wire::{
+    self, Descriptor, RequestHead, ResponseHead, REQUEST_HEAD_LEN, RESPONSE_HEAD_LEN,
+};
 use crate::metadata::{MetadataMap, DEFAULT_METADATA_LIMIT};
 use crate::status::Status;
 
@@ -135,6 +137,8 @@ pub struct RequestStart {
     pub body: Range<usize>,
     /// The body's length across all fragments.
     pub body_len: usize,
+    /// The body is by reference: where it lies (`body` then holds the descriptor).
+    pub by_ref: Option<Descriptor>,
 }
 
 /// Reads a request's first frame: a malformed head is `INTERNAL`, unreadable metadata
@@ -149,7 +153,20 @@ pub fn read_request(frame: &[u8]) -> Result<RequestStart, Status> {
         timeout: head.timeout(),
         body: head.body_start()..frame.len(),
         body_len: head.body_len as usize,
+        by_ref: by_ref(
+            wire::request_is_by_ref(frame),
+            frame,
+            head.body_start(),
+            head.body_len,
+        ),
     })
+}
+
+/// The descriptor of a head already checked by its `read` (which accepted it).
+fn by_ref(flagged: bool, frame: &[u8], at: usize, body_len: u32) -> Option<Descriptor> {
+    flagged
+        .then(|| Descriptor::read(&frame[at..], body_len).ok())
+        .flatten()
 }
 
 /// Writes an OK `RESP` head and the response `metadata` for a body of `body_len`
@@ -331,6 +348,8 @@ pub struct ResponseStart {
     pub body: Range<usize>,
     /// The body's length across all fragments.
     pub body_len: usize,
+    /// The body is by reference: where it lies (`body` then holds the descriptor).
+    pub by_ref: Option<Descriptor>,
 }
 
 /// Reads a response's first frame: a malformed head is `INTERNAL`, unreadable
@@ -353,6 +372,12 @@ pub fn read_response(frame: &[u8]) -> Result<ResponseStart, Status> {
         outcome,
         body: head.body_start()..frame.len(),
         body_len: head.body_len as usize,
+        by_ref: by_ref(
+            wire::response_is_by_ref(frame),
+            frame,
+            head.body_start(),
+            head.body_len,
+        ),
     })
 }
 

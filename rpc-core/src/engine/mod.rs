@@ -43,14 +43,18 @@
 //! everything else (fragments of long messages, grants, half-close, reset,
 //! trailers, returned connection credits) goes out through `poll_transmit`.
 //!
-//! # What comes next (design, not built)
-//! Messages larger than a slot go by reference (`BY_REF`, an RDMA Read) instead of
-//! the interim fragments; unary calls then report through the same per-call events
-//! as streams (quinn's `Connection::poll`), so both share one driver loop.
+//! # Large unary messages by reference (RC)
+//! A unary body above the rendezvous threshold travels by reference ([`wire`],
+//! "Large messages by reference"): the sender's driver encodes it into a pooled
+//! region and the engine writes its descriptor; the receiving engine queues a
+//! [`ReadOp`] (`poll_read`), its driver performs the RDMA Read and reports with
+//! `handle_read_done`; regions come back through `poll_released` (server) and the
+//! call's answer (client). Stream messages keep fragments for now.
 
 mod client;
 pub mod codec;
 pub mod credit;
+pub mod rendezvous;
 mod server;
 mod stream;
 #[cfg(test)]
@@ -61,6 +65,7 @@ pub mod wire;
 pub use client::{ClientConfig, ClientConn, ClientStats, Completion, Reply};
 pub use codec::CallHead;
 pub use credit::CreditWindow;
+pub use rendezvous::ReadOp;
 pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
 pub use stream::client::{ClientStreams, StreamEvent};
 pub use stream::server::{ServerStreamEvent, ServerStreams};

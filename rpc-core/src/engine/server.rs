@@ -8,8 +8,9 @@ use bytes::Bytes;
 
 use crate::engine::codec::{self, StatusCuts};
 use crate::engine::credit::CreditWindow;
+use crate::engine::rendezvous::ReadOp;
 use crate::engine::stream::server::{ServerStreamEvent, ServerStreams};
-use crate::engine::wire::{self, Kind};
+use crate::engine::wire::{self, Descriptor, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -40,6 +41,10 @@ pub struct ServerStats {
     pub cancelled: u64,
     /// What fitting statuses into frames cut or dropped (see [`codec`]).
     pub cuts: StatusCuts,
+    /// Requests read by reference (RDMA Read).
+    pub by_ref_in: u64,
+    /// Responses lent by reference.
+    pub by_ref_out: u64,
 }
 
 /// Where a dispatched request's bytes are.
@@ -49,6 +54,9 @@ pub enum RequestBody {
     InFrame,
     /// Reassembled: path, metadata and body in one buffer (ranges as in the frame).
     Owned(Vec<u8>),
+    /// Read by reference into a pooled region: path and metadata copied to its head,
+    /// the body read after them (ranges as in the frame, the body after the head).
+    Shared(Bytes),
 }
 
 /// A complete request for the application.
@@ -87,6 +95,19 @@ enum Call {
     Running,
     /// The response's body (or a status's details), pulled by RFRs from `sent` on.
     Responding { body: Bytes, sent: usize },
+    /// The request's body is being read by reference; the `REQ` is answered once
+    /// the Read ended (the client's region is in use until then).
+    Reading {
+        path: Range<usize>,
+        body_start: usize,
+        metadata: MetadataMap,
+        timeout: Option<Duration>,
+        /// The client cancelled meanwhile: answer `CANCELLED` once the Read ended.
+        cancelled: bool,
+    },
+    /// The response was lent by reference: the region stays the client's to read
+    /// until its `RDONE` or `CANCEL` (or the connection's end).
+    Lent,
 }
 
 /// The answer a client frame is owed (every client frame gets exactly one), when it
@@ -116,6 +137,13 @@ pub struct ServerConn {
     streams: ServerStreams,
     /// The client's credit window (fixed unless the driver makes it dynamic).
     credit: CreditWindow,
+    /// Bodies longer than this go by reference (both sides agreed on RDMA Read);
+    /// `None`: never, and a body by reference from the client is malformed.
+    rendezvous: Option<usize>,
+    /// Reads of request bodies for the driver to perform.
+    reads: VecDeque<ReadOp>,
+    /// Calls whose lent response region the driver may reuse.
+    released: VecDeque<u32>,
 }
 
 impl ServerConn {
@@ -134,7 +162,105 @@ impl ServerConn {
             stats: ServerStats::default(),
             streams: ServerStreams::new(cfg.max_recv_message, cfg.max_send_message),
             credit: CreditWindow::fixed(0),
+            rendezvous: None,
+            reads: VecDeque::new(),
+            released: VecDeque::new(),
         }
+    }
+
+    /// Lets bodies travel by reference (both sides offered RDMA Read): responses
+    /// longer than `threshold` bytes are lent ([`ServerConn::respond_by_ref`]), and
+    /// requests by reference are read ([`ServerConn::poll_read`]).
+    pub fn set_rendezvous(&mut self, threshold: usize) {
+        self.rendezvous = Some(threshold);
+    }
+
+    /// Whether Reads to start or released regions wait for the driver
+    /// (`poll_read`, `poll_released`): one check per batch on the hot path.
+    pub fn rendezvous_pending(&self) -> bool {
+        !self.reads.is_empty() || !self.released.is_empty()
+    }
+
+    /// The rendezvous threshold, if bodies may travel by reference.
+    pub fn rendezvous(&self) -> Option<usize> {
+        self.rendezvous
+    }
+
+    /// Whether a response of `body_len` bytes should be lent by reference rather
+    /// than sent inline or in fragments.
+    pub fn response_by_ref(&self, body_len: usize) -> bool {
+        self.rendezvous.is_some_and(|t| body_len > t)
+            && body_len <= self.cfg.max_send_message
+            && u32::try_from(body_len).is_ok()
+    }
+
+    /// The next request body to read by RDMA Read (then
+    /// [`ServerConn::handle_read_done`]).
+    pub fn poll_read(&mut self) -> Option<ReadOp> {
+        self.reads.pop_front()
+    }
+
+    /// The Read of call `id`'s request body ended: with the request's head and body
+    /// (`head_and_body`: the frame's bytes up to the body, then the body, sharing a
+    /// pooled region), the call comes back for dispatch; with an error, the `REQ`
+    /// is answered with it. Either way the client may now reuse its region.
+    pub fn handle_read_done(&mut self, id: u32, result: Result<Bytes, Status>) -> Option<Incoming> {
+        let Some(Call::Reading { .. }) = self.calls.get(&id) else {
+            return None;
+        };
+        let Some(Call::Reading {
+            path,
+            body_start,
+            metadata,
+            timeout,
+            cancelled,
+        }) = self.calls.remove(&id)
+        else {
+            unreachable!()
+        };
+        if cancelled {
+            self.answers.push_back((
+                id,
+                FrameAnswer::Status(Status::cancelled("cancelled by the client")),
+            ));
+            return None;
+        }
+        match result {
+            Err(s) => {
+                self.answers.push_back((id, FrameAnswer::Status(s)));
+                None
+            }
+            Ok(bytes) => {
+                self.calls.insert(id, Call::Running);
+                self.stats.dispatched += 1;
+                self.stats.by_ref_in += 1;
+                let body = body_start..bytes.len();
+                Some(Incoming {
+                    id,
+                    bytes: RequestBody::Shared(bytes),
+                    path,
+                    body,
+                    metadata,
+                    timeout,
+                    streaming: false,
+                })
+            }
+        }
+    }
+
+    /// The next call whose lent response region the driver may reuse (the client
+    /// read it, or cancelled the call).
+    pub fn poll_released(&mut self) -> Option<u32> {
+        self.released.pop_front()
+    }
+
+    /// Calls whose request is being read or whose response is lent (their regions
+    /// are in use).
+    pub fn by_ref_in_flight(&self) -> usize {
+        self.calls
+            .iter()
+            .filter(|(_, c)| matches!(c, Call::Reading { .. } | Call::Lent))
+            .count()
     }
 
     /// Sets the client's credit window (what the handshake granted, and whether it
@@ -255,10 +381,31 @@ impl ServerConn {
                 }
                 None
             }
+            Kind::Rdone => {
+                if matches!(self.calls.get(&id), Some(Call::Lent)) {
+                    self.calls.remove(&id);
+                    self.released.push_back(id);
+                } else {
+                    self.stats.malformed += 1;
+                }
+                self.answers.push_back((id, FrameAnswer::Credit));
+                None
+            }
             Kind::Cancel => {
-                match self.calls.get(&id) {
+                match self.calls.get_mut(&id) {
                     Some(Call::Receiving { .. } | Call::Responding { .. }) => {
                         self.forget(id);
+                        self.stats.cancelled += 1;
+                    }
+                    Some(Call::Reading { cancelled, .. }) => {
+                        // The Read still uses the client's region: the `REQ` is
+                        // answered `CANCELLED` when it ends.
+                        *cancelled = true;
+                        self.stats.cancelled += 1;
+                    }
+                    Some(Call::Lent) => {
+                        self.calls.remove(&id);
+                        self.released.push_back(id);
                         self.stats.cancelled += 1;
                     }
                     Some(Call::Running) => {
@@ -328,6 +475,9 @@ impl ServerConn {
             );
         }
         let body_start = start.body.start;
+        if let Some(desc) = start.by_ref {
+            return self.read_request(id, start, desc);
+        }
         if start.body.len() == total {
             self.calls.insert(id, Call::Running);
             self.stats.dispatched += 1;
@@ -421,6 +571,38 @@ impl ServerConn {
         })
     }
 
+    /// A `REQ` whose body is by reference: queued for the driver's Read.
+    fn read_request(
+        &mut self,
+        id: u32,
+        start: codec::RequestStart,
+        desc: Descriptor,
+    ) -> Option<Incoming> {
+        if self.rendezvous.is_none() {
+            self.stats.malformed += 1;
+            return self.reject(
+                id,
+                Status::internal("request body by reference on a connection without RDMA Read"),
+            );
+        }
+        self.calls.insert(
+            id,
+            Call::Reading {
+                path: start.path,
+                body_start: start.body.start,
+                metadata: start.metadata,
+                timeout: start.timeout,
+                cancelled: false,
+            },
+        );
+        self.reads.push_back(ReadOp {
+            id,
+            desc,
+            head_len: start.body.start,
+        });
+        None
+    }
+
     /// A `REQ` flagged `STREAM`: a streaming call opens (its body must be empty:
     /// messages come as `MSG`s), with its deadline counted from `now`.
     fn open_stream(
@@ -480,6 +662,48 @@ impl ServerConn {
     ) -> Option<Transmit> {
         let t = self.write_response(id, result, out)?;
         Some(self.stamp_credit(out, t))
+    }
+
+    /// Answers call `id` with an OK response whose `body_len`-byte body the driver
+    /// encoded into a region it lends to the client, described by `desc`: the `RESP`
+    /// carries the descriptor in place of the body. `Some((t, true))`: the region is
+    /// lent until [`ServerConn::poll_released`] names the call; `Some((t, false))`:
+    /// a status went instead (the metadata did not fit) and the region is free now;
+    /// `None`: the call is not running (the region is free).
+    pub fn respond_by_ref(
+        &mut self,
+        id: u32,
+        metadata: &MetadataMap,
+        desc: Descriptor,
+        out: &mut [u8],
+    ) -> Option<(Transmit, bool)> {
+        if !matches!(self.calls.get(&id), Some(Call::Running)) {
+            return None;
+        }
+        self.calls.remove(&id);
+        let cap = self.cfg.frame_size.min(out.len());
+        let out = &mut out[..cap];
+        let body_len = desc.len as usize;
+        let written = codec::write_response(metadata, body_len, out).and_then(|n| {
+            (n + wire::DESCRIPTOR_LEN <= out.len())
+                .then_some(n)
+                .ok_or_else(|| Status::resource_exhausted("response metadata does not fit a frame"))
+        });
+        let (t, lent) = match written {
+            Ok(n) => {
+                wire::set_response_by_ref(out);
+                desc.write(&mut out[n..]);
+                self.calls.insert(id, Call::Lent);
+                self.stats.by_ref_out += 1;
+                let t = Transmit {
+                    len: n + wire::DESCRIPTOR_LEN,
+                    imm: wire::imm(Kind::Resp, id),
+                };
+                (t, true)
+            }
+            Err(s) => (self.write_status(id, &s, out, true), false),
+        };
+        Some((self.stamp_credit(out, t), lent))
     }
 
     fn write_response(

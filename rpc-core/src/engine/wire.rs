@@ -94,7 +94,7 @@
 //! | 12 | RC | c→s | `RESET` | `code:u8`: the client ends the call now (cancelled, deadline, refused) |
 //! | 13 | RC | both | `CREDIT` | `n:u32`: `n` more `MSG`s on this call; with call id 0, `n` connection credits (s→c frames) back to the server |
 //! | 14 | RC | c→s | `WANT` | nothing, call id 0: "my callers wait for a token"; answered by `CR` with call id 0 (see "Windows granted out of the shared pool") |
-//! | 15 | — | — | — | unassigned |
+//! | 15 | RC | c→s | `RDONE` | nothing: "I read the response's region, reuse it" (see "Large messages by reference"); answered by `CR` |
 //!
 //! A kind that a side does not expect (an unassigned one, `IN_PROGRESS` on RC, `CR`
 //! on UD, a stream kind on UD, a server kind sent to the server) is malformed: dropped and counted, and on RC
@@ -140,14 +140,46 @@
 //! * bit 5, `REVOKE` (`RESP`, and a `CR`'s payload byte): this answer's token does
 //!   not return. Never with `GRANT`.
 //!
-//! Planned:
-//! * bit 0, `BY_REF` (both heads): the body is not inline; in its place the frame
-//!   carries a descriptor `addr:u64 rkey:u32 len:u32` of registered memory at the
-//!   sender, which the receiver pulls with one RDMA Read into memory of its own.
-//!   `body_len` still gives the body's length. The receiver sends its next frame for
-//!   the call only once the Read completed, and that frame releases the memory (on
-//!   RC unary: the `CR` or `RESP` answering a `REQ`; after a `RESP`, an `RFR`, which
-//!   the server answers with `CR`).
+//! * bit 6, [`BY_REF`] (both heads, RC only): the body is not inline; in its place
+//!   the frame carries a [`Descriptor`] (below). A UD receiver treats it as any
+//!   unknown flag (malformed): UD keeps one datagram per message.
+//!
+//! # Large messages by reference (RC, "rendezvous")
+//!
+//! A unary body longer than the sender's rendezvous threshold, when the connection
+//! can do RDMA Read (both devices, the handshake's caps), is encoded once into a
+//! registered region of the sender's pool and announced by a descriptor in the
+//! `REQ` / `RESP` frame, after the head, path/status message and metadata, in place
+//! of the body:
+//!
+//! ```text
+//! 0 addr:u64  8 rkey:u32  12 len:u32        (DESCRIPTOR_LEN = 16 bytes, big endian)
+//! ```
+//!
+//! `len` equals the head's `body_len` and is never 0 (an empty body is inline), and
+//! the descriptor is all of the frame after the metadata; anything else is
+//! malformed. The receiver checks `len` against its max message (refusing a longer
+//! one with `RESOURCE_EXHAUSTED`, reading nothing), pulls the bytes with RDMA Read
+//! (several Reads of at most the device's max message size each, when one would
+//! exceed it) into a region of its own pool, and decodes from there. Releases:
+//! * A request's region: the server answers the `REQ` (with its `RESP`, or a status
+//!   if refused or cancelled) only once its Read completed or failed, so the client
+//!   reuses the region when the `REQ`'s answer arrives (or the connection dies).
+//! * A response's region: the client sends `RDONE` (call id of the call) once its
+//!   Read completed (or failed: it will not read again), answered by `CR`. The server
+//!   also releases it on the call's `CANCEL` and when the connection dies. A `RESP`
+//!   by reference is thus one frame each way more than an inline one, in place of
+//!   an `RFR` and its fragment per 8 KiB.
+//!
+//! A Read of memory outside the regions the sender lent fails at the reader as
+//! hardware fails it (`REM_ACCESS_ERR`), which puts both QPs in error: the connection
+//! ends, its calls end `UNAVAILABLE`, other connections are untouched.
+//!
+//! Stream messages (not wired yet): a `MSG` whose `total` has bit 31
+//! ([`MSG_TOTAL_BY_REF`]) set carries, after its 8-byte head (`offset` 0), a
+//! descriptor of the whole message instead of a chunk; `total & !MSG_TOTAL_BY_REF`
+//! is its length, and the descriptor's `len` equals it. Its region is released by an
+//! `RDONE` from the reader (in either direction; s→c on a connection credit).
 //!
 //! # Streaming calls (RC): a call as two half-streams
 //!
@@ -234,6 +266,71 @@ pub const REQUEST_HEAD_LEN: usize = 16;
 pub const RESPONSE_HEAD_LEN: usize = 10;
 /// Bytes of the fixed part of a fragment frame.
 pub const FRAG_HEAD_LEN: usize = 4;
+
+/// `REQ` / `RESP` flag: the body travels by reference, a [`Descriptor`] in its place.
+pub const BY_REF: u8 = 0x40;
+/// Bytes of a [`Descriptor`].
+pub const DESCRIPTOR_LEN: usize = 16;
+/// Bit of a `MSG`'s `total` that says a descriptor follows instead of a chunk
+/// (reserved for stream messages by reference; see "Large messages by reference").
+pub const MSG_TOTAL_BY_REF: u32 = 1 << 31;
+
+/// Where a message sent by reference lies in the sender's registered memory: what
+/// the receiver's RDMA Read names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Descriptor {
+    /// Virtual address of the first byte, at the sender.
+    pub addr: u64,
+    /// Remote key of the region holding it.
+    pub rkey: u32,
+    /// Bytes of the message (never 0).
+    pub len: u32,
+}
+
+impl Descriptor {
+    /// Encodes into the first [`DESCRIPTOR_LEN`] bytes of `out`.
+    pub fn write(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.addr.to_be_bytes());
+        out[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        out[12..16].copy_from_slice(&self.len.to_be_bytes());
+    }
+
+    /// Decodes a descriptor that must be exactly `b` (a frame's bytes after its
+    /// metadata) and describe `body_len` bytes. Addresses are not checked here: the
+    /// sender's device checks them against its regions, as it does any Read.
+    pub fn read(b: &[u8], body_len: u32) -> Result<Descriptor, Malformed> {
+        let b: &[u8; DESCRIPTOR_LEN] = b
+            .try_into()
+            .map_err(|_| Malformed("a body by reference whose descriptor is not 16 bytes"))?;
+        let d = Descriptor {
+            addr: u64::from_be_bytes(b[0..8].try_into().expect("8 bytes")),
+            rkey: u32::from_be_bytes(b[8..12].try_into().expect("4 bytes")),
+            len: u32::from_be_bytes(b[12..16].try_into().expect("4 bytes")),
+        };
+        if d.len != body_len {
+            return Err(Malformed("a descriptor whose length is not the body's"));
+        }
+        if d.len == 0 {
+            return Err(Malformed("an empty body by reference"));
+        }
+        if d.addr.checked_add(u64::from(d.len)).is_none() {
+            return Err(Malformed("a descriptor that wraps the address space"));
+        }
+        Ok(d)
+    }
+}
+
+/// Checks the bytes after a head's metadata: a body chunk no longer than the body,
+/// or with [`BY_REF`] exactly a descriptor of the body.
+fn check_body(flags: u8, rest: &[u8], body_len: u32, what: &'static str) -> Result<(), Malformed> {
+    if flags & BY_REF != 0 {
+        return Descriptor::read(rest, body_len).map(|_| ());
+    }
+    if rest.len() as u64 > u64::from(body_len) {
+        return Err(Malformed(what));
+    }
+    Ok(())
+}
 
 /// `REQ` flag: the client ran out of call tokens and would use a larger window.
 pub const REQ_WANT_CREDIT: u8 = 0x10;
@@ -346,6 +443,8 @@ pub enum Kind {
     Credit = 13,
     /// The client's callers wait for a token (RC, with credit windows).
     Want = 14,
+    /// The client read a response's region: the server may reuse it (RC only).
+    Rdone = 15,
 }
 
 /// The flag of a streaming `REQ`, and of a `RESP` carrying a stream's headers.
@@ -377,6 +476,7 @@ impl Kind {
             12 => Kind::Reset,
             13 => Kind::Credit,
             14 => Kind::Want,
+            15 => Kind::Rdone,
             _ => return None,
         })
     }
@@ -434,7 +534,8 @@ impl RequestHead {
         let b = frame
             .get(..REQUEST_HEAD_LEN)
             .ok_or(Malformed("request frame shorter than its head"))?;
-        if b[REQ_FLAGS_AT] & !(STREAM_FLAG | REQ_WANT_CREDIT) != 0 {
+        let flags = b[REQ_FLAGS_AT];
+        if flags & !(STREAM_FLAG | REQ_WANT_CREDIT | BY_REF) != 0 {
             return Err(Malformed("request head with flags this side does not know"));
         }
         let timeout = u64::from_be_bytes(b[4..12].try_into().expect("8 bytes"));
@@ -447,9 +548,12 @@ impl RequestHead {
         if h.body_start() > frame.len() {
             return Err(Malformed("request path/metadata beyond the frame"));
         }
-        if (frame.len() - h.body_start()) as u64 > u64::from(h.body_len) {
-            return Err(Malformed("request body chunk longer than the body"));
-        }
+        check_body(
+            flags,
+            &frame[h.body_start()..],
+            h.body_len,
+            "request body chunk longer than the body",
+        )?;
         Ok(h)
     }
 
@@ -521,7 +625,8 @@ impl ResponseHead {
         let b = frame
             .get(..RESPONSE_HEAD_LEN)
             .ok_or(Malformed("response frame shorter than its head"))?;
-        if b[RESP_FLAGS_AT] & !(STREAM_FLAG | CREDIT_GRANT | CREDIT_REVOKE) != 0 {
+        let flags = b[RESP_FLAGS_AT];
+        if flags & !(STREAM_FLAG | CREDIT_GRANT | CREDIT_REVOKE | BY_REF) != 0 {
             return Err(Malformed(
                 "response head with flags this side does not know",
             ));
@@ -536,9 +641,12 @@ impl ResponseHead {
         if h.body_start() > frame.len() {
             return Err(Malformed("response message/metadata beyond the frame"));
         }
-        if (frame.len() - h.body_start()) as u64 > u64::from(h.body_len) {
-            return Err(Malformed("response body chunk longer than the body"));
-        }
+        check_body(
+            flags,
+            &frame[h.body_start()..],
+            h.body_len,
+            "response body chunk longer than the body",
+        )?;
         Ok(h)
     }
 
@@ -582,6 +690,26 @@ pub fn set_response_stream(out: &mut [u8]) {
 /// Whether a `RESP` frame carries a stream's headers (the call goes on).
 pub fn response_is_stream(frame: &[u8]) -> bool {
     frame.get(5).is_some_and(|f| f & STREAM_FLAG != 0)
+}
+
+/// Marks a written `REQ` head as carrying its body by reference.
+pub fn set_request_by_ref(out: &mut [u8]) {
+    out[REQ_FLAGS_AT] |= BY_REF;
+}
+
+/// Whether a `REQ` frame carries its body by reference.
+pub fn request_is_by_ref(frame: &[u8]) -> bool {
+    frame.get(REQ_FLAGS_AT).is_some_and(|f| f & BY_REF != 0)
+}
+
+/// Marks a written `RESP` head as carrying its body by reference.
+pub fn set_response_by_ref(out: &mut [u8]) {
+    out[RESP_FLAGS_AT] |= BY_REF;
+}
+
+/// Whether a `RESP` frame carries its body by reference.
+pub fn response_is_by_ref(frame: &[u8]) -> bool {
+    frame.get(RESP_FLAGS_AT).is_some_and(|f| f & BY_REF != 0)
 }
 
 /// Writes a `MSG` head: the chunk's offset in a message of `total` bytes.
@@ -658,8 +786,8 @@ mod tests {
             assert_eq!(parse_imm(imm(k, CALL_ID_MASK)), Some((k, CALL_ID_MASK)));
             assert_eq!(parse_imm(imm(k, 7)), Some((k, 7)));
         }
-        assert_eq!(parse_imm(0), None);
-        assert_eq!(parse_imm(0xf000_0001), None);
+        assert_eq!(parse_imm(0), None, "kind 0 stays invalid");
+        assert_eq!(parse_imm(0x0000_0001), None);
         assert_ne!(
             Kind::InProgress as u8,
             Kind::Cr as u8,
@@ -677,8 +805,8 @@ mod tests {
         }
         assert_eq!(
             parse_imm(15 << CALL_ID_BITS | 1),
-            None,
-            "kind 15 is unassigned"
+            Some((Kind::Rdone, 1)),
+            "kind 15 is RDONE"
         );
     }
 
@@ -701,7 +829,7 @@ mod tests {
         f[4] = STREAM_FLAG; // streaming: the timeout is unchanged
         assert_eq!(RequestHead::read(&f), Ok(h));
         assert!(request_is_stream(&f));
-        f[4] = 1; // a flag this side does not know
+        f[4] = 0x80; // a flag this side does not know
         assert!(RequestHead::read(&f).is_err());
         assert_eq!(
             RequestHead::timeout_us_of(Some(Duration::MAX)),
@@ -727,5 +855,68 @@ mod tests {
         f[5] = 0;
         f.extend([9, 9]); // 3 body bytes of 2 announced
         assert!(ResponseHead::read(&f).is_err());
+    }
+
+    #[test]
+    fn a_body_by_reference_is_exactly_a_descriptor_of_the_body() {
+        let d = Descriptor {
+            addr: 0x7f00_0000_1000,
+            rkey: 0xabcd,
+            len: 1 << 20,
+        };
+        let h = RequestHead {
+            body_len: d.len,
+            timeout_us: 0,
+            path_len: 2,
+            meta_len: 0,
+        };
+        let mut f = vec![0u8; REQUEST_HEAD_LEN + 2 + DESCRIPTOR_LEN];
+        h.write(&mut f);
+        set_request_by_ref(&mut f);
+        d.write(&mut f[h.body_start()..]);
+        assert!(request_is_by_ref(&f));
+        assert_eq!(RequestHead::read(&f), Ok(h));
+        assert_eq!(Descriptor::read(&f[h.body_start()..], h.body_len), Ok(d));
+        // A descriptor one byte short or long, or of another length, is a lie.
+        assert!(RequestHead::read(&f[..f.len() - 1]).is_err());
+        f.push(0);
+        assert!(RequestHead::read(&f).is_err());
+        f.pop();
+        f[3] ^= 1; // body_len no longer the descriptor's len
+        assert!(RequestHead::read(&f).is_err());
+        // Without the flag, 16 body bytes of a 1 MiB body are just a first chunk.
+        f[3] ^= 1;
+        f[REQ_FLAGS_AT] = 0;
+        assert_eq!(RequestHead::read(&f), Ok(h));
+
+        let r = ResponseHead {
+            body_len: 0,
+            code: 0,
+            msg_len: 0,
+            meta_len: 0,
+        };
+        let mut f = vec![0u8; RESPONSE_HEAD_LEN + DESCRIPTOR_LEN];
+        r.write(&mut f);
+        set_response_by_ref(&mut f);
+        Descriptor { len: 0, ..d }.write(&mut f[RESPONSE_HEAD_LEN..]);
+        assert!(response_is_by_ref(&f));
+        assert!(
+            ResponseHead::read(&f).is_err(),
+            "an empty body by reference"
+        );
+        let wrap = Descriptor {
+            addr: u64::MAX - 3,
+            rkey: 1,
+            len: 8,
+        };
+        assert!(Descriptor::read(
+            &{
+                let mut b = [0u8; DESCRIPTOR_LEN];
+                wrap.write(&mut b);
+                b
+            },
+            8
+        )
+        .is_err());
     }
 }

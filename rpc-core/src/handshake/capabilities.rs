@@ -18,8 +18,13 @@ impl Capabilities {
     /// [`crate::engine::wire`], "Windows granted out of the shared pool"): the
     /// handshake grants the minimal window, 2, instead of a fixed share.
     pub const CREDIT_WINDOWS: Capabilities = Capabilities(1 << 4);
+    /// Bodies by reference (RDMA Read rendezvous, see [`crate::engine::wire`],
+    /// "Large messages by reference"): the side reads bodies its peer lends, and
+    /// its QP accepts the peer's Reads of the regions it lends.
+    pub const RDMA_READ: Capabilities = Capabilities(1 << 5);
     /// What this build implements.
-    pub const SUPPORTED: Capabilities = Capabilities::CREDIT_WINDOWS;
+    pub const SUPPORTED: Capabilities =
+        Capabilities(Capabilities::CREDIT_WINDOWS.0 | Capabilities::RDMA_READ.0);
 
     /// The set with these bits, known or not.
     pub const fn from_bits(bits: u64) -> Capabilities {

@@ -36,6 +36,12 @@ pub(crate) struct Settings {
     pub(crate) keepalive_timeout: Duration,
     pub(crate) concurrency_limit: Option<usize>,
     pub(crate) rate_limit: Option<(u64, Duration)>,
+    /// Bodies longer than this go by reference (RC, RDMA Read agreed).
+    pub(crate) rendezvous_threshold: usize,
+    /// Registered bytes each connection's pool may hold.
+    pub(crate) rendezvous_pool_bytes: usize,
+    /// Where the pools' occupancy is reported, if anyone reads it.
+    pub(crate) rendezvous_stats: Option<crate::transport::RendezvousStats>,
 }
 
 impl Settings {
@@ -66,6 +72,9 @@ impl Default for Settings {
             keepalive_timeout: Duration::from_secs(20),
             concurrency_limit: None,
             rate_limit: None,
+            rendezvous_threshold: crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD,
+            rendezvous_pool_bytes: crate::transport::rendezvous::DEFAULT_CLIENT_POOL_BYTES,
+            rendezvous_stats: None,
         }
     }
 }
@@ -172,6 +181,33 @@ impl Endpoint {
     /// Largest message sent or accepted (beyond: `RESOURCE_EXHAUSTED`).
     pub fn max_message_size(mut self, bytes: usize) -> Self {
         self.settings.max_message = bytes;
+        self
+    }
+
+    /// Request bodies longer than `bytes` travel by reference on RC: encoded once
+    /// into registered memory and pulled by the server with RDMA Read, instead of
+    /// in 8 KiB fragments (default [`crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD`];
+    /// `usize::MAX`: never). Responses by reference are read whatever this says.
+    /// UD keeps one datagram per message. See `docs/large-messages.md`.
+    pub fn rendezvous_threshold(mut self, bytes: usize) -> Self {
+        self.settings.rendezvous_threshold = bytes;
+        self
+    }
+
+    /// Registered memory each connection may hold for bodies by reference: at most
+    /// `bytes`, half for requests lent and half for responses read (so a call
+    /// waiting to send never holds what a call in flight needs to finish),
+    /// registered as used and reused. A call that finds no room waits its turn; a
+    /// body larger than its half fails `RESOURCE_EXHAUSTED` naming the limit.
+    /// Default [`crate::transport::DEFAULT_CLIENT_POOL_BYTES`] (160 MiB).
+    pub fn rendezvous_pool_bytes(mut self, bytes: usize) -> Self {
+        self.settings.rendezvous_pool_bytes = bytes;
+        self
+    }
+
+    /// Reports the occupancy of this channel's registered-memory pools to `stats`.
+    pub fn rendezvous_stats(mut self, stats: crate::transport::RendezvousStats) -> Self {
+        self.settings.rendezvous_stats = Some(stats);
         self
     }
 

@@ -84,6 +84,7 @@ mod completion;
 mod endpoint;
 mod limit;
 mod ready;
+pub(crate) mod rendezvous;
 pub mod server;
 mod ud_device;
 
@@ -92,6 +93,10 @@ use std::fmt;
 pub use channel::Channel;
 pub use completion::CompletionMode;
 pub use endpoint::Endpoint;
+pub use rendezvous::{
+    RendezvousStats, DEFAULT_CLIENT_POOL_BYTES, DEFAULT_RENDEZVOUS_THRESHOLD,
+    DEFAULT_SERVER_POOL_BYTES,
+};
 pub use server::{Router, Server, UdStatsHandle};
 // The UD counters `Channel::ud_stats` and `UdStatsHandle::get` return.
 pub use crate::engine::ud::{UdClientStats, UdServerStats};

@@ -16,6 +16,10 @@
 //!   immediate or (on devices without immediate data, such as iWARP) as a 4-byte
 //!   header at the head of the payload; rings and pools take it at construction
 //!   (`with_mode`) and [`RecvSlot::imm`] gives the value in both modes.
+//! * [`RegionPool`]: bounded, reused registered regions for messages that travel
+//!   by reference (RDMA Read); a request that finds no room waits its turn.
+//! * [`Reader`]: a QP's RDMA Reads of messages the peer lent, into pool regions,
+//!   in pieces within the device's max message, handed out as shared `Bytes`.
 //! * [`handshake`]: the exchange of QP endpoints (each with an opaque payload for the
 //!   layer above) over an out-of-band TCP connection that stays open as the liveness
 //!   channel.
@@ -24,7 +28,9 @@ pub mod handshake;
 #[cfg(test)]
 mod header_tests;
 mod imm_mode;
+mod reader;
 mod recv_pool;
+mod region_pool;
 mod send_ring;
 #[cfg(test)]
 mod tests;
@@ -32,7 +38,9 @@ mod ud_ring;
 
 pub use handshake::Envelope;
 pub use imm_mode::{ImmMode, IMM_HEADER_LEN};
+pub use reader::{ReadError, Reader};
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
+pub use region_pool::{PoolStats, PooledRegion, RegionPool, Ticket, WeakRegionPool, GRAIN};
 pub use send_ring::{SendRing, SendSlot};
 pub use ud_ring::{UdDestination, UdSendRing, UdSlot};
 

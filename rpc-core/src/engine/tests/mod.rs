@@ -1,5 +1,6 @@
 //! Deterministic tests of the engine over the simulated fabric.
 
+mod rendezvous;
 mod sim;
 mod streams;
 

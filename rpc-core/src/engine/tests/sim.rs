@@ -280,6 +280,7 @@ impl Sim {
         let r = c.result.map(|reply| match reply {
             Reply::InFrame { body, .. } => frame[body].to_vec(),
             Reply::Owned { body, .. } => body,
+            Reply::Shared { body, .. } => body.to_vec(),
         });
         self.done.push((c.waiter, r));
     }
@@ -380,6 +381,7 @@ impl Sim {
         let bytes = match &inc.bytes {
             RequestBody::InFrame => frame,
             RequestBody::Owned(v) => v.as_slice(),
+            RequestBody::Shared(b) => b,
         };
         let path = std::str::from_utf8(&bytes[inc.path.clone()])
             .unwrap_or("?")

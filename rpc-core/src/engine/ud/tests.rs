@@ -188,7 +188,9 @@ fn run(seed: u64, k: Knobs, n: u64, window: u32, timeout: Option<Duration>) -> O
                         assert_eq!(d.bytes[body].to_vec(), c.waiter.to_be_bytes().to_vec());
                         ok += 1;
                     }
-                    Ok(Reply::Owned { .. }) => panic!("UD replies are in the datagram"),
+                    Ok(Reply::Owned { .. } | Reply::Shared { .. }) => {
+                        panic!("UD replies are in the datagram")
+                    }
                     Err(s) => errors.push(s),
                 }
             }

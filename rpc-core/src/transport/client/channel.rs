@@ -165,6 +165,60 @@ impl<L: Dial> LinkChannel<L> {
         let Some(conn) = self.reserved.take() else {
             return Box::pin(async { Err(Status::internal("Channel::call without poll_ready")) });
         };
+        // A body by reference needs a region of the connection's pool: taken now if
+        // free and nobody waits, else awaited in line (the reservation is kept).
+        // Read without the lock: a small call pays one comparison.
+        let ticket = match conn.by_ref_above {
+            Some(t) if Message::encoded_len(&call.message) > t => conn
+                .lock()
+                .link
+                .region_for(Message::encoded_len(&call.message)),
+            _ => None,
+        };
+        let region = match ticket {
+            None => None,
+            Some(Err(s)) => {
+                conn.lock().link.unreserve();
+                conn.sig.ready.wake_all();
+                return Box::pin(async move { Err(s) });
+            }
+            Some(Ok(mut ticket)) => match ticket.try_take() {
+                Some(r) => Some(r),
+                None => {
+                    let mut this = self.clone();
+                    return Box::pin(async move {
+                        let mut parked = Parked(Some(conn));
+                        let region = ticket.await;
+                        let conn = parked.0.take().expect("held until the region came");
+                        this.begin(conn, call, Some(region), retry).await
+                    });
+                }
+            },
+        };
+        self.begin(conn, call, region, retry)
+    }
+
+    /// Starts the call on the reserved `conn` (with its body's region, or the
+    /// error that kept it from one).
+    fn begin<M>(
+        &mut self,
+        conn: Arc<Conn<L>>,
+        call: OutgoingCall<M>,
+        region: Option<rpc_transport::Result<rpc_transport::msg::PooledRegion>>,
+        retry: bool,
+    ) -> BoxFuture<IncomingReply>
+    where
+        M: Message + Send + 'static,
+    {
+        let region = match region.transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                conn.lock().link.unreserve();
+                conn.sig.ready.wake_all();
+                let s = Status::unavailable(format!("no registered memory for the request: {e}"));
+                return Box::pin(async move { Err(s) });
+            }
+        };
         let head = CallHead {
             path: call.path,
             metadata: &call.metadata,
@@ -175,7 +229,7 @@ impl<L: Dial> LinkChannel<L> {
             },
         };
         let (tx, rx) = oneshot::channel();
-        let started = conn.start(&mut conn.lock(), tx, head, &call.message);
+        let started = conn.start(&mut conn.lock(), tx, head, &call.message, region);
         match started {
             Ok(id) => Box::pin(
                 CallGuard {
@@ -196,6 +250,19 @@ impl<L: Dial> LinkChannel<L> {
                 })
             }
             Err(s) => Box::pin(async move { Err(s) }),
+        }
+    }
+}
+
+/// A reservation held while its call waits for a region; given back if the caller
+/// goes away first.
+struct Parked<L: Dial>(Option<Arc<Conn<L>>>);
+
+impl<L: Dial> Drop for Parked<L> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            conn.lock().link.unreserve();
+            conn.sig.ready.wake_all();
         }
     }
 }

@@ -39,6 +39,9 @@ pub(crate) struct Conn<L> {
     cq: Arc<CompletionQueue>,
     mode: CompletionMode,
     pub(crate) default_timeout: Option<Duration>,
+    /// Request bodies longer than this go by reference (`None`: never), read
+    /// without the lock so that a small call pays one comparison.
+    pub(crate) by_ref_above: Option<usize>,
 }
 
 impl<L: Link> Conn<L> {
@@ -53,7 +56,9 @@ impl<L: Link> Conn<L> {
         settings: &Settings,
         tcp: TcpStream,
     ) -> Arc<Conn<L>> {
+        let by_ref_above = link.by_ref_above();
         let conn = Arc::new(Conn {
+            by_ref_above,
             state: Mutex::new(State { link, armed: None }),
             sig,
             pool,
@@ -109,12 +114,14 @@ impl<L: Link> Conn<L> {
         reply: super::ReplySender,
         head: crate::engine::CallHead<'_>,
         body: &dyn crate::server::EncodeMessage,
+        region: Option<rpc_transport::msg::PooledRegion>,
     ) -> Result<u32, Status> {
         let call = NewCall {
             now: Instant::now(),
             reply,
             head,
             body,
+            region,
         };
         let (id, timer) = match st.link.start(&self.sig, call) {
             Ok(started) => started,

@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use rpc_transport::msg::RecvPool;
+use rpc_transport::msg::{PooledRegion, RecvPool, Ticket};
 use rpc_transport::WorkCompletion;
 use tokio::sync::Notify;
 
@@ -68,6 +68,8 @@ pub(crate) struct NewCall<'a> {
     pub(crate) head: CallHead<'a>,
     /// The request message, encoded straight into a send slot.
     pub(crate) body: &'a dyn EncodeMessage,
+    /// A pooled region for a body that goes by reference ([`Link::region_for`]).
+    pub(crate) region: Option<PooledRegion>,
 }
 
 /// One transport's connection state under the connection's lock: its engine (RC
@@ -89,6 +91,20 @@ pub(crate) trait Link: Send + Sized + 'static {
 
     /// Gives back an unused reservation.
     fn unreserve(&mut self);
+
+    /// For a request body of `body_len` bytes that goes by reference (RC with RDMA
+    /// Read agreed, above the threshold), a place in line for a region of the
+    /// connection's pool; `Some(Err)` when the body is larger than the whole pool.
+    /// `None`: the body goes inline or in fragments.
+    fn region_for(&self, _body_len: usize) -> Option<Result<Ticket, Status>> {
+        None
+    }
+
+    /// The threshold above which [`Link::region_for`] may give a region (`None`:
+    /// never), fixed for the connection's life.
+    fn by_ref_above(&self) -> Option<usize> {
+        None
+    }
 
     /// Starts a reserved call: encodes its request into a send slot and posts it
     /// (or leaves it for the driver to post with others). Returns the call id and

@@ -62,6 +62,10 @@ pub(crate) fn deliver(
             metadata,
             payload: Payload::from_vec(body),
         },
+        (Reply::Shared { metadata, body }, _) => IncomingReply {
+            metadata,
+            payload: Payload::from_bytes(body),
+        },
     });
     // A caller that went away drops the reply (and with it the slot).
     let _ = reply.send(r);

@@ -9,9 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing};
+use rpc_transport::msg::{
+    handshake, PooledRegion, Reader, RecvPool, RecvTarget, RegionPool, SendRing, Ticket,
+};
 use rpc_transport::{
-    AccessFlags, ProtectionDomain, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion,
+    AccessFlags, DeviceCaps, ProtectionDomain, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion,
 };
 
 use super::conn::{Conn, Dial};
@@ -19,13 +21,14 @@ use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
 use super::stream::StreamShared;
 use super::{deliver, ReplySender};
-use crate::engine::wire::SERVER_CREDITS;
+use crate::engine::wire::{Descriptor, SERVER_CREDITS};
 use crate::engine::MIN_FRAME;
 use crate::engine::{ClientConfig, ClientConn, Reply};
 use crate::handshake::{check_rc, device, Capabilities, ClientHello, HandshakeError, RcAsk};
 use crate::id_map::IdMap;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
+use crate::transport::rendezvous::{pool_refusal, read_failed, waker, READ_WRS, UNKNOWN_MAX_READ};
 use crate::transport::Error;
 
 /// Calls open on a connection above which a new request is left for the driver to
@@ -55,6 +58,21 @@ pub(crate) struct RcLink {
     pub(super) streams: IdMap<u32, Arc<StreamShared>>,
     /// Where receives and send slots grow when the server grants credits.
     pd: ProtectionDomain,
+    /// Bodies by reference, when both sides agreed on RDMA Read.
+    rdv: Option<Rendezvous>,
+}
+
+/// A connection's bodies by reference: its pool, the Reads of responses, and the
+/// request regions the server may still read.
+struct Rendezvous {
+    /// Regions for request bodies; the reader has its own for responses, so that a
+    /// call waiting to send never holds memory a call in flight needs to finish.
+    lend_pool: RegionPool,
+    reader: Reader,
+    /// Request regions lent, by call id, until the `REQ`'s answer.
+    lent: IdMap<u32, PooledRegion>,
+    /// Kicks the driver when the pool has room for a read that waits.
+    waker: std::task::Waker,
 }
 
 /// Connects an RC channel: the handshake, then the QP, its slots and driver.
@@ -68,10 +86,11 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     // One credit more than calls in flight: the engine keeps it for CANCEL frames.
     // Beyond the credits' receives, the server's own credits (stream frames).
     let ask = s.credits + 1;
-    let cq = Arc::new(dev.create_cq(2 * ask + SERVER_CREDITS + 16)?);
+    // Beyond the send slots, the RDMA Reads of responses by reference.
+    let cq = Arc::new(dev.create_cq(2 * ask + SERVER_CREDITS + READ_WRS + 16)?);
     let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
     init.cap = QpCap {
-        max_send_wr: ask,
+        max_send_wr: ask + READ_WRS,
         max_recv_wr: ask + SERVER_CREDITS,
         max_send_sge: 1,
         max_recv_sge: 1,
@@ -102,7 +121,14 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
             mode.header_len()
         )));
     }
-    qp.connect_rc_with(&reply.endpoint, psn, AccessFlags::empty(), s.rc_retry)?;
+    // Bodies by reference: the server reads the regions this side lends.
+    let by_ref = grant.capabilities.contains(Capabilities::RDMA_READ);
+    let access = if by_ref {
+        AccessFlags::REMOTE_READ
+    } else {
+        AccessFlags::empty()
+    };
+    qp.connect_rc_with(&reply.endpoint, psn, access, s.rc_retry)?;
 
     let sig = Arc::new(Signals::default());
     let returned = Arc::new(ReturnedCredits::default());
@@ -136,6 +162,27 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
         // Receives and send slots start at the granted window and follow it.
         engine = engine.with_credit_windows(ask);
     }
+    if by_ref {
+        engine = engine.with_rendezvous(s.rendezvous_threshold);
+    }
+    let rdv = by_ref.then(|| {
+        // Half for requests lent, half for responses read (see `Rendezvous`).
+        let lend_pool = RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
+        let read_pool = RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
+        if let Some(stats) = &s.rendezvous_stats {
+            stats.watch(&lend_pool);
+            stats.watch(&read_pool);
+        }
+        let common = grant.device.map_or(caps, |d| DeviceCaps::common(&caps, &d));
+        let piece = common.max_msg_size.unwrap_or(UNKNOWN_MAX_READ);
+        let kick = sig.clone();
+        Rendezvous {
+            lend_pool,
+            reader: Reader::new(qp.clone(), read_pool, piece, READ_WRS),
+            lent: IdMap::default(),
+            waker: waker(move || kick.kick.notify_one()),
+        }
+    });
     let mut link = RcLink {
         engine,
         ring,
@@ -143,6 +190,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
         credits: returned,
         streams: IdMap::default(),
         pd,
+        rdv,
     };
     // A first frame at once: it proves this side's RDMA path to the server (which
     // closes connections that send none in time) and asks for the working window.
@@ -231,6 +279,45 @@ impl RcLink {
         }
     }
 
+    /// Bodies by reference: frees the request regions the server is done with,
+    /// starts the Reads the engine asks for (in order, as the pool has room), and
+    /// completes the calls whose Reads ended (their `RDONE`s go with the next pump).
+    fn pump_rendezvous(&mut self) {
+        let Some(rdv) = &mut self.rdv else { return };
+        if !self.engine.rendezvous_pending() && !rdv.reader.has_work() {
+            return;
+        }
+        while let Some(id) = self.engine.poll_released() {
+            rdv.lent.remove(&id);
+        }
+        while let Some(op) = self.engine.poll_read() {
+            let d = op.desc;
+            rdv.reader.start(op.id, d.addr, d.rkey, d.len, &[]);
+        }
+        let posted = rdv
+            .reader
+            .pump(&mut std::task::Context::from_waker(&rdv.waker));
+        let mut broken = posted
+            .err()
+            .map(|e| Status::unavailable(format!("RDMA Read not posted: {e}")));
+        while let Some((id, r)) = rdv.reader.poll_done() {
+            let r = r.map_err(|e| {
+                let s = read_failed("response", e);
+                if s.code() == crate::Code::Unavailable {
+                    broken.get_or_insert_with(|| s.clone());
+                }
+                s
+            });
+            if let Some(c) = self.engine.handle_read_done(id, r) {
+                deliver(c.waiter, c.result, None, 0);
+            }
+        }
+        if let Some(s) = broken {
+            // A failed Read leaves the QP in error: every other call ends too.
+            self.fail(s);
+        }
+    }
+
     /// Sends queued frames and the requests callers held back.
     pub(super) fn send_queued(&mut self) {
         if self.engine.dead().is_none() {
@@ -284,6 +371,18 @@ impl Link for RcLink {
         }
     }
 
+    fn by_ref_above(&self) -> Option<usize> {
+        self.rdv.as_ref().and(self.engine.rendezvous())
+    }
+
+    fn region_for(&self, body_len: usize) -> Option<Result<Ticket, Status>> {
+        let rdv = self.rdv.as_ref()?;
+        if !self.engine.request_by_ref(body_len) {
+            return None;
+        }
+        Some(rdv.lend_pool.request(body_len).map_err(pool_refusal))
+    }
+
     fn start(
         &mut self,
         sig: &Signals,
@@ -294,13 +393,37 @@ impl Link for RcLink {
             return Err(s.clone());
         }
         let slot = self.ring.acquire().expect("reserved by poll_ready");
-        let (id, t) = match self.engine.start_call(
-            call.now,
-            call.reply,
-            &call.head,
-            call.body,
-            self.ring.buf(&slot),
-        ) {
+        let started = match (call.region, &mut self.rdv) {
+            (Some(mut region), Some(rdv)) => {
+                // Encoded once, into the region the server will read.
+                let len = call.body.encoded_len();
+                call.body.encode_to(&mut region.buf_mut()[..len]);
+                let desc = Descriptor {
+                    addr: region.addr(),
+                    rkey: region.rkey(),
+                    len: len as u32,
+                };
+                let r = self.engine.start_call_by_ref(
+                    call.now,
+                    call.reply,
+                    &call.head,
+                    desc,
+                    self.ring.buf(&slot),
+                );
+                if let Ok((id, _)) = &r {
+                    rdv.lent.insert(*id, region);
+                }
+                r
+            }
+            _ => self.engine.start_call(
+                call.now,
+                call.reply,
+                &call.head,
+                call.body,
+                self.ring.buf(&slot),
+            ),
+        };
+        let (id, t) = match started {
             Ok(started) => started,
             Err(s) => {
                 self.ring.release(slot);
@@ -355,6 +478,11 @@ impl Link for RcLink {
                         self.fail(Status::unavailable(format!("receive failed: {status}")));
                     }
                 },
+                _ if Reader::owns(wc) => {
+                    if let Some(rdv) = &mut self.rdv {
+                        rdv.reader.handle_completion(wc);
+                    }
+                }
                 _ => {
                     let status = self.ring.handle_completion(wc);
                     freed = true;
@@ -365,6 +493,7 @@ impl Link for RcLink {
             }
         }
         drop(batch); // reposts now, returning credits through the hook
+        self.pump_rendezvous();
         self.follow_window(pool);
         self.send_queued();
         self.route_stream_events();
@@ -372,6 +501,7 @@ impl Link for RcLink {
     }
 
     fn on_kick(&mut self) {
+        self.pump_rendezvous();
         self.send_queued();
         self.route_stream_events();
     }
@@ -394,6 +524,11 @@ impl Link for RcLink {
     }
 
     fn fail(&mut self, status: Status) {
+        if let Some(rdv) = &mut self.rdv {
+            // The QP posts nothing more: regions lent or read into come back.
+            rdv.lent.clear();
+            rdv.reader.abandon();
+        }
         self.engine.handle_peer_lost(status);
         while let Some(c) = self.engine.poll_completion() {
             let status = c

@@ -241,6 +241,33 @@ impl<L> Server<L> {
         self
     }
 
+    /// Response bodies longer than `bytes` travel by reference on RC: encoded once
+    /// into registered memory and pulled by the client with RDMA Read, instead of in
+    /// 8 KiB fragments (default [`crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD`];
+    /// `usize::MAX`: never). Requests by reference are read whatever this says. UD
+    /// keeps one datagram per message. See `docs/large-messages.md`.
+    pub fn rendezvous_threshold(mut self, bytes: usize) -> Self {
+        self.settings.rendezvous_threshold = bytes;
+        self
+    }
+
+    /// Registered memory the server may hold for bodies by reference, all
+    /// connections together: at most `bytes`, half for responses lent and half for
+    /// requests read, registered as used and reused. A response that finds no room
+    /// waits its turn (as does a request's Read); a body larger than its half fails
+    /// `RESOURCE_EXHAUSTED` naming the limit. Default
+    /// [`crate::transport::DEFAULT_SERVER_POOL_BYTES`] (1 GiB).
+    pub fn rendezvous_pool_bytes(mut self, bytes: usize) -> Self {
+        self.settings.rendezvous_pool_bytes = bytes;
+        self
+    }
+
+    /// Reports the occupancy of the server's registered-memory pool to `stats`.
+    pub fn rendezvous_stats(mut self, stats: crate::transport::RendezvousStats) -> Self {
+        self.settings.rendezvous_stats = Some(stats);
+        self
+    }
+
     /// Publishes the UD counters into `handle` while the server runs.
     pub fn ud_stats(mut self, handle: UdStatsHandle) -> Self {
         self.settings.ud_stats = Some(handle);

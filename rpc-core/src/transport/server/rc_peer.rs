@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rpc_transport::msg::{RecvSlot, SendRing};
+use rpc_transport::msg::{PooledRegion, Reader, RecvSlot, RegionPool, SendRing};
 use rpc_transport::WorkCompletion;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
@@ -11,6 +11,7 @@ use tokio::task::AbortHandle;
 use super::credit_pool::PeerCredit;
 use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::rc_stream::InboundShared;
+use crate::engine::wire::Descriptor;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
@@ -18,6 +19,7 @@ use crate::request::ConnAddrs;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::lock;
+use crate::transport::rendezvous::{pool_refusal, read_failed};
 
 pub(crate) struct RcPeerState {
     pub(super) engine: ServerConn,
@@ -28,6 +30,20 @@ pub(crate) struct RcPeerState {
     pub(super) running: IdMap<u32, AbortHandle>,
     /// Streaming calls' inbound halves, by call id (see `rc_stream.rs`).
     pub(super) streams: IdMap<u32, Arc<InboundShared>>,
+    /// Bodies by reference, when both sides agreed on RDMA Read.
+    rdv: Option<PeerRendezvous>,
+}
+
+/// A connection's bodies by reference: the Reads of its requests and the response
+/// regions it lent.
+struct PeerRendezvous {
+    /// Regions for responses (the reader has its own for requests).
+    lend_pool: RegionPool,
+    reader: Reader,
+    /// Wakes the server's read pump when the pool has room for a Read that waits.
+    waker: std::task::Waker,
+    /// Response regions lent, by call id, until the client's `RDONE` or `CANCEL`.
+    lent: IdMap<u32, PooledRegion>,
 }
 
 /// A connection as the server sees it.
@@ -46,6 +62,9 @@ pub(crate) struct RcPeer {
     limit: Option<Semaphore>,
     /// The shared receive pool this connection's credit window comes from.
     credit: PeerCredit,
+    /// Responses longer than this go by reference (`None`: never); read without
+    /// the lock, so a small reply pays one comparison.
+    by_ref_above: Option<usize>,
 }
 
 impl RcPeer {
@@ -55,14 +74,23 @@ impl RcPeer {
         addrs: ConnAddrs,
         limit: Option<usize>,
         credit: PeerCredit,
+        reads: Option<(Reader, RegionPool, std::task::Waker)>,
     ) -> RcPeer {
+        let by_ref_above = reads.as_ref().and(engine.rendezvous());
         RcPeer {
+            by_ref_above,
             state: Mutex::new(RcPeerState {
                 engine,
                 ring,
                 dead: false,
                 running: IdMap::default(),
                 streams: IdMap::default(),
+                rdv: reads.map(|(reader, lend_pool, waker)| PeerRendezvous {
+                    lend_pool,
+                    reader,
+                    waker,
+                    lent: IdMap::default(),
+                }),
             }),
             slot_wait: Notify::new(),
             shutdown: Notify::new(),
@@ -98,6 +126,11 @@ impl RcPeer {
             s.end(Err(Status::unavailable(
                 "the connection to the client was lost",
             )));
+        }
+        if let Some(rdv) = &mut st.rdv {
+            // Regions lent or read into come back to the server's pool.
+            rdv.lent.clear();
+            rdv.reader.abandon();
         }
         drop(st);
         self.slot_wait.notify_waiters();
@@ -138,9 +171,18 @@ impl RcPeer {
         }
     }
 
-    /// A send completion of this connection.
-    pub(crate) fn on_send_completion(&self, wc: &WorkCompletion) {
+    /// A send completion of this connection (a send slot's, or a Read's, which may
+    /// complete calls to run).
+    pub(crate) fn on_send_completion(self: &Arc<Self>, wc: &WorkCompletion) -> Vec<Dispatch> {
         let mut st = lock(&self.state);
+        if Reader::owns(wc) {
+            if let Some(rdv) = &mut st.rdv {
+                rdv.reader.handle_completion(wc);
+            }
+            let calls = self.drive_reads(&mut st);
+            Self::pump(&mut st);
+            return calls;
+        }
         st.ring.handle_completion(wc);
         if !wc.is_ok() {
             st.dead = true;
@@ -148,6 +190,61 @@ impl RcPeer {
         Self::pump(&mut st);
         drop(st);
         self.slot_wait.notify_waiters();
+        Vec::new()
+    }
+
+    /// Starts the Reads of requests by reference that waited for pool room, and
+    /// returns the calls whose Reads completed.
+    pub(super) fn pump_reads(self: &Arc<Self>) -> Vec<Dispatch> {
+        let mut st = lock(&self.state);
+        let calls = self.drive_reads(&mut st);
+        Self::pump(&mut st);
+        calls
+    }
+
+    /// Frees the response regions the client is done with, posts Reads while the
+    /// pool has room, and hands each finished Read to the engine: a request to
+    /// dispatch, or an error to answer. A Read that failed (the client's
+    /// descriptor named memory it did not lend: `REM_ACCESS_ERR`) left the QP in
+    /// error: the connection is closed; other connections are untouched.
+    fn drive_reads(self: &Arc<Self>, st: &mut RcPeerState) -> Vec<Dispatch> {
+        let mut calls = Vec::new();
+        let Some(rdv) = &mut st.rdv else {
+            return calls;
+        };
+        while let Some(id) = st.engine.poll_released() {
+            rdv.lent.remove(&id);
+        }
+        if st.dead {
+            return calls;
+        }
+        let mut broken = rdv
+            .reader
+            .pump(&mut std::task::Context::from_waker(&rdv.waker))
+            .err()
+            .map(|e| e.to_string());
+        let mut done = Vec::new();
+        while let Some(d) = rdv.reader.poll_done() {
+            done.push(d);
+        }
+        for (id, r) in done {
+            let r = r.map_err(|e| {
+                let s = read_failed("request", e);
+                if s.code() == crate::Code::Unavailable {
+                    broken.get_or_insert_with(|| s.message().to_string());
+                }
+                s
+            });
+            if let Some(inc) = st.engine.handle_read_done(id, r) {
+                calls.push(self.dispatch(st, inc, None));
+            }
+        }
+        if let Some(why) = broken {
+            tracing::warn!(%why, "closing the connection");
+            st.dead = true;
+            self.shutdown.notify_one();
+        }
+        calls
     }
 
     /// A received frame of this connection; a complete request comes back to be
@@ -163,6 +260,22 @@ impl RcPeer {
             return None;
         }
         let inc = st.engine.handle_frame(now, imm, slot.bytes());
+        let state = &mut *st;
+        if let Some(rdv) = state
+            .rdv
+            .as_mut()
+            .filter(|_| state.engine.rendezvous_pending())
+        {
+            while let Some(op) = state.engine.poll_read() {
+                let d = op.desc;
+                // The head (path, metadata) goes to the region's head: one buffer.
+                rdv.reader
+                    .start(op.id, d.addr, d.rkey, d.len, &slot.bytes()[..op.head_len]);
+            }
+            let calls = self.drive_reads(state);
+            // Only a Read's completion completes a read (a refusal answers the call).
+            debug_assert!(calls.is_empty(), "a read ended without its completion");
+        }
         self.settle_credit(&mut st);
         Self::pump(&mut st);
         while let Some(id) = st.engine.poll_cancelled() {
@@ -171,42 +284,90 @@ impl RcPeer {
             }
         }
         self.route_stream_events(&mut st);
-        if let Some(inc) = inc {
-            let Incoming {
-                id,
-                bytes,
-                path,
-                body,
-                metadata,
-                timeout,
-                streaming,
-            } = inc;
-            let payload = match bytes {
-                RequestBody::InFrame => {
-                    let n = slot.len();
-                    Payload::from_slot(slot, 0..n)
-                }
-                RequestBody::Owned(v) => Payload::from_vec(v),
-            };
-            let mut call =
-                ServerCall::received(payload, path, body, metadata, timeout, self.addrs.clone());
-            if streaming {
-                call = call.map(|c| c.with_inbound(self.open_inbound(&mut st, id)));
-            }
-            return Some(Dispatch {
-                conn: self.clone(),
-                id,
-                call,
-                timeout,
-                streaming,
-            });
-        }
-        None
+        inc.map(|inc| self.dispatch(&mut st, inc, Some(slot)))
     }
 
-    /// Encodes the reply into a send slot (waiting for one if all are in flight).
+    /// A complete request, ready to run; `slot` is the frame it is in, if the
+    /// request is read in place.
+    fn dispatch(
+        self: &Arc<Self>,
+        st: &mut RcPeerState,
+        inc: Incoming,
+        slot: Option<RecvSlot>,
+    ) -> Dispatch {
+        let Incoming {
+            id,
+            bytes,
+            path,
+            body,
+            metadata,
+            timeout,
+            streaming,
+        } = inc;
+        let payload = match (bytes, slot) {
+            (RequestBody::InFrame, Some(slot)) => {
+                let n = slot.len();
+                Payload::from_slot(slot, 0..n)
+            }
+            (RequestBody::InFrame, None) => Payload::from_vec(Vec::new()),
+            (RequestBody::Owned(v), _) => Payload::from_vec(v),
+            (RequestBody::Shared(b), _) => Payload::from_bytes(b),
+        };
+        let mut call =
+            ServerCall::received(payload, path, body, metadata, timeout, self.addrs.clone());
+        if streaming {
+            call = call.map(|c| c.with_inbound(self.open_inbound(st, id)));
+        }
+        Dispatch {
+            conn: self.clone(),
+            id,
+            call,
+            timeout,
+            streaming,
+        }
+    }
+
+    /// A region for a response body of `len` bytes that goes by reference, taken
+    /// in line with the server's other responses and reads (waiting while the pool
+    /// has no room); `None` when it goes inline or in fragments.
+    async fn response_region(&self, len: usize) -> Option<Result<PooledRegion, Status>> {
+        let ticket = {
+            let st = lock(&self.state);
+            let rdv = st.rdv.as_ref()?;
+            if st.dead || !st.engine.response_by_ref(len) {
+                return None;
+            }
+            rdv.lend_pool.request(len)
+        };
+        Some(match ticket {
+            Ok(t) => t
+                .await
+                .map_err(|e| Status::unavailable(format!("no registered memory: {e}"))),
+            Err(e) => Err(pool_refusal(e)),
+        })
+    }
+
+    /// Encodes the reply into a send slot (waiting for one if all are in flight);
+    /// a body by reference first into a region of the server's pool.
     async fn respond(&self, id: u32, result: Result<ServerReply, Status>) {
-        let parts = super::handler::unary_parts(result);
+        let mut parts = super::handler::unary_parts(result);
+        let mut region = None;
+        let len = match (&parts, self.by_ref_above) {
+            (Ok((_, msg)), Some(_)) => msg.encoded_len(),
+            _ => 0,
+        };
+        if self.by_ref_above.is_some_and(|t| len > t) {
+            match self.response_region(len).await {
+                Some(Ok(mut r)) => {
+                    if let Ok((_, msg)) = &parts {
+                        msg.encode_to(&mut r.buf_mut()[..len]);
+                    }
+                    region = Some((r, len));
+                }
+                Some(Err(s)) => parts = Err(s),
+                None => {}
+            }
+        }
         loop {
             let notified = self.slot_wait.notified();
             tokio::pin!(notified);
@@ -218,12 +379,34 @@ impl RcPeer {
                 }
                 st.running.remove(&id);
                 if let Some(slot) = st.ring.acquire() {
-                    let RcPeerState { engine, ring, .. } = &mut *st;
-                    let r = parts
-                        .as_ref()
-                        .map(|(m, msg)| (m, &**msg))
-                        .map_err(Clone::clone);
-                    match engine.respond(id, r, ring.buf(&slot)) {
+                    let RcPeerState {
+                        engine, ring, rdv, ..
+                    } = &mut *st;
+                    let t = match (region.take(), &parts, rdv) {
+                        (Some((r, len)), Ok((metadata, _)), Some(rdv)) => {
+                            let desc = Descriptor {
+                                addr: r.addr(),
+                                rkey: r.rkey(),
+                                len: len as u32,
+                            };
+                            engine
+                                .respond_by_ref(id, metadata, desc, ring.buf(&slot))
+                                .map(|(t, lent)| {
+                                    if lent {
+                                        rdv.lent.insert(id, r);
+                                    }
+                                    t
+                                })
+                        }
+                        _ => {
+                            let r = parts
+                                .as_ref()
+                                .map(|(m, msg)| (m, &**msg))
+                                .map_err(Clone::clone);
+                            engine.respond(id, r, ring.buf(&slot))
+                        }
+                    };
+                    match t {
                         Some(t) => {
                             if let Err(e) = st.ring.post(slot, t.len, t.imm) {
                                 tracing::debug!(error = %e, "server post failed");

@@ -177,7 +177,9 @@ where
         })?);
         // Receives of the whole pool plus every ring's sends (each ring is at most
         // its connection's window, and the windows sum to the pool).
-        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64)?);
+        // And the RDMA Reads of requests by reference, a few per connection.
+        let reads = crate::transport::rendezvous::SERVER_READ_WRS as usize * s.max_connections;
+        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64 + reads.min(1 << 16) as u32)?);
         // Shared by every connection: framed in this device's mode (`handshake::device`).
         let pool = RecvPool::with_mode(
             &pd,
@@ -211,7 +213,19 @@ where
                 None
             }
         };
+        // Half for responses lent, half for requests read: a response waiting for
+        // room never holds memory a request's Read needs, nor the reverse.
+        let lend_regions = rpc_transport::msg::RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
+        let read_regions = rpc_transport::msg::RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
+        if let Some(stats) = &s.rendezvous_stats {
+            stats.watch(&lend_regions);
+            stats.watch(&read_regions);
+        }
         let shared = Arc::new(SrqSide {
+            lend_regions,
+            read_regions,
+            read_wakeups: Default::default(),
+            read_pump: std::sync::Once::new(),
             ud: ud.clone(),
             served,
             conns: Mutex::new(IdMap::default()),

@@ -33,6 +33,12 @@ pub(super) struct ServerSettings {
     pub(super) timeout: Option<Duration>,
     /// `Server::concurrency_limit_per_connection`.
     pub(super) concurrency_limit: Option<usize>,
+    /// Bodies longer than this go by reference (RC, RDMA Read agreed).
+    pub(super) rendezvous_threshold: usize,
+    /// Registered bytes the server's pool (shared by its connections) may hold.
+    pub(super) rendezvous_pool_bytes: usize,
+    /// Where the pool's occupancy is reported.
+    pub(super) rendezvous_stats: Option<crate::transport::RendezvousStats>,
 }
 
 /// gRPC's server defaults: a PING every 2 hours, answered within 20 s.
@@ -77,6 +83,9 @@ impl Default for ServerSettings {
             keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
             timeout: None,
             concurrency_limit: None,
+            rendezvous_threshold: crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD,
+            rendezvous_pool_bytes: crate::transport::rendezvous::DEFAULT_SERVER_POOL_BYTES,
+            rendezvous_stats: None,
         }
     }
 }

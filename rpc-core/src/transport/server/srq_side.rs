@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rpc_transport::msg::{handshake, ImmMode, RecvPool, SendRing};
+use rpc_transport::msg::{handshake, ImmMode, Reader, RecvPool, SendRing};
 use rpc_transport::{
     AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpEndpoint, QpInitAttr, QpType,
     SharedReceiveQueue, WcOpcode, WorkCompletion,
@@ -26,10 +26,60 @@ use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Pol
 use crate::id_map::IdMap;
 use crate::request::ConnAddrs;
 use crate::transport::completion::serve_cq;
+use crate::transport::rendezvous::{SERVER_READ_WRS, UNKNOWN_MAX_READ};
 use crate::transport::{lock, Error, DEFAULT_RC_RETRY};
+
+/// Connections whose Reads wait for room in the server's pool, woken when regions
+/// come back (a region may come back under any lock, so the waker only records and
+/// notifies; the read pump task does the work).
+#[derive(Default)]
+pub(super) struct ReadWakeups {
+    peers: Mutex<Vec<std::sync::Weak<RcPeer>>>,
+    notify: Notify,
+}
+
+impl ReadWakeups {
+    /// A waker for `peer`'s waiting Reads.
+    pub(super) fn waker_for(self: &Arc<Self>, peer: std::sync::Weak<RcPeer>) -> std::task::Waker {
+        let me = self.clone();
+        crate::transport::rendezvous::waker(move || {
+            lock(&me.peers).push(peer.clone());
+            me.notify.notify_one();
+        })
+    }
+}
+
+/// Pumps the Reads of connections whose pool room came back, and runs the calls
+/// they complete. Holds the server only while it works.
+async fn read_pump(sh: std::sync::Weak<SrqSide>) {
+    let Some(wakeups) = sh.upgrade().map(|s| s.read_wakeups.clone()) else {
+        return;
+    };
+    loop {
+        wakeups.notify.notified().await;
+        let Some(sh) = sh.upgrade() else { return };
+        if sh.closing.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let peers = std::mem::take(&mut *lock(&wakeups.peers));
+        for peer in peers.iter().filter_map(std::sync::Weak::upgrade) {
+            for call in peer.pump_reads() {
+                call.run(&sh.served, false);
+            }
+        }
+    }
+}
 
 /// What the accept loop, the handshakes and the receive loop share.
 pub(super) struct SrqSide {
+    /// Registered regions for responses lent by reference, shared by every
+    /// connection (they share the PD, so regions are server-wide in any case).
+    pub(super) lend_regions: rpc_transport::msg::RegionPool,
+    /// Registered regions requests by reference are read into.
+    pub(super) read_regions: rpc_transport::msg::RegionPool,
+    pub(super) read_wakeups: Arc<ReadWakeups>,
+    /// Starts [`read_pump`] once, with the first connection.
+    pub(super) read_pump: std::sync::Once,
     /// The UD side, if the device could create it.
     pub(super) ud: Option<Arc<UdSide>>,
     pub(super) served: Arc<Served>,
@@ -90,7 +140,8 @@ fn handle(
             }
             _ => {
                 if let Some(c) = conn {
-                    c.on_send_completion(wc);
+                    // A Read of a request by reference may complete its call.
+                    calls.extend(c.on_send_completion(wc));
                 }
             }
         }
@@ -177,6 +228,13 @@ pub(super) async fn accept(
         }
     };
     let credits = grant.credits;
+    let by_ref = grant.capabilities.contains(Capabilities::RDMA_READ);
+    if by_ref {
+        let weak = Arc::downgrade(&sh);
+        sh.read_pump.call_once(|| {
+            tokio::spawn(read_pump(weak));
+        });
+    }
     let local = tcp.local_addr()?.ip();
     // The window's cap: what the client asked for, at most the server's setting.
     let max_window = ask.credits.min(s.credits + 1).max(credits);
@@ -189,7 +247,7 @@ pub(super) async fn accept(
         let mut init = QpInitAttr::new(QpType::Rc, &sh.cq, &sh.cq);
         init.srq = Some(&sh.srq);
         init.cap = QpCap {
-            max_send_wr: window.max(),
+            max_send_wr: window.max() + SERVER_READ_WRS,
             max_recv_wr: 1,
             max_send_sge: 1,
             max_recv_sge: 1,
@@ -200,7 +258,13 @@ pub(super) async fn accept(
         // Named by the address the client reached us at (before connecting: the QP
         // introduces itself to the peer by it).
         let endpoint = qp.endpoint_via(psn, local)?;
-        qp.connect_rc_with(&hello.endpoint, psn, AccessFlags::empty(), DEFAULT_RC_RETRY)?;
+        // Bodies by reference: the client reads the regions this side lends.
+        let access = if by_ref {
+            AccessFlags::REMOTE_READ
+        } else {
+            AccessFlags::empty()
+        };
+        qp.connect_rc_with(&hello.endpoint, psn, access, DEFAULT_RC_RETRY)?;
         // Sized to the window granted now: a peer that has not proven its RDMA path
         // holds two slots; the ring grows with the window.
         // In the SRQ pool's mode, which the grant told the client (`decide`).
@@ -225,8 +289,26 @@ pub(super) async fn accept(
             pool: sh.credits.clone(),
             pd: sh.pd.clone(),
         };
-        let conn = RcPeer::new(engine, ring, addrs, s.concurrency_limit, credit);
-        Ok((qp, endpoint, Arc::new(conn)))
+        let reads = by_ref.then(|| {
+            engine.set_rendezvous(s.rendezvous_threshold);
+            // This side's limit on one Read (the requester's; the client's device
+            // serves any length its region has).
+            let piece = sh
+                .pd
+                .device()
+                .caps()
+                .max_msg_size
+                .unwrap_or(UNKNOWN_MAX_READ);
+            Reader::new(qp.clone(), sh.read_regions.clone(), piece, SERVER_READ_WRS)
+        });
+        let conn = Arc::new_cyclic(|me| {
+            let reads = reads.map(|r| {
+                let waker = sh.read_wakeups.waker_for(me.clone());
+                (r, sh.lend_regions.clone(), waker)
+            });
+            RcPeer::new(engine, ring, addrs, s.concurrency_limit, credit, reads)
+        });
+        Ok((qp, endpoint, conn))
     };
     let (qp, endpoint, conn) = match setup() {
         Ok(x) => x,

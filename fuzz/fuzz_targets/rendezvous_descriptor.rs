@@ -1,0 +1,51 @@
+//! Arbitrary bytes into the decoders of bodies by reference (`engine::wire`, "Large
+//! messages by reference"): the descriptor, and `REQ`/`RESP` heads flagged `BY_REF`.
+//! They must never panic; an accepted descriptor re-encodes to the same bytes, has the
+//! announced length (never 0) and does not wrap the address space; a head accepted
+//! with `BY_REF` has exactly a descriptor of its body after its metadata, and the
+//! codec's readers hand out that same descriptor.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rpc_core::fuzzing::codec::{read_request, read_response};
+use rpc_core::fuzzing::wire::{
+    request_is_by_ref, response_is_by_ref, Descriptor, RequestHead, ResponseHead, DESCRIPTOR_LEN,
+};
+
+fuzz_target!(|data: &[u8]| {
+    // The first four bytes are the length the head announces, the rest the frame.
+    let Some((len, frame)) = data.split_first_chunk::<4>() else {
+        return;
+    };
+    let body_len = u32::from_be_bytes(*len);
+
+    if let Ok(d) = Descriptor::read(frame, body_len) {
+        assert_eq!(frame.len(), DESCRIPTOR_LEN);
+        assert_eq!(d.len, body_len);
+        assert_ne!(d.len, 0);
+        assert!(d.addr.checked_add(u64::from(d.len)).is_some());
+        let mut out = [0u8; DESCRIPTOR_LEN];
+        d.write(&mut out);
+        assert_eq!(&out[..], frame, "a descriptor re-encodes to the same bytes");
+    }
+
+    if let Ok(h) = RequestHead::read(frame) {
+        if request_is_by_ref(frame) {
+            let d = Descriptor::read(&frame[h.body_start()..], h.body_len)
+                .expect("an accepted BY_REF head carries a descriptor of its body");
+            let r = read_request(frame);
+            if let Ok(r) = r {
+                assert_eq!(r.by_ref, Some(d));
+            }
+        }
+    }
+    if let Ok(h) = ResponseHead::read(frame) {
+        if response_is_by_ref(frame) {
+            let d = Descriptor::read(&frame[h.body_start()..], h.body_len)
+                .expect("an accepted BY_REF head carries a descriptor of its body");
+            if let Ok(r) = read_response(frame) {
+                assert_eq!(r.by_ref, Some(d));
+            }
+        }
+    }
+});

@@ -1,0 +1,289 @@
+//! `Reader`: pulls messages lent by the peer with RDMA Read into regions of a
+//! [`RegionPool`], one QP's worth.
+//!
+//! Each read takes a region from the pool in order of arrival (waiting, without
+//! blocking anyone, while the pool has no room), copies a caller-given prefix to its
+//! head (a request's path and metadata, so head and body share one buffer), then
+//! posts Reads of at most the device's max message size each, with at most
+//! `max_wrs` Read WRs in flight on the QP (they share its send queue and its
+//! outstanding-Read limit). A finished read hands out [`Bytes`] that share the region
+//! (no copy), or the completion status that failed it. A region is given back only
+//! once every Read posted into it has completed (flushed ones included), so the
+//! device never writes memory the pool handed to someone else.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::Context;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::qp::QueuePair;
+use crate::wc::{WcStatus, WorkCompletion};
+use crate::wr::{SendOp, SendWr};
+
+use super::region_pool::{PooledRegion, RegionPool, Ticket};
+
+/// Bit of a Read WR's `wr_id` that tells its completion from a send slot's.
+const READ_BIT: u64 = 1 << 63;
+
+/// Why a read gave no bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    /// The message is larger than the whole pool (the message names the limit).
+    TooLarge(String),
+    /// A Read completed with this status (`REM_ACCESS_ERR`: the peer's descriptor
+    /// named memory it did not lend; the QP is in error now).
+    Failed(WcStatus),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::TooLarge(m) => f.write_str(m),
+            ReadError::Failed(s) => write!(f, "RDMA Read failed: {s:?}"),
+        }
+    }
+}
+
+struct Waiting {
+    tag: u32,
+    addr: u64,
+    rkey: u32,
+    len: u32,
+    prefix: Vec<u8>,
+    ticket: Option<Ticket>,
+}
+
+struct Active {
+    tag: u32,
+    addr: u64,
+    rkey: u32,
+    len: u32,
+    prefix: usize,
+    region: PooledRegion,
+    /// Bytes of the message posted so far.
+    posted: u64,
+    /// Bytes whose Read completed.
+    done: u64,
+    /// Read WRs posted and not completed.
+    outstanding: u32,
+    failed: Option<WcStatus>,
+}
+
+/// The RDMA Reads of one QP.
+pub struct Reader {
+    qp: Arc<QueuePair>,
+    pool: RegionPool,
+    max_piece: u32,
+    max_wrs: u32,
+    wrs: u32,
+    waiting: VecDeque<Waiting>,
+    active: Vec<Active>,
+    done: VecDeque<(u32, std::result::Result<Bytes, ReadError>)>,
+}
+
+impl Reader {
+    /// Reads on `qp` into regions of `pool`, each Read WR at most `max_piece` bytes
+    /// (the device's max message size), at most `max_wrs` of them in flight.
+    pub fn new(qp: Arc<QueuePair>, pool: RegionPool, max_piece: u32, max_wrs: u32) -> Reader {
+        Reader {
+            qp,
+            pool,
+            max_piece: max_piece.max(1),
+            max_wrs: max_wrs.max(1),
+            wrs: 0,
+            waiting: VecDeque::new(),
+            active: Vec::new(),
+            done: VecDeque::new(),
+        }
+    }
+
+    /// The pool the reads take regions from.
+    pub fn pool(&self) -> &RegionPool {
+        &self.pool
+    }
+
+    /// Whether a completion is one of this reader's Reads.
+    pub fn owns(wc: &WorkCompletion) -> bool {
+        wc.wr_id & READ_BIT != 0
+    }
+
+    /// Reads in progress or waiting for room.
+    pub fn len(&self) -> usize {
+        self.waiting.len() + self.active.len()
+    }
+
+    /// Whether no read is in progress or waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether [`Reader::pump`] or [`Reader::poll_done`] has anything to do: reads
+    /// waiting, in progress, or finished and not yet taken.
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.active.is_empty() || !self.done.is_empty()
+    }
+
+    /// Queues a read of `len` bytes at the peer's `addr` under `rkey`, tagged `tag`,
+    /// into a region whose first bytes are `prefix`. Nothing is posted until
+    /// [`Reader::pump`].
+    pub fn start(&mut self, tag: u32, addr: u64, rkey: u32, len: u32, prefix: &[u8]) {
+        self.waiting.push_back(Waiting {
+            tag,
+            addr,
+            rkey,
+            len,
+            prefix: prefix.to_vec(),
+            ticket: None,
+        });
+    }
+
+    /// Takes regions for waiting reads (in order; `cx`'s waker is woken when the
+    /// pool has room again for the first that found none) and posts Reads while
+    /// the WR budget lasts. An `Err` is a refused post: the QP is unusable.
+    pub fn pump(&mut self, cx: &mut Context<'_>) -> Result<()> {
+        while let Some(w) = self.waiting.front_mut() {
+            let need = w.prefix.len() + w.len as usize;
+            let ticket = match &mut w.ticket {
+                Some(t) => t,
+                None => match self.pool.request(need) {
+                    Ok(t) => w.ticket.insert(t),
+                    Err(e) => {
+                        let w = self.waiting.pop_front().expect("front");
+                        self.done
+                            .push_back((w.tag, Err(ReadError::TooLarge(too_large(e)))));
+                        continue;
+                    }
+                },
+            };
+            let region = match std::pin::Pin::new(ticket).poll_take(cx) {
+                None => break,
+                Some(r) => r?,
+            };
+            let w = self.waiting.pop_front().expect("front");
+            let mut region = region;
+            region.buf_mut()[..w.prefix.len()].copy_from_slice(&w.prefix);
+            self.active.push(Active {
+                tag: w.tag,
+                addr: w.addr,
+                rkey: w.rkey,
+                len: w.len,
+                prefix: w.prefix.len(),
+                region,
+                posted: 0,
+                done: 0,
+                outstanding: 0,
+                failed: None,
+            });
+        }
+        self.post_reads()
+    }
+
+    fn post_reads(&mut self) -> Result<()> {
+        for i in 0..self.active.len() {
+            loop {
+                let a = &self.active[i];
+                if self.wrs >= self.max_wrs || a.failed.is_some() || a.posted >= u64::from(a.len) {
+                    break;
+                }
+                let piece = (u64::from(a.len) - a.posted).min(u64::from(self.max_piece)) as u32;
+                let index = a.posted / u64::from(self.max_piece);
+                let sge = [a.region.sge(a.prefix + a.posted as usize, piece)];
+                let wr = SendWr::new(
+                    READ_BIT | index << 32 | u64::from(a.tag),
+                    SendOp::RdmaRead {
+                        remote_addr: a.addr + a.posted,
+                        rkey: a.rkey,
+                    },
+                    &sge,
+                );
+                // SAFETY: the SGE names `piece` bytes inside the region this read
+                // holds (the region has room for prefix + len, checked by the pool's
+                // size); the region stays in `active`, untouched, until every Read
+                // posted into it completed (`outstanding`), and only then is it
+                // handed out as bytes or given back.
+                unsafe { self.qp.post_send(&[wr])? };
+                let a = &mut self.active[i];
+                a.posted += u64::from(piece);
+                a.outstanding += 1;
+                self.wrs += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles a completion [`Reader::owns`]; a read whose Reads all completed
+    /// becomes ready for [`Reader::poll_done`].
+    pub fn handle_completion(&mut self, wc: &WorkCompletion) {
+        let tag = (wc.wr_id & 0xffff_ffff) as u32;
+        self.wrs = self.wrs.saturating_sub(1);
+        let Some(i) = self.active.iter().position(|a| a.tag == tag) else {
+            return;
+        };
+        let max_piece = self.max_piece;
+        let a = &mut self.active[i];
+        a.outstanding -= 1;
+        if wc.is_ok() {
+            let index = (wc.wr_id & !READ_BIT) >> 32;
+            let start = index * u64::from(max_piece);
+            a.done += (u64::from(a.len) - start).min(u64::from(max_piece));
+        } else if a.failed.is_none() {
+            a.failed = Some(wc.status);
+        }
+        let finished = a.outstanding == 0 && (a.failed.is_some() || a.done == u64::from(a.len));
+        if finished {
+            let a = self.active.swap_remove(i);
+            let r = match a.failed {
+                Some(s) => Err(ReadError::Failed(s)),
+                None => Ok(a.region.into_bytes(a.prefix + a.len as usize)),
+            };
+            self.done.push_back((a.tag, r));
+        }
+    }
+
+    /// The next finished read: its tag and bytes (prefix then message), or why not.
+    pub fn poll_done(&mut self) -> Option<(u32, std::result::Result<Bytes, ReadError>)> {
+        self.done.pop_front()
+    }
+
+    /// Gives up every read (the connection is gone; its QP will post nothing more):
+    /// their regions go back to the pool and their tags are returned.
+    pub fn abandon(&mut self) -> Vec<u32> {
+        let mut tags: Vec<u32> = self.waiting.drain(..).map(|w| w.tag).collect();
+        tags.extend(self.active.drain(..).map(|a| a.tag));
+        self.wrs = 0;
+        tags
+    }
+}
+
+fn too_large(e: Error) -> String {
+    match e {
+        Error::InvalidArgument(m) => m,
+        e => e.to_string(),
+    }
+}
+
+impl Ticket {
+    /// Polls for the region with `cx`'s waker registered (woken when it may be
+    /// served).
+    pub fn poll_take(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Option<Result<PooledRegion>> {
+        match std::future::Future::poll(self, cx) {
+            std::task::Poll::Ready(r) => Some(r),
+            std::task::Poll::Pending => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("waiting", &self.waiting.len())
+            .field("active", &self.active.len())
+            .field("wrs", &self.wrs)
+            .finish()
+    }
+}
