@@ -37,6 +37,7 @@ mod helper;
 mod keys;
 mod mem;
 mod pd;
+mod pieces;
 mod profile;
 mod qp;
 mod rc;

@@ -338,7 +338,7 @@ impl Qp {
             self.push_send(w.wr_id, st, wc_opcode(&w.op), 0);
         }
         if let Some(rc) = g.rc.as_mut() {
-            if let Some(w) = rc.st.abort() {
+            if let Some(w) = rc.abort() {
                 self.push_recv_error(w.wr_id, WcStatus::WrFlushErr);
             }
         }

@@ -1,0 +1,214 @@
+//! Output of one connection: frame heads (and small frames) encoded into a byte
+//! buffer, payloads referenced where they live in registered memory, and both sent
+//! together with one vectored write (`sendmsg`) per flush. No payload is staged: the
+//! kernel copies it from the memory region into the socket.
+//!
+//! A partial write leaves the exact point it stopped at (in the head bytes or inside
+//! a payload); the next flush continues from there.
+//!
+//! The queue holds at most about one [`CHUNK`] of unsent bytes (see `room`), so that
+//! whatever is encoded next (a small Send behind a large Read response, an ACK) waits
+//! for at most one chunk.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use crate::mr_buffer::MrBuffer;
+
+/// Largest payload of one data frame, and the most unsent bytes the queue takes on.
+///
+/// XXX-MEASURE
+pub(crate) const CHUNK: usize = 64 * 1024;
+/// A payload frame is not started in less room than this (unless the rest of the
+/// message is smaller): a sliver of a frame costs a head for few bytes.
+const MIN_PIECE: usize = 4 * 1024;
+/// Iovecs per `sendmsg`.
+const MAX_IOV: usize = 64;
+/// Head bytes start with this capacity; they grow only while small frames pile up
+/// behind a full socket (at most [`CHUNK`] plus one frame).
+const START_CAP: usize = 4 * 1024;
+
+/// A payload range in registered memory, sent after head byte `at`.
+struct Ref {
+    at: usize,
+    ptr: *const u8,
+    len: usize,
+    _keep: Arc<MrBuffer>,
+}
+
+/// Encoded heads and referenced payloads not yet written to the socket.
+pub(crate) struct TxBuf {
+    /// Heads, small frames and inline payloads.
+    pub(crate) buf: Vec<u8>,
+    off: usize,
+    refs: VecDeque<Ref>,
+    ref_bytes: usize,
+}
+
+// SAFETY: each `Ref` pointer is into a buffer the `Ref` keeps alive; it is read only by
+// `sendmsg` under the QP lock, as a NIC would read registered memory.
+unsafe impl Send for TxBuf {}
+
+impl TxBuf {
+    pub(crate) fn new() -> TxBuf {
+        TxBuf {
+            buf: Vec::with_capacity(START_CAP),
+            off: 0,
+            refs: VecDeque::new(),
+            ref_bytes: 0,
+        }
+    }
+
+    /// Unsent bytes.
+    pub(crate) fn queued(&self) -> usize {
+        self.buf.len() - self.off + self.ref_bytes
+    }
+
+    /// Whether one more small frame may be encoded.
+    pub(crate) fn has_room(&self) -> bool {
+        self.queued() < CHUNK
+    }
+
+    /// How many payload bytes a data frame may carry now, out of `want` still to send
+    /// (0: none; wait for a flush).
+    pub(crate) fn room_for(&self, want: usize) -> usize {
+        let room = CHUNK.saturating_sub(self.queued());
+        if room < want.min(MIN_PIECE) {
+            return 0;
+        }
+        want.min(room)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queued() == 0
+    }
+
+    /// Queues `len` bytes at `ptr` to follow the head bytes encoded so far.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must lie inside `keep`.
+    pub(crate) unsafe fn push_ref(&mut self, ptr: *const u8, len: usize, keep: Arc<MrBuffer>) {
+        if len == 0 {
+            return;
+        }
+        self.ref_bytes += len;
+        self.refs.push_back(Ref {
+            at: self.buf.len(),
+            ptr,
+            len,
+            _keep: keep,
+        });
+    }
+
+    /// Writes what the socket accepts; returns the bytes written.
+    pub(crate) fn flush(&mut self, sock: &TcpStream) -> io::Result<usize> {
+        let mut total = 0;
+        while !self.is_empty() {
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; MAX_IOV];
+            let k = self.iovecs(&mut iov);
+            // SAFETY: a zeroed msghdr is valid; it names `k` iovecs that point into
+            // `self.buf` and into buffers the refs keep alive, all live for the call.
+            // MSG_NOSIGNAL turns a closed peer into EPIPE instead of SIGPIPE.
+            let n = unsafe {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = iov.as_mut_ptr();
+                msg.msg_iovlen = k as _;
+                libc::sendmsg(
+                    sock.as_raw_fd(),
+                    &msg,
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => break,
+                    _ => return Err(e),
+                }
+            }
+            let n = n as usize;
+            let offered: usize = iov[..k].iter().map(|v| v.iov_len).sum();
+            self.advance(n);
+            total += n;
+            if n < offered {
+                break; // the socket is full
+            }
+        }
+        if self.is_empty() {
+            self.buf.clear();
+            self.off = 0;
+        } else if self.off > self.buf.capacity() / 2 {
+            // Keep head bytes from creeping: move the unsent ones to the front.
+            self.buf.drain(..self.off);
+            for r in &mut self.refs {
+                r.at -= self.off;
+            }
+            self.off = 0;
+        }
+        Ok(total)
+    }
+
+    /// The unsent bytes in order, as iovecs; returns how many were filled.
+    fn iovecs(&self, out: &mut [libc::iovec; MAX_IOV]) -> usize {
+        let mut k = 0;
+        let mut pos = self.off;
+        for r in &self.refs {
+            if k + 2 > MAX_IOV {
+                return k;
+            }
+            if r.at > pos {
+                out[k] = iov(&self.buf[pos..r.at]);
+                k += 1;
+                pos = r.at;
+            }
+            out[k] = libc::iovec {
+                iov_base: r.ptr as *mut libc::c_void,
+                iov_len: r.len,
+            };
+            k += 1;
+        }
+        if pos < self.buf.len() && k < MAX_IOV {
+            out[k] = iov(&self.buf[pos..]);
+            k += 1;
+        }
+        k
+    }
+
+    /// Consumes `n` written bytes, in the order `iovecs` lists them.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let head_end = self.refs.front().map_or(self.buf.len(), |r| r.at);
+            if self.off < head_end {
+                let k = n.min(head_end - self.off);
+                self.off += k;
+                n -= k;
+                continue;
+            }
+            let Some(r) = self.refs.front_mut() else {
+                break;
+            };
+            let k = n.min(r.len);
+            r.ptr = r.ptr.wrapping_add(k);
+            r.len -= k;
+            self.ref_bytes -= k;
+            n -= k;
+            if r.len == 0 {
+                self.refs.pop_front();
+            }
+        }
+    }
+}
+
+fn iov(b: &[u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: b.as_ptr() as *mut libc::c_void,
+        iov_len: b.len(),
+    }
+}
