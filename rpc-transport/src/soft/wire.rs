@@ -575,12 +575,34 @@ pub(crate) fn decode_ud(buf: &[u8]) -> Result<Datagram<'_>, WireError> {
 }
 
 /// Fuzzing entry point: decodes `data` as an RC byte stream and as a UD datagram,
-/// and checks that every frame it accepts re-encodes to the same bytes.
+/// checks that every frame it accepts re-encodes to the same bytes, and that the head
+/// decoder (which the receiver uses, before the payload arrives) agrees with the
+/// whole-frame decoder on every input.
 #[doc(hidden)]
 pub fn fuzz_one(data: &[u8]) {
     let mut rest = data;
     let mut out = Vec::new();
-    while let Ok(Some((f, n))) = decode(rest) {
+    loop {
+        let whole = decode(rest);
+        match (decode_head(rest), &whole) {
+            (Err(a), Err(b)) => assert_eq!(a, *b, "decoders disagree on the error"),
+            (Ok(None), Ok(None)) => {}
+            (Ok(Some((h, at))), Ok(None)) => {
+                assert!(
+                    rest.len() < at + h.len as usize,
+                    "complete frame not decoded"
+                )
+            }
+            (Ok(Some((h, at))), Ok(Some((f, n)))) => {
+                assert_eq!(at + h.len as usize, *n, "head length differs");
+                assert_eq!(
+                    (h.flags, h.seq, h.ack, h.body),
+                    (f.flags, f.seq, f.ack, f.body)
+                );
+            }
+            (h, w) => panic!("decoders disagree: head {h:?}, frame {w:?}"),
+        }
+        let Ok(Some((f, n))) = whole else { break };
         out.clear();
         encode(&mut out, f.flags, f.seq, f.ack, &f.body, f.payload.len());
         out.extend_from_slice(f.payload);

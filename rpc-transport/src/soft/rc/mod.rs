@@ -33,6 +33,8 @@ use super::wire::{self, Body, Head, Nak, WireError};
 use responder::{InMsg, Resp};
 use rx::{RxBuf, Stop};
 pub(crate) use tx::TxBuf;
+#[cfg(test)]
+pub(crate) use tx::CHUNK;
 
 /// Wait between connection attempts.
 const CONNECT_RETRY_NS: u64 = 10_000_000;
@@ -118,6 +120,12 @@ impl RcProtocol {
 }
 
 impl RcConn {
+    /// Requests this responder has executed (its next expected sequence number).
+    #[cfg(test)]
+    pub(crate) fn expected(&self) -> u32 {
+        self.st.expected
+    }
+
     /// [`RcProtocol::abort`], and the payload being received lands nowhere any more
     /// (its receive or Read WQE is about to be flushed).
     pub(crate) fn abort(&mut self) -> Option<RecvWqe> {

@@ -212,3 +212,78 @@ fn iov(b: &[u8]) -> libc::iovec {
         iov_len: b.len(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    /// Head bytes and payloads from two buffers, through a socket that takes a few
+    /// KiB at a time: every flush stops somewhere inside, and the next resumes there.
+    #[test]
+    fn partial_writes_resume_inside_heads_and_payloads() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx_sock = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut rx_sock, _) = l.accept().unwrap();
+        tx_sock.set_nonblocking(true).unwrap();
+        rx_sock.set_nonblocking(true).unwrap();
+        // Small buffers (the kernel doubles these) keep the socket from taking the
+        // whole transfer at once.
+        socket2::SockRef::from(&tx_sock)
+            .set_send_buffer_size(40_000)
+            .unwrap();
+        socket2::SockRef::from(&rx_sock)
+            .set_recv_buffer_size(40_000)
+            .unwrap();
+        let a = Arc::new(MrBuffer::zeroed(4 << 20));
+        let b = Arc::new(MrBuffer::zeroed(1000));
+        let fill = |m: &MrBuffer, seed: usize| {
+            let v: Vec<u8> = (0..m.len()).map(|i| ((i * 7 + seed) % 253) as u8).collect();
+            // SAFETY: the buffer is this test's alone; `v` is exactly its length.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), m.as_ptr(), v.len()) };
+            v
+        };
+        let (va, vb) = (fill(&a, 1), fill(&b, 2));
+        let mut expect = Vec::new();
+        let mut t = TxBuf::new();
+        // head, 4 MiB payload, head, two payloads back to back, trailing bytes.
+        t.buf.extend_from_slice(b"head-1");
+        // SAFETY: each range is inside the buffer handed with it.
+        unsafe { t.push_ref(a.as_ptr(), a.len(), a.clone()) };
+        t.buf.extend_from_slice(b"head-2");
+        // SAFETY: as above.
+        unsafe { t.push_ref(b.as_ptr(), 600, b.clone()) };
+        // SAFETY: as above.
+        unsafe { t.push_ref(b.as_ptr().add(600), 400, b.clone()) };
+        t.buf.extend_from_slice(b"tail");
+        for part in [&b"head-1"[..], &va, b"head-2", &vb, b"tail"] {
+            expect.extend_from_slice(part);
+        }
+        assert_eq!(t.queued(), expect.len());
+        let mut got = Vec::with_capacity(expect.len());
+        let mut partial = 0;
+        let mut chunk = vec![0u8; 16 * 1024];
+        while got.len() < expect.len() {
+            let before = t.queued();
+            let n = t.flush(&tx_sock).unwrap();
+            assert_eq!(t.queued(), before - n);
+            if n > 0 && !t.is_empty() {
+                partial += 1;
+            }
+            // The reader takes at most 16 KiB per round, so the sender keeps finding
+            // the socket full.
+            match rx_sock.read(&mut chunk) {
+                Ok(k) => got.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(t.is_empty());
+        assert!(got == expect, "the stream differs from what was queued");
+        assert!(
+            partial > 10,
+            "only {partial} partial writes: the test lost its point"
+        );
+    }
+}
