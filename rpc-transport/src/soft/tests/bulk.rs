@@ -181,7 +181,16 @@ fn small_sends_overtake_a_large_read_response_on_the_same_qp() {
         );
     }
     // a's completions: the three receives, then (much later) the Read.
-    let got = wait_n(&a.cq, &[&b.cq], 4);
+    let mut got = wait_n(&a.cq, &[&b.cq], 3);
+    // When the small messages have arrived, the end of the Read has not: they
+    // overtook most of the response (a pass reads at most a MiB), they did not
+    // merely complete first.
+    const TAIL: usize = 4 << 20;
+    assert!(
+        local.to_vec(LEN - TAIL, TAIL) != data[LEN - TAIL..],
+        "the small Sends arrived only after the whole Read response"
+    );
+    got.extend(wait_n(&a.cq, &[&b.cq], 1));
     let order: Vec<(u64, WcOpcode)> = got.iter().map(|w| (w.wr_id, w.opcode)).collect();
     assert_eq!(
         order,
