@@ -8,6 +8,14 @@
 //! peer goes silent. ACKs ride on any frame going the other way; a bare ACK is sent
 //! only once one has been owed for [`ACK_DELAY_NS`] (a request's reply normally
 //! carries it), so a request/response exchange costs one write per message per side.
+//!
+//! Bytes: [`rx`] reads heads into a small buffer and payloads straight into their
+//! destination; [`tx`] sends heads and payloads (by reference) with one `sendmsg`.
+//!
+//! Sharing the socket: within a connection, the requester and responder halves take
+//! turns at filling the one-chunk output queue; among the QPs of a CQ, each progress
+//! pass reads and writes at most a MiB ([`MAX_READ_PER_PASS`], [`WRITE_PER_POLL`]), so
+//! that a poll visiting every QP in turn gives each the same share.
 
 mod requester;
 mod responder;
@@ -53,9 +61,14 @@ const MIN_BUDGET_NS: u64 = 1_000_000_000;
 /// Bytes read per progress pass at most (then ACKs and output get their turn, and
 /// the next QP of the CQ).
 const MAX_READ_PER_PASS: usize = 1 << 20;
-/// Bytes written per progress pass at most: a QP with a long transfer leaves the
-/// socket time to the other QPs of its CQ (or of the helper) after this much.
-const MAX_WRITE_PER_PASS: usize = 1 << 20;
+/// Bytes written per progress pass of a poller (or a post) at most: a QP with a long
+/// transfer leaves the socket time to the other QPs of its CQ after this much (each
+/// poll visits them in turn), and the poller gets back to its completions.
+pub(crate) const WRITE_PER_POLL: usize = 1 << 20;
+/// The same for a pass of the helper thread, which comes back only at its next tick
+/// (1 ms): large enough that a transfer it drives (the Read responses of a server
+/// whose application sleeps) is limited by the socket, not by the tick.
+pub(crate) const WRITE_PER_HELPER_PASS: usize = 8 << 20;
 /// How long one connection attempt may take before it is abandoned (and retried).
 const CONNECT_TIMEOUT_NS: u64 = 1_000_000_000;
 /// How often a connect under way is looked at.
@@ -306,15 +319,16 @@ impl FrameContext<'_> {
 
 /// Progress from a poll (or the helper): read, process, send. `true` if the QP wants
 /// to be visited again without socket readiness.
-pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> bool {
-    let r = drive(qp, g, now, read);
+/// `budget`: bytes it may write ([`WRITE_PER_POLL`] or [`WRITE_PER_HELPER_PASS`]).
+pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> bool {
+    let r = drive(qp, g, now, read, budget);
     finish(qp, g, r)
 }
 
 /// Progress right after a post: send what was posted, without reading. Returns
 /// whether the QP wants another visit.
 pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) -> bool {
-    let r = drive(qp, g, now, false);
+    let r = drive(qp, g, now, false, WRITE_PER_POLL);
     let needs = finish(qp, g, r);
     if needs {
         qp.defer();
@@ -345,7 +359,7 @@ fn finish(qp: &Qp, g: &mut Inner, r: (Result<(), Fault>, bool)) -> bool {
     }
 }
 
-fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bool) {
+fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result<(), Fault>, bool) {
     let Inner {
         state,
         attr,
@@ -409,7 +423,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
         tx,
         now,
     };
-    let r = run(&mut cx, sock, rx, read);
+    let r = run(&mut cx, sock, rx, read, budget);
     if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
         cx.st.owed_since = Some(now);
     }
@@ -486,6 +500,7 @@ fn run(
     sock: &mut TcpStream,
     rx: &mut RxBuf,
     read: bool,
+    budget: usize,
 ) -> Result<(), Fault> {
     // Bounded, so that one busy connection cannot hold a poll call for long; what is
     // left stays readable for the next pass.
@@ -526,7 +541,7 @@ fn run(
         }
         let more = !cx.st.resps.is_empty()
             || (cx.sq.tx < cx.sq.len() && !cx.st.halted && cx.st.rnr_until.is_none());
-        if !cx.tx.is_empty() || !more || written >= MAX_WRITE_PER_PASS {
+        if !cx.tx.is_empty() || !more || written >= budget {
             break;
         }
     }

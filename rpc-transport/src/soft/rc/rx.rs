@@ -15,9 +15,13 @@ use std::os::fd::AsRawFd;
 use super::super::pieces::Pieces;
 use super::super::wire::{self, Head, WireError, HDR_LEN, MAX_EXT};
 
-/// Size of the head buffer. Small frames are read (and copied out) in batches of up
-/// to this much, so a burst of small messages costs one `read`.
-const CAP: usize = 16 * 1024;
+/// Size of the head buffer at first. Small frames are read (and copied out) in
+/// batches of up to the buffer's size, so a burst of small messages costs one `read`;
+/// a read that fills it doubles it, up to [`MAX_CAP`] (many small messages in flight:
+/// 256 calls of 1 KiB are ~280 KB). Growth is an allocation per doubling, never per
+/// message; large payloads never pass through it.
+const START_CAP: usize = 16 * 1024;
+const MAX_CAP: usize = 256 * 1024;
 /// Payloads from this size on are read directly into their destination.
 const DIRECT_MIN: usize = 2 * 1024;
 /// What a direct read takes in after the payload: one head of any opcode.
@@ -53,7 +57,7 @@ struct Current {
 
 /// Received bytes not yet decoded, and the frame being received.
 pub(crate) struct RxBuf {
-    buf: Box<[u8; CAP]>,
+    buf: Vec<u8>,
     start: usize,
     end: usize,
     cur: Option<Current>,
@@ -63,7 +67,7 @@ pub(crate) struct RxBuf {
 impl RxBuf {
     pub(crate) fn new() -> RxBuf {
         RxBuf {
-            buf: Box::new([0u8; CAP]),
+            buf: vec![0u8; START_CAP],
             start: 0,
             end: 0,
             cur: None,
@@ -172,11 +176,15 @@ impl RxBuf {
             self.end -= self.start;
             self.start = 0;
         }
-        let free = CAP - self.end;
+        let cap = self.buf.len();
+        let free = cap - self.end;
         let mut iov = [iov_of(&mut self.buf[self.end..])];
         let n = readv(sock, &mut iov)?;
         Ok(n.map(|n| {
             self.end += n;
+            if n == free && cap < MAX_CAP {
+                self.buf.resize(cap * 2, 0);
+            }
             (n, n < free)
         }))
     }
