@@ -12,7 +12,7 @@ use super::super::pieces::{Pieces, PlanError};
 use super::super::qp::wc_opcode;
 use super::super::qp::wqe::TxState;
 use super::super::wire::{self, seq_lt, Atomic, Body, Nak, SEQ_MASK};
-use super::tx::CHUNK;
+use super::tx::{CHUNK, COPY_MAX};
 use super::{Fault, FrameContext};
 
 /// `rnr_retry` 7 means retry forever.
@@ -320,6 +320,18 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
             cx.frame(flags, seq, &body, seg);
             let src = &cx.sq.inline_data(i)[off as usize..off as usize + seg];
             cx.tx.buf.extend_from_slice(src);
+        } else if seg <= COPY_MAX {
+            // Small: copied next to the head (cheaper than a reference; see COPY_MAX).
+            let at = cx.tx.buf.len();
+            cx.frame(flags, seq, &body, seg);
+            let p = cx.tx.buf.len();
+            cx.tx.buf.resize(p + seg, 0);
+            let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);
+            if mem::gather(keys, pd, w.sges(), off, &mut cx.tx.buf[p..]).is_err() {
+                cx.tx.buf.truncate(at);
+                fail(cx, i, WcStatus::LocProtErr);
+                return;
+            }
         } else {
             let mut from = Pieces::discard();
             let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);

@@ -17,7 +17,7 @@ use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use super::super::pieces::{Pieces, PlanError};
 use super::super::qp::wqe::RecvWqe;
 use super::super::wire::{self, Atomic, Body, Nak, SEQ_MASK};
-use super::tx::CHUNK;
+use super::tx::{CHUNK, COPY_MAX};
 use super::{Fault, FrameContext};
 
 /// A message being received into a receive WQE (Send, or Write with immediate).
@@ -377,7 +377,20 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> bool {
                     cx.st.resps.pop_front();
                 }
                 cx.frame(flags, seq, &Body::ReadResp, seg);
-                if let Some(keep) = keep.filter(|_| seg > 0) {
+                if seg <= COPY_MAX {
+                    let p = cx.tx.buf.len();
+                    cx.tx.buf.resize(p + seg, 0);
+                    // SAFETY: `[ptr + start, + seg)` is inside the range checked at
+                    // request time, in the buffer `keep` holds; the head buffer is
+                    // provider-private, so the two cannot overlap.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            ptr.add(start as usize),
+                            cx.tx.buf[p..].as_mut_ptr(),
+                            seg,
+                        )
+                    };
+                } else if let Some(keep) = keep {
                     // SAFETY: `[ptr + start, + seg)` is inside the range checked at
                     // request time, in the buffer `keep` holds.
                     unsafe { cx.tx.push_ref(ptr.add(start as usize), seg, keep) };

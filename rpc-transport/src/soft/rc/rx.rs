@@ -6,7 +6,9 @@
 //! check, or that it goes nowhere; the payload is then read with `readv` into that
 //! memory, together with the next few head bytes into the buffer. Only bytes that a
 //! read brought in ahead of time (with a previous frame's head) are copied out of the
-//! buffer; for a large payload that is at most [`LOOKAHEAD`] bytes per frame.
+//! buffer; for a large payload that is at most [`LOOKAHEAD`] bytes per frame. Payloads
+//! under [`DIRECT_MIN`] arrive in batches with their heads and are copied out: one
+//! `read` for many small frames costs less than a `readv` each.
 
 use std::io;
 use std::net::TcpStream;
@@ -178,8 +180,7 @@ impl RxBuf {
         }
         let cap = self.buf.len();
         let free = cap - self.end;
-        let mut iov = [iov_of(&mut self.buf[self.end..])];
-        let n = readv(sock, &mut iov)?;
+        let n = read(sock, &mut self.buf[self.end..])?;
         Ok(n.map(|n| {
             self.end += n;
             if n == free && cap < MAX_CAP {
@@ -216,6 +217,18 @@ fn iov_of(b: &mut [u8]) -> libc::iovec {
     libc::iovec {
         iov_base: b.as_mut_ptr().cast(),
         iov_len: b.len(),
+    }
+}
+
+/// One `read` into provider memory. `None`: would block.
+fn read(mut sock: &TcpStream, b: &mut [u8]) -> Result<Option<usize>, super::Fault> {
+    loop {
+        match io::Read::read(&mut sock, b) {
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err(super::Fault::Broken),
+        }
     }
 }
 

@@ -32,6 +32,13 @@ pub(crate) const CHUNK: usize = 64 * 1024;
 /// A payload frame is not started in less room than this (unless the rest of the
 /// message is smaller): a sliver of a frame costs a head for few bytes.
 const MIN_PIECE: usize = 4 * 1024;
+/// Payloads up to this size are copied next to their head instead of referenced:
+/// copying a few hundred bytes costs less than the reference (an `Arc` clone, a queue
+/// entry, an iovec and `sendmsg` instead of `send`). Measured with the `soft_pingpong`
+/// example (64 B round trips, p50 of two runs each): before this change 7.7/7.7 µs
+/// (threads) and 9.0/8.7 µs (event-driven); referencing every payload 8.0/7.9 and
+/// 9.7/9.2 µs; with this copy 7.8/7.7 and 8.7/8.7 µs.
+pub(crate) const COPY_MAX: usize = 1024;
 /// Iovecs per `sendmsg`.
 const MAX_IOV: usize = 64;
 /// Head bytes start with this capacity; they grow only while small frames pile up
@@ -114,6 +121,22 @@ impl TxBuf {
     pub(crate) fn flush(&mut self, sock: &TcpStream) -> io::Result<usize> {
         let mut total = 0;
         while !self.is_empty() {
+            if self.refs.is_empty() {
+                match send(sock, &self.buf[self.off..]) {
+                    Ok(n) => {
+                        let left = self.buf.len() - self.off;
+                        self.off += n;
+                        total += n;
+                        if n < left {
+                            break; // the socket is full
+                        }
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
             let mut iov = [libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
@@ -211,6 +234,23 @@ impl TxBuf {
             }
         }
     }
+}
+
+/// One `send` of contiguous bytes (the common case of small frames only).
+fn send(sock: &TcpStream, b: &[u8]) -> io::Result<usize> {
+    // SAFETY: `b` is a live slice; MSG_NOSIGNAL turns a closed peer into EPIPE.
+    let n = unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            b.as_ptr().cast(),
+            b.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }
 
 fn iov(b: &[u8]) -> libc::iovec {

@@ -313,6 +313,9 @@ fn payloads_around_the_chunk_size_arrive_intact() {
     let sizes = [
         0,
         1,
+        1023,
+        1024,
+        1025,
         2047,
         2048,
         4095,
