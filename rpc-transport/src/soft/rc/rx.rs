@@ -64,6 +64,10 @@ pub(crate) struct RxBuf {
     end: usize,
     cur: Option<Current>,
     sink: Pieces,
+    /// The last payload was large (read directly): until a small one comes, heads are
+    /// read [`LOOKAHEAD`] bytes at a time, so that a read for the next head does not
+    /// pull the next chunk's payload into the buffer (to be copied out).
+    bulk: bool,
 }
 
 impl RxBuf {
@@ -74,6 +78,7 @@ impl RxBuf {
             end: 0,
             cur: None,
             sink: Pieces::discard(),
+            bulk: false,
         }
     }
 
@@ -117,7 +122,8 @@ impl RxBuf {
                 if read >= budget {
                     return Ok(Stop::Budget);
                 }
-                if c.left >= DIRECT_MIN && !self.sink.is_discard() {
+                if (c.left >= DIRECT_MIN || self.bulk) && !self.sink.is_discard() {
+                    self.bulk = true;
                     match self.read_direct(sock)? {
                         None => return Ok(Stop::Drained),
                         Some((0, _)) => return Ok(Stop::Eof),
@@ -134,6 +140,9 @@ impl RxBuf {
                         self.start += used;
                         self.sink.clear();
                         h.head(&head, &mut self.sink)?;
+                        if (head.len as usize) < DIRECT_MIN {
+                            self.bulk = false;
+                        }
                         if head.len == 0 {
                             self.sink.clear();
                             h.end(&head)?;
@@ -179,11 +188,14 @@ impl RxBuf {
             self.start = 0;
         }
         let cap = self.buf.len();
-        let free = cap - self.end;
-        let n = read(sock, &mut self.buf[self.end..])?;
+        let mut free = cap - self.end;
+        if self.bulk && self.cur.is_none() {
+            free = free.min(LOOKAHEAD);
+        }
+        let n = read(sock, &mut self.buf[self.end..self.end + free])?;
         Ok(n.map(|n| {
             self.end += n;
-            if n == free && cap < MAX_CAP {
+            if n == free && cap < MAX_CAP && !self.bulk {
                 self.buf.resize(cap * 2, 0);
             }
             (n, n < free)
