@@ -17,7 +17,7 @@ use rpc_transport::{
 use super::conn::{Conn, Dial};
 use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
-use super::stream::StreamShared;
+use super::stream_shared::StreamShared;
 use super::{deliver, ReplySender};
 use crate::engine::wire::SERVER_CREDITS;
 use crate::engine::MIN_FRAME;

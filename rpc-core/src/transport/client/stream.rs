@@ -1,5 +1,5 @@
 //! Streaming calls on the client's RC connection: the caller's side of each call
-//! ([`StreamShared`]), the task that pulls its request messages ([`write_stream`]),
+//! ([`StreamShared`], in `stream_shared.rs`), the task that pulls its request messages ([`write_stream`]),
 //! and its response messages as the typed API reads them ([`ClientInbound`]).
 //!
 //! The driver routes the engine's events of a call (headers, message, writable,
@@ -9,20 +9,19 @@
 //! Locks are taken connection first, then a call's: a reader or writer never holds
 //! its call's lock while it takes the connection's.
 
-use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
 
 use super::conn::Conn;
 use super::handle::Handle;
 use super::link::Link;
 use super::rc::RcLink;
+use super::stream_shared::StreamShared;
 use crate::client::{IncomingStream, OutgoingStream};
 use crate::engine::{CallHead, StreamEvent};
 use crate::metadata::MetadataMap;
@@ -30,66 +29,6 @@ use crate::payload::Payload;
 use crate::status::Status;
 use crate::stream::{BoxMessageSource, InboundMessages};
 use crate::transport::lock;
-
-/// A streaming call as its caller, reader and writer share it.
-#[derive(Default)]
-pub(crate) struct StreamShared(Mutex<Inner>);
-
-#[derive(Default)]
-struct Inner {
-    /// Resolves the caller's future with the headers (or the status that ended the
-    /// call before them).
-    headers: Option<oneshot::Sender<Result<MetadataMap, Status>>>,
-    messages: VecDeque<Vec<u8>>,
-    /// How the call ended, once it did (the reader takes it after the messages).
-    end: Option<Result<MetadataMap, Status>>,
-    reader: Option<Waker>,
-    writer: Option<Waker>,
-    /// The task pulling the request messages: stopped when the call ends, which
-    /// drops the caller's source (its producer sees that).
-    writer_task: Option<AbortHandle>,
-}
-
-impl StreamShared {
-    /// An event of the engine for this call (under the connection's lock).
-    pub(crate) fn on_event(&self, ev: StreamEvent) {
-        let mut st = lock(&self.0);
-        let wake = match ev {
-            StreamEvent::Headers(md) => {
-                if let Some(tx) = st.headers.take() {
-                    let _ = tx.send(Ok(md));
-                }
-                None
-            }
-            StreamEvent::Message(m) => {
-                st.messages.push_back(m);
-                st.reader.take()
-            }
-            StreamEvent::Writable => st.writer.take(),
-            StreamEvent::End(r) => {
-                if let Some(tx) = st.headers.take() {
-                    // Ended before its headers: the caller's future fails.
-                    let _ = tx
-                        .send(Err(r.clone().err().unwrap_or_else(|| {
-                            Status::internal("the call ended without headers")
-                        })));
-                }
-                st.end = Some(r);
-                if let Some(t) = st.writer_task.take() {
-                    t.abort();
-                }
-                if let Some(w) = st.writer.take() {
-                    w.wake();
-                }
-                st.reader.take()
-            }
-        };
-        drop(st);
-        if let Some(w) = wake {
-            w.wake();
-        }
-    }
-}
 
 impl RcLink {
     /// Routes the engine's stream events to their calls.

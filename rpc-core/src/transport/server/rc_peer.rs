@@ -10,7 +10,7 @@ use tokio::task::AbortHandle;
 
 use super::credit_pool::PeerCredit;
 use super::handler::{run_handler, run_limited, start_inline, Served};
-use super::rc_stream::InboundShared;
+use super::stream_inbound::InboundShared;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;

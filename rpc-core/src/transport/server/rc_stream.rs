@@ -12,16 +12,14 @@
 //! clock, so a producer stops at the deadline even when the client went silent
 //! (a client that is still there resets the call at its own deadline first).
 
-use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use tokio::task::AbortHandle;
-
 use super::rc_peer::{RcPeer, RcPeerState};
+use super::stream_inbound::InboundShared;
 use crate::engine::ServerStreamEvent;
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
@@ -29,62 +27,6 @@ use crate::server::{BoxMessage, ReplyBody, ServerReply};
 use crate::status::Status;
 use crate::stream::{BoxInbound, BoxMessageSource, InboundMessages, MessageSource};
 use crate::transport::lock;
-
-/// A streaming call's inbound half, shared by the connection and the handler.
-#[derive(Default)]
-pub(crate) struct InboundShared(Mutex<Inner>);
-
-#[derive(Default)]
-struct Inner {
-    messages: VecDeque<Vec<u8>>,
-    /// How the client's half ended: `Ok` for its half-close.
-    end: Option<Result<(), Status>>,
-    reader: Option<Waker>,
-    /// The handler dropped its inbound: later messages are discarded (and their
-    /// credit granted back at once, so the client is never stalled by them).
-    dropped: bool,
-    /// The task that ends the call at its deadline: stopped when the call ends first.
-    deadline_timer: Option<AbortHandle>,
-}
-
-impl InboundShared {
-    /// Ends the inbound half (unless it already ended).
-    pub(crate) fn end(&self, r: Result<(), Status>) {
-        let mut st = lock(&self.0);
-        if st.end.is_none() {
-            st.end = Some(r);
-        }
-        let w = st.reader.take();
-        drop(st);
-        if let Some(w) = w {
-            w.wake();
-        }
-    }
-
-    /// The call is over here: its inbound ends (unless it already ended), and its
-    /// deadline's timer stops.
-    fn close(&self, r: Result<(), Status>) {
-        if let Some(t) = lock(&self.0).deadline_timer.take() {
-            t.abort();
-        }
-        self.end(r);
-    }
-
-    /// A message arrived; `false` if the handler no longer reads (discarded).
-    fn push(&self, m: Vec<u8>) -> bool {
-        let mut st = lock(&self.0);
-        if st.dropped {
-            return false;
-        }
-        st.messages.push_back(m);
-        let w = st.reader.take();
-        drop(st);
-        if let Some(w) = w {
-            w.wake();
-        }
-        true
-    }
-}
 
 impl RcPeer {
     /// The inbound half of a streaming call that just arrived.
