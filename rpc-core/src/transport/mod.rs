@@ -84,6 +84,7 @@ mod endpoint;
 mod limit;
 mod ready;
 pub mod server;
+mod stream_batch;
 mod ud_device;
 
 use std::fmt;

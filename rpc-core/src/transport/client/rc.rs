@@ -120,7 +120,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     let pool = RecvPool::with_mode(
         &pd,
         RecvTarget::Qp(qp.clone()),
-        credits + SERVER_CREDITS,
+        credits,
         slot,
         Some(hook),
         mode,
@@ -209,8 +209,15 @@ impl RcLink {
     fn follow_window(&mut self, pool: &RecvPool) {
         let w = self.engine.window() as usize;
         let max = self.ring.qp().cap().max_send_wr as usize;
-        // Receives for the window's answers, plus the server's own frames (streams).
-        let need = w + SERVER_CREDITS as usize;
+        // Receives for the window's answers, plus the server's own frames once the
+        // connection streams (posted on its first stream, then granted).
+        let streams = self.engine.streams();
+        let server_frames = streams.receives_wanted() || streams.receives_posted_already();
+        let need = w + if server_frames {
+            SERVER_CREDITS as usize
+        } else {
+            0
+        };
         let room = self.ring.qp().cap().max_recv_wr as usize;
         let recv = pool.capacity();
         if need > recv {
@@ -221,6 +228,9 @@ impl RcLink {
                 self.fail(Status::unavailable(format!("receives not grown: {e}")));
                 return;
             }
+        }
+        if self.engine.streams().receives_wanted() && pool.capacity() >= need {
+            self.engine.streams().receives_posted();
         }
         let send = self.ring.capacity();
         if w > send {

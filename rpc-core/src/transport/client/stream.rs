@@ -23,12 +23,14 @@ use super::link::Link;
 use super::rc::RcLink;
 use super::stream_shared::StreamShared;
 use crate::client::{IncomingStream, OutgoingStream};
+use crate::engine::wire::{self, STREAM_GRANT_AT};
 use crate::engine::{CallHead, StreamEvent};
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
 use crate::status::Status;
 use crate::stream::{BoxMessageSource, InboundMessages};
 use crate::transport::lock;
+use crate::transport::stream_batch::{Next, Staged};
 
 impl RcLink {
     /// Routes the engine's stream events to their calls.
@@ -80,6 +82,36 @@ impl RcLink {
             .engine
             .send_stream_message(id, len, encode, self.ring.buf(&slot))
         {
+            Ok(t) => {
+                let _ = self.post(slot, t.len, t.imm);
+            }
+            Err(_) => self.ring.release(slot),
+        }
+        self.send_queued();
+        self.route_stream_events();
+    }
+
+    /// Sends what `staged` holds of call `id` (one message as a plain `MSG`,
+    /// several as a batch) on a reservation.
+    fn send_staged(&mut self, id: u32, staged: &Staged) {
+        self.promised.redeem();
+        if self.engine.dead().is_some() {
+            return;
+        }
+        let slot = self.ring.acquire().expect("reserved");
+        let out = self.ring.buf(&slot);
+        let sent = match (staged.lone(), staged.batch()) {
+            (Some(m), _) => {
+                self.engine
+                    .send_stream_message(id, m.len(), |o| o.copy_from_slice(m), out)
+            }
+            (_, Some(b)) => self.engine.send_stream_batch(id, b, out),
+            _ => {
+                self.engine.unreserve();
+                Err(Status::internal("nothing staged"))
+            }
+        };
+        match sent {
             Ok(t) => {
                 let _ = self.post(slot, t.len, t.imm);
             }
@@ -164,6 +196,7 @@ pub(crate) async fn start(
         shared,
         done: false,
         trailers: None,
+        untaken: 0,
     };
     // Dropped before the headers came: `inbound`'s drop resets the call.
     let headers = rx
@@ -190,6 +223,8 @@ async fn write_stream(
     mut source: BoxMessageSource,
     shared: Arc<StreamShared>,
 ) {
+    let mut staged = Staged::default();
+    let mut next: Option<usize> = None;
     loop {
         // The call's credit first: a producer is not polled beyond its window.
         let go = poll_fn(|cx| {
@@ -208,20 +243,26 @@ async fn write_stream(
         if !go {
             return;
         }
-        let len = match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
-            Some(Ok(len)) => len,
-            None => {
-                let mut st = conn.lock();
-                st.link.engine.streams().half_close(id);
-                st.link.after_stream_change();
-                return;
-            }
-            Some(Err(s)) => {
-                let mut st = conn.lock();
-                st.link.engine.streams().reset(id, s);
-                st.link.after_stream_change();
-                return;
-            }
+        let len = match next.take() {
+            Some(len) => len,
+            None => match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
+                Some(Ok(len)) => len,
+                Some(Err(s)) => return end_source(&conn, id, Err(s)),
+                None => return end_source(&conn, id, Ok(MetadataMap::new())),
+            },
+        };
+        let (frame, credit, max) = {
+            let mut st = conn.lock();
+            let frame = st.link.engine.frame_size();
+            let streams = st.link.engine.streams();
+            (frame, streams.send_credit(id), streams.max_send_message())
+        };
+        // What else the source has ready now rides in the same frame.
+        let batched = Staged::fits(len, frame, max);
+        let after = if batched {
+            poll_fn(|cx| Poll::Ready(staged.pack(cx, &mut source, len, frame, credit, max))).await
+        } else {
+            Next::Nothing
         };
         // Then a token and a send slot, shared with the connection's other calls.
         let room = poll_fn(|cx| {
@@ -240,8 +281,27 @@ async fn write_stream(
         if room.is_err() {
             return;
         }
-        conn.lock().link.send_message(id, len, &mut source);
+        if batched {
+            conn.lock().link.send_staged(id, &staged);
+        } else {
+            conn.lock().link.send_message(id, len, &mut source);
+        }
+        match after {
+            Next::Nothing => {}
+            Next::Message(len) => next = Some(len),
+            Next::End(r) => return end_source(&conn, id, r),
+        }
     }
+}
+
+/// The caller's source ended: its end half-closes the call, its error resets it.
+fn end_source(conn: &Conn<RcLink>, id: u32, r: Result<MetadataMap, Status>) {
+    let mut st = conn.lock();
+    match r {
+        Ok(_) => st.link.engine.streams().half_close(id),
+        Err(s) => st.link.engine.streams().reset(id, s),
+    }
+    st.link.after_stream_change();
 }
 
 /// The response messages of a streaming call, as the caller reads them.
@@ -254,6 +314,10 @@ pub(crate) struct ClientInbound {
     /// The end was read (or the call failed before its headers).
     done: bool,
     trailers: Option<MetadataMap>,
+    /// Charges of messages taken and not yet handed to the engine: it hears of
+    /// them once they make a grant (one connection lock per grant, not per
+    /// message).
+    untaken: u64,
 }
 
 impl InboundMessages for ClientInbound {
@@ -267,9 +331,13 @@ impl InboundMessages for ClientInbound {
         let mut st = lock(&self.shared.0);
         if let Some(m) = st.messages.pop_front() {
             drop(st);
-            let mut c = self.conn.lock();
-            c.link.engine.streams().taken(self.id);
-            c.link.after_stream_change();
+            self.untaken += wire::charge(m.len());
+            if self.untaken >= u64::from(STREAM_GRANT_AT) {
+                let n = std::mem::take(&mut self.untaken);
+                let mut c = self.conn.lock();
+                c.link.engine.streams().taken(self.id, n);
+                c.link.after_stream_change();
+            }
             return Poll::Ready(Some(Ok(Payload::from_vec(m))));
         }
         match st.end.take() {

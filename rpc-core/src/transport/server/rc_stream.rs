@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use super::rc_peer::{RcPeer, RcPeerState};
 use super::stream_inbound::InboundShared;
+use crate::engine::wire::{self, STREAM_GRANT_AT};
 use crate::engine::ServerStreamEvent;
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
@@ -27,6 +28,7 @@ use crate::server::{BoxMessage, ReplyBody, ServerReply};
 use crate::status::Status;
 use crate::stream::{BoxInbound, BoxMessageSource, InboundMessages, MessageSource};
 use crate::transport::lock;
+use crate::transport::stream_batch::{Next, Staged};
 
 impl RcPeer {
     /// The inbound half of a streaming call that just arrived.
@@ -42,6 +44,7 @@ impl RcPeer {
             id,
             shared,
             done: false,
+            untaken: 0,
         })
     }
 
@@ -53,9 +56,10 @@ impl RcPeer {
         while let Some((id, ev)) = st.engine.poll_stream_event() {
             match ev {
                 ServerStreamEvent::Message(m) => {
+                    let charge = wire::charge(m.len());
                     let kept = st.streams.get(&id).is_some_and(|s| s.push(m));
                     if !kept {
-                        st.engine.streams().taken(id);
+                        st.engine.streams().taken(id, charge);
                     }
                 }
                 ServerStreamEvent::HalfClosed => {
@@ -146,51 +150,124 @@ impl RcPeer {
     }
 
     /// Sends the handler's messages, then its end as the trailers. Returns when the
-    /// stream ended, or the call did (reset, refused, connection lost).
+    /// stream ended, or the call did (reset, refused, connection lost). Messages
+    /// the source has ready together go as one batch frame; a lone one at once.
     async fn write_stream(&self, id: u32, mut source: BoxMessageSource) {
+        let mut staged = Staged::default();
+        let mut next: Option<usize> = None;
         loop {
             // The call's credit first: a producer is not polled beyond its window.
             if !self.wait_sendable(id).await {
                 return;
             }
-            let len = match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
-                Some(Ok(len)) => len,
-                end => {
-                    let r = match end {
-                        Some(Err(s)) => Err(s),
-                        _ => Ok(MetadataMap::new()),
-                    };
-                    let mut st = lock(&self.state);
-                    if !st.dead {
-                        st.engine.streams().finish(id, r);
-                        Self::pump(&mut st);
-                    }
-                    return;
-                }
+            let len = match next.take() {
+                Some(len) => len,
+                None => match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
+                    Some(Ok(len)) => len,
+                    Some(Err(s)) => return self.finish_stream(id, Err(s)),
+                    None => return self.finish_stream(id, Ok(MetadataMap::new())),
+                },
             };
-            loop {
-                if !self.wait_sendable(id).await {
+            let (frame, credit, max) = {
+                let mut st = lock(&self.state);
+                let frame = st.engine.frame_size();
+                let streams = st.engine.streams();
+                (frame, streams.send_credit(id), streams.max_send_message())
+            };
+            if !Staged::fits(len, frame, max) {
+                // Alone: in chunks, or refused by the engine (over the max).
+                if !self.send_alone(id, len, &mut source).await {
                     return;
                 }
-                let mut st = lock(&self.state);
-                let sendable = !st.dead && st.engine.streams().can_send(id);
-                let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
-                    continue; // another call took it first
-                };
-                let RcPeerState { engine, ring, .. } = &mut *st;
-                let encode = |out: &mut [u8]| source.as_mut().encode_current(out);
-                match engine.send_stream_message(id, len, encode, ring.buf(&slot)) {
-                    Ok(t) => {
-                        if let Err(e) = st.ring.post(slot, t.len, t.imm) {
-                            tracing::debug!(error = %e, "server post failed");
-                            st.dead = true;
-                        }
-                    }
-                    Err(_) => st.ring.release(slot),
-                }
-                self.route_stream_events(&mut st);
-                break;
+                continue;
             }
+            let after =
+                poll_fn(|cx| Poll::Ready(staged.pack(cx, &mut source, len, frame, credit, max)))
+                    .await;
+            if !self.send_staged(id, &staged).await {
+                return;
+            }
+            match after {
+                Next::Nothing => {}
+                Next::Message(len) => next = Some(len),
+                Next::End(r) => return self.finish_stream(id, r),
+            }
+        }
+    }
+
+    /// The handler's stream ended: its final status goes as the trailers, after
+    /// the messages sent.
+    fn finish_stream(&self, id: u32, r: Result<MetadataMap, Status>) {
+        let mut st = lock(&self.state);
+        if !st.dead {
+            st.engine.streams().finish(id, r);
+            Self::pump(&mut st);
+        }
+    }
+
+    /// Sends the source's current message (`len` bytes) alone, encoded straight
+    /// into a send slot; `false` once the call is over here.
+    async fn send_alone(&self, id: u32, len: usize, source: &mut BoxMessageSource) -> bool {
+        loop {
+            if !self.wait_sendable(id).await {
+                return false;
+            }
+            let mut st = lock(&self.state);
+            let sendable = !st.dead && st.engine.streams().can_send(id);
+            let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
+                continue; // another call took it first
+            };
+            let RcPeerState { engine, ring, .. } = &mut *st;
+            let encode = |out: &mut [u8]| source.as_mut().encode_current(out);
+            match engine.send_stream_message(id, len, encode, ring.buf(&slot)) {
+                Ok(t) => {
+                    if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                        tracing::debug!(error = %e, "server post failed");
+                        st.dead = true;
+                    }
+                }
+                Err(_) => st.ring.release(slot),
+            }
+            self.route_stream_events(&mut st);
+            return true;
+        }
+    }
+
+    /// Sends what `staged` holds (one message as a plain `MSG`, several as a
+    /// batch) once the call and the connection let it; `false` once the call is
+    /// over here.
+    async fn send_staged(&self, id: u32, staged: &Staged) -> bool {
+        loop {
+            if !self.wait_sendable(id).await {
+                return false;
+            }
+            let mut st = lock(&self.state);
+            let sendable = !st.dead && st.engine.streams().can_send(id);
+            let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
+                continue; // another call took it first
+            };
+            let RcPeerState { engine, ring, .. } = &mut *st;
+            let sent = match (staged.lone(), staged.batch()) {
+                (Some(m), _) => engine.send_stream_message(
+                    id,
+                    m.len(),
+                    |o| o.copy_from_slice(m),
+                    ring.buf(&slot),
+                ),
+                (_, Some(b)) => engine.send_stream_batch(id, b, ring.buf(&slot)),
+                _ => Err(Status::internal("nothing staged")),
+            };
+            match sent {
+                Ok(t) => {
+                    if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                        tracing::debug!(error = %e, "server post failed");
+                        st.dead = true;
+                    }
+                }
+                Err(_) => st.ring.release(slot),
+            }
+            self.route_stream_events(&mut st);
+            return true;
         }
     }
 
@@ -256,6 +333,25 @@ struct ServerInbound {
     id: u32,
     shared: Arc<InboundShared>,
     done: bool,
+    /// Charges of messages taken and not yet handed to the engine: it hears of
+    /// them once they make a grant, not at every message (one connection lock
+    /// per grant).
+    untaken: u64,
+}
+
+impl ServerInbound {
+    /// Hands the engine the charges taken (their grant goes out).
+    fn give_back(&mut self, more: u64) {
+        let n = std::mem::take(&mut self.untaken) + more;
+        if n == 0 {
+            return;
+        }
+        let mut c = lock(&self.peer.state);
+        if !c.dead {
+            c.engine.streams().taken(self.id, n);
+            RcPeer::pump(&mut c);
+        }
+    }
 }
 
 impl InboundMessages for ServerInbound {
@@ -269,10 +365,9 @@ impl InboundMessages for ServerInbound {
         let mut st = lock(&self.shared.0);
         if let Some(m) = st.messages.pop_front() {
             drop(st);
-            let mut c = lock(&self.peer.state);
-            if !c.dead {
-                c.engine.streams().taken(self.id);
-                RcPeer::pump(&mut c);
+            self.untaken += wire::charge(m.len());
+            if self.untaken >= u64::from(STREAM_GRANT_AT) {
+                self.give_back(0);
             }
             return Poll::Ready(Some(Ok(Payload::from_vec(m))));
         }
@@ -301,19 +396,14 @@ impl Drop for ServerInbound {
     fn drop(&mut self) {
         // Messages still here and those to come are discarded; their credits go
         // back, so the client keeps sending (and its half-close still arrives).
-        let n = {
+        let discarded: u64 = {
             let mut st = lock(&self.shared.0);
             st.dropped = true;
-            std::mem::take(&mut st.messages).len()
+            std::mem::take(&mut st.messages)
+                .iter()
+                .map(|m| wire::charge(m.len()))
+                .sum()
         };
-        if n > 0 {
-            let mut c = lock(&self.peer.state);
-            if !c.dead {
-                for _ in 0..n {
-                    c.engine.streams().taken(self.id);
-                }
-                RcPeer::pump(&mut c);
-            }
-        }
+        self.give_back(discarded);
     }
 }
