@@ -9,6 +9,8 @@ pub struct Payload {
 
 enum Repr {
     Owned(Vec<u8>),
+    /// Shared with other messages (a stream's batch frame, copied out once).
+    Shared(bytes::Bytes),
     /// Borrowed from a registered receive slot; the slot is reposted when this drops.
     Slot {
         slot: rpc_transport::msg::RecvSlot,
@@ -21,6 +23,13 @@ impl Payload {
     pub fn from_vec(v: Vec<u8>) -> Payload {
         Payload {
             repr: Repr::Owned(v),
+        }
+    }
+
+    /// Bytes shared with others (a slice of a buffer several messages came in).
+    pub(crate) fn from_bytes(b: bytes::Bytes) -> Payload {
+        Payload {
+            repr: Repr::Shared(b),
         }
     }
 
@@ -50,6 +59,7 @@ impl Payload {
     ) -> Result<M, prost::DecodeError> {
         match self.repr {
             Repr::Owned(v) => M::decode(bytes::Bytes::from(v).slice(range)),
+            Repr::Shared(b) => M::decode(b.slice(range)),
             Repr::Slot { slot, range: r } => M::decode(&slot.bytes()[r][range]),
         }
     }
@@ -58,6 +68,7 @@ impl Payload {
     pub fn as_slice(&self) -> &[u8] {
         match &self.repr {
             Repr::Owned(v) => v,
+            Repr::Shared(b) => b,
             Repr::Slot { slot, range } => &slot.bytes()[range.clone()],
         }
     }

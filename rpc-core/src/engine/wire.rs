@@ -679,12 +679,25 @@ impl<'a> Batch<'a> {
 
     /// The messages, in order.
     pub fn messages(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let mut rest = self.entries;
+        let entries = self.entries;
+        self.spans().map(move |r| &entries[r])
+    }
+
+    /// The bytes after the head: the entries.
+    pub fn entries(&self) -> &'a [u8] {
+        self.entries
+    }
+
+    /// Where each message lies in [`Batch::entries`], in order.
+    pub fn spans(&self) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
+        let entries = self.entries;
+        let mut at = 0;
         std::iter::from_fn(move || {
-            let (len, tail) = rest.split_first_chunk::<BATCH_ENTRY_HEAD>()?;
-            let (m, tail) = tail.split_at(u32::from_be_bytes(*len) as usize);
-            rest = tail;
-            Some(m)
+            let len = entries.get(at..at + BATCH_ENTRY_HEAD)?;
+            let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+            let start = at + BATCH_ENTRY_HEAD;
+            at = start + len;
+            Some(start..at)
         })
     }
 }

@@ -21,7 +21,7 @@ pub enum StreamEvent {
     /// The server's handler answered: its response metadata. Comes first, once.
     Headers(MetadataMap),
     /// A whole message from the server.
-    Message(Vec<u8>),
+    Message(bytes::Bytes),
     /// The call may send a message again (credit came back, a long message left).
     Writable,
     /// The call ended: the trailers of an OK end, or the status. The last event.
@@ -577,6 +577,18 @@ impl ClientStreams {
             if s.send_credit.grant(n) && s.sending.is_none() {
                 self.events.push_back((id, StreamEvent::Writable));
             }
+        }
+    }
+
+    /// The next event, if it is a message of call `id` (a batch's messages are
+    /// handed over together).
+    pub fn poll_message_of(&mut self, id: u32) -> Option<bytes::Bytes> {
+        match self.events.front() {
+            Some((i, StreamEvent::Message(_))) if *i == id => match self.events.pop_front() {
+                Some((_, StreamEvent::Message(m))) => Some(m),
+                _ => None,
+            },
+            _ => None,
         }
     }
 

@@ -11,6 +11,7 @@ pub(crate) mod server;
 
 use crate::engine::wire::{self, MsgFrame, STREAM_GRANT_AT, STREAM_WINDOW};
 use crate::status::Status;
+use bytes::Bytes;
 
 /// A message too long for one frame, sent as consecutive `MSG`s.
 #[derive(Debug)]
@@ -86,7 +87,7 @@ impl Incoming {
         frame: &[u8],
         max: usize,
         window: &mut Window,
-        mut deliver: impl FnMut(Vec<u8>),
+        mut deliver: impl FnMut(Bytes),
     ) -> Received {
         let (offset, total, chunk) = match wire::read_msg(frame) {
             Ok(MsgFrame::Chunk {
@@ -98,14 +99,17 @@ impl Incoming {
                 if self.partial.is_some() {
                     return Received::Malformed("message batch inside a message");
                 }
-                for m in b.messages() {
-                    if m.len() > max {
-                        return Received::TooLong(m.len());
+                // One copy out of the slot for the whole batch; each message is a
+                // view of it (no allocation per message).
+                let all = Bytes::copy_from_slice(b.entries());
+                for r in b.spans() {
+                    if r.len() > max {
+                        return Received::TooLong(r.len());
                     }
-                    if !window.arrived(wire::charge(m.len())) {
+                    if !window.arrived(wire::charge(r.len())) {
                         return Received::NoCredit;
                     }
-                    deliver(m.to_vec());
+                    deliver(all.slice(r));
                 }
                 return Received::Ok;
             }
@@ -123,7 +127,7 @@ impl Incoming {
                     return Received::NoCredit;
                 }
                 if chunk.len() == total {
-                    deliver(chunk.to_vec());
+                    deliver(Bytes::copy_from_slice(chunk));
                     return Received::Ok;
                 }
                 let mut buf = Vec::with_capacity(total);
@@ -138,7 +142,7 @@ impl Incoming {
                 buf.extend_from_slice(chunk);
                 if buf.len() == *want {
                     let (buf, _) = self.partial.take().expect("present");
-                    deliver(buf);
+                    deliver(Bytes::from(buf));
                 }
                 Received::Ok
             }
@@ -269,7 +273,7 @@ mod tests {
         max: usize,
     ) -> (Received, Vec<Vec<u8>>) {
         let mut got = Vec::new();
-        let r = inc.take(f, max, w, |m| got.push(m));
+        let r = inc.take(f, max, w, |m| got.push(m.to_vec()));
         (r, got)
     }
 

@@ -18,7 +18,7 @@ use crate::status::Status;
 #[derive(Debug)]
 pub enum ServerStreamEvent {
     /// A whole message from the client.
-    Message(Vec<u8>),
+    Message(bytes::Bytes),
     /// The client's half ended (`HALF_CLOSE`).
     HalfClosed,
     /// The call may send a message again (credit came back, a long message left).
@@ -118,6 +118,19 @@ impl ServerStreams {
                 deadline,
             },
         );
+    }
+
+    /// Brings call `id`'s deadline here forward to `now + timeout` (the server's
+    /// own cap on a call, `Server::timeout`) if that comes first; the new
+    /// deadline when it did.
+    pub fn cap_deadline(&mut self, id: u32, now: Instant, timeout: Duration) -> Option<Instant> {
+        let s = self.streams.get_mut(&id).filter(|s| s.open)?;
+        let at = now.checked_add(timeout)?;
+        if s.deadline.is_some_and(|(d, _)| d <= at) {
+            return None;
+        }
+        s.deadline = Some((at, timeout));
+        Some(at)
     }
 
     /// When call `id` ends here at its deadline, if it is open and has one.
@@ -524,6 +537,18 @@ impl ServerStreams {
         }
         self.events
             .push_back((id, ServerStreamEvent::Reset(status)));
+    }
+
+    /// The next event, if it is a message of call `id` (a batch's messages are
+    /// handed over together).
+    pub fn poll_message_of(&mut self, id: u32) -> Option<bytes::Bytes> {
+        match self.events.front() {
+            Some((i, ServerStreamEvent::Message(_))) if *i == id => match self.events.pop_front() {
+                Some((_, ServerStreamEvent::Message(m))) => Some(m),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// The next event of a streaming call.

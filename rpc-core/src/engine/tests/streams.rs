@@ -233,7 +233,7 @@ impl StreamSim {
         while let Some((id, ev)) = self.s.poll_stream_event() {
             let seen = self.server.entry(id).or_default();
             match ev {
-                ServerStreamEvent::Message(m) => seen.unread.push_back(m),
+                ServerStreamEvent::Message(m) => seen.unread.push_back(m.to_vec()),
                 ServerStreamEvent::HalfClosed => seen.half_closed = true,
                 ServerStreamEvent::Writable => {}
                 ServerStreamEvent::Reset(s) => seen.end = Some(Err(s)),
@@ -293,7 +293,7 @@ impl StreamSim {
             let seen = self.client.entry(id).or_default();
             match ev {
                 StreamEvent::Headers(_) => seen.headers = true,
-                StreamEvent::Message(m) => seen.unread.push_back(m),
+                StreamEvent::Message(m) => seen.unread.push_back(m.to_vec()),
                 StreamEvent::Writable => {}
                 StreamEvent::End(r) => {
                     assert!(seen.end.is_none(), "one end per call");

@@ -9,12 +9,14 @@
 //! Locks are taken connection first, then a call's: a reader or writer never holds
 //! its call's lock while it takes the connection's.
 
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::conn::Conn;
@@ -36,6 +38,17 @@ impl RcLink {
     /// Routes the engine's stream events to their calls.
     pub(super) fn route_stream_events(&mut self) {
         while let Some((id, ev)) = self.engine.poll_stream_event() {
+            let ev = match ev {
+                StreamEvent::Message(m) => {
+                    let streams = self.engine.streams();
+                    match self.streams.get(&id) {
+                        Some(sh) => sh.on_messages(m, || streams.poll_message_of(id)),
+                        None => while streams.poll_message_of(id).is_some() {},
+                    }
+                    continue;
+                }
+                ev => ev,
+            };
             let end = matches!(ev, StreamEvent::End(_));
             if let Some(sh) = self.streams.get(&id) {
                 sh.on_event(ev);
@@ -197,6 +210,7 @@ pub(crate) async fn start(
         done: false,
         trailers: None,
         untaken: 0,
+        ready: VecDeque::new(),
     };
     // Dropped before the headers came: `inbound`'s drop resets the call.
     let headers = rx
@@ -318,6 +332,8 @@ pub(crate) struct ClientInbound {
     /// them once they make a grant (one connection lock per grant, not per
     /// message).
     untaken: u64,
+    /// Messages moved out of the shared queue together, read from here.
+    ready: VecDeque<Bytes>,
 }
 
 impl InboundMessages for ClientInbound {
@@ -328,9 +344,12 @@ impl InboundMessages for ClientInbound {
         if self.done {
             return Poll::Ready(None);
         }
-        let mut st = lock(&self.shared.0);
-        if let Some(m) = st.messages.pop_front() {
-            drop(st);
+        let this = &mut *self;
+        if this.ready.is_empty() {
+            // Everything queued at once: one lock per batch, not per message.
+            std::mem::swap(&mut lock(&this.shared.0).messages, &mut this.ready);
+        }
+        if let Some(m) = self.ready.pop_front() {
             self.untaken += wire::charge(m.len());
             if self.untaken >= u64::from(STREAM_GRANT_AT) {
                 let n = std::mem::take(&mut self.untaken);
@@ -338,7 +357,13 @@ impl InboundMessages for ClientInbound {
                 c.link.engine.streams().taken(self.id, n);
                 c.link.after_stream_change();
             }
-            return Poll::Ready(Some(Ok(Payload::from_vec(m))));
+            return Poll::Ready(Some(Ok(Payload::from_bytes(m))));
+        }
+        let mut st = lock(&self.shared.0);
+        if !st.messages.is_empty() {
+            // Arrived since the look above: read again.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         match st.end.take() {
             Some(end) => {

@@ -23,7 +23,7 @@ pub(super) struct Inner {
     /// Resolves the caller's future with the headers (or the status that ended the
     /// call before them).
     pub(super) headers: Option<oneshot::Sender<Result<MetadataMap, Status>>>,
-    pub(super) messages: VecDeque<Vec<u8>>,
+    pub(super) messages: VecDeque<bytes::Bytes>,
     /// How the call ended, once it did (the reader takes it after the messages).
     pub(super) end: Option<Result<MetadataMap, Status>>,
     pub(super) reader: Option<Waker>,
@@ -34,6 +34,23 @@ pub(super) struct Inner {
 }
 
 impl StreamShared {
+    /// Messages for this call (under the connection's lock): `first`, then what
+    /// `more` yields, queued under one lock with one wake-up.
+    pub(crate) fn on_messages(
+        &self,
+        first: bytes::Bytes,
+        more: impl FnMut() -> Option<bytes::Bytes>,
+    ) {
+        let mut st = lock(&self.0);
+        st.messages.push_back(first);
+        st.messages.extend(std::iter::from_fn(more));
+        let w = st.reader.take();
+        drop(st);
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
     /// An event of the engine for this call (under the connection's lock).
     pub(crate) fn on_event(&self, ev: StreamEvent) {
         let mut st = lock(&self.0);

@@ -287,6 +287,9 @@ async fn run_call(
     timeout: Option<Duration>,
     streaming: bool,
 ) {
+    if streaming {
+        conn.cap_stream_deadline(id, served.timeout());
+    }
     let result = match &conn.limit {
         None => run_handler(&served, call, timeout).await,
         // Boxed: see `run_limited`.

@@ -12,15 +12,18 @@
 //! clock, so a producer stops at the deadline even when the client went silent
 //! (a client that is still there resets the call at its own deadline first).
 
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::rc_peer::{RcPeer, RcPeerState};
 use super::stream_inbound::InboundShared;
 use crate::engine::wire::{self, STREAM_GRANT_AT};
+use bytes::Bytes;
+
 use crate::engine::ServerStreamEvent;
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
@@ -45,7 +48,32 @@ impl RcPeer {
             shared,
             done: false,
             untaken: 0,
+            ready: VecDeque::new(),
         })
+    }
+
+    /// Caps streaming call `id` at the server's `timeout` (`Server::timeout`),
+    /// counted from now (its arrival): the whole call, messages and trailers
+    /// included, not only its handler's answer, as tonic's timeout covers the
+    /// response body. The call then ends `DEADLINE_EXCEEDED` at whichever
+    /// deadline comes first, the client's or this one.
+    pub(super) fn cap_stream_deadline(self: &Arc<Self>, id: u32, timeout: Option<Duration>) {
+        let Some(t) = timeout else {
+            return;
+        };
+        let mut st = lock(&self.state);
+        if st.dead {
+            return;
+        }
+        let Some(at) = st.engine.streams().cap_deadline(id, Instant::now(), t) else {
+            return;
+        };
+        if let Some(shared) = st.streams.get(&id) {
+            let timer = tokio::spawn(end_at_deadline(Arc::downgrade(self), at));
+            if let Some(old) = lock(&shared.0).deadline_timer.replace(timer.abort_handle()) {
+                old.abort();
+            }
+        }
     }
 
     /// Routes the engine's stream events: messages and ends to the handlers'
@@ -56,10 +84,21 @@ impl RcPeer {
         while let Some((id, ev)) = st.engine.poll_stream_event() {
             match ev {
                 ServerStreamEvent::Message(m) => {
-                    let charge = wire::charge(m.len());
-                    let kept = st.streams.get(&id).is_some_and(|s| s.push(m));
-                    if !kept {
-                        st.engine.streams().taken(id, charge);
+                    let RcPeerState {
+                        engine, streams, ..
+                    } = &mut *st;
+                    let streams_e = engine.streams();
+                    let kept = match streams.get(&id) {
+                        Some(s) => s.push(m, || streams_e.poll_message_of(id)),
+                        None => Err(m),
+                    };
+                    if let Err(m) = kept {
+                        // Nobody reads: discarded, and their credit goes back.
+                        let mut charge = wire::charge(m.len());
+                        while let Some(m) = streams_e.poll_message_of(id) {
+                            charge += wire::charge(m.len());
+                        }
+                        streams_e.taken(id, charge);
                     }
                 }
                 ServerStreamEvent::HalfClosed => {
@@ -337,6 +376,8 @@ struct ServerInbound {
     /// them once they make a grant, not at every message (one connection lock
     /// per grant).
     untaken: u64,
+    /// Messages moved out of the shared queue together, read from here.
+    ready: VecDeque<Bytes>,
 }
 
 impl ServerInbound {
@@ -362,14 +403,23 @@ impl InboundMessages for ServerInbound {
         if self.done {
             return Poll::Ready(None);
         }
-        let mut st = lock(&self.shared.0);
-        if let Some(m) = st.messages.pop_front() {
-            drop(st);
+        let this = &mut *self;
+        if this.ready.is_empty() {
+            // Everything queued at once: one lock per batch, not per message.
+            std::mem::swap(&mut lock(&this.shared.0).messages, &mut this.ready);
+        }
+        if let Some(m) = self.ready.pop_front() {
             self.untaken += wire::charge(m.len());
             if self.untaken >= u64::from(STREAM_GRANT_AT) {
                 self.give_back(0);
             }
-            return Poll::Ready(Some(Ok(Payload::from_vec(m))));
+            return Poll::Ready(Some(Ok(Payload::from_bytes(m))));
+        }
+        let mut st = lock(&self.shared.0);
+        if !st.messages.is_empty() {
+            // Arrived since the look above: read again.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         match st.end.take() {
             Some(r) => {
@@ -401,6 +451,7 @@ impl Drop for ServerInbound {
             st.dropped = true;
             std::mem::take(&mut st.messages)
                 .iter()
+                .chain(&self.ready)
                 .map(|m| wire::charge(m.len()))
                 .sum()
         };

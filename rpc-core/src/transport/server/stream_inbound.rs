@@ -17,7 +17,7 @@ pub(crate) struct InboundShared(pub(super) Mutex<Inner>);
 
 #[derive(Default)]
 pub(super) struct Inner {
-    pub(super) messages: VecDeque<Vec<u8>>,
+    pub(super) messages: VecDeque<bytes::Bytes>,
     /// How the client's half ended: `Ok` for its half-close.
     pub(super) end: Option<Result<(), Status>>,
     pub(super) reader: Option<Waker>,
@@ -51,18 +51,25 @@ impl InboundShared {
         self.end(r);
     }
 
-    /// A message arrived; `false` if the handler no longer reads (discarded).
-    pub(super) fn push(&self, m: Vec<u8>) -> bool {
+    /// Messages arrived: `first`, then what `more` yields, queued under one lock
+    /// with one wake-up; `false` if the handler no longer reads (the caller
+    /// discards them).
+    pub(super) fn push(
+        &self,
+        first: bytes::Bytes,
+        more: impl FnMut() -> Option<bytes::Bytes>,
+    ) -> Result<(), bytes::Bytes> {
         let mut st = lock(&self.0);
         if st.dropped {
-            return false;
+            return Err(first);
         }
-        st.messages.push_back(m);
+        st.messages.push_back(first);
+        st.messages.extend(std::iter::from_fn(more));
         let w = st.reader.take();
         drop(st);
         if let Some(w) = w {
             w.wake();
         }
-        true
+        Ok(())
     }
 }
