@@ -128,7 +128,12 @@ impl RcLink {
             Ok(t) => {
                 let _ = self.post(slot, t.len, t.imm);
             }
-            Err(_) => self.ring.release(slot),
+            Err(s) => {
+                // Packed within the call's limits, so this is a bug: the call ends
+                // with it rather than losing the messages silently.
+                self.ring.release(slot);
+                self.engine.streams().reset(id, s);
+            }
         }
         self.send_queued();
         self.route_stream_events();

@@ -303,7 +303,12 @@ impl RcPeer {
                         st.dead = true;
                     }
                 }
-                Err(_) => st.ring.release(slot),
+                Err(s) => {
+                    // Packed within the call's limits, so this is a bug: the call
+                    // ends with it rather than losing the messages silently.
+                    st.ring.release(slot);
+                    st.engine.streams().finish(id, Err(s));
+                }
             }
             self.route_stream_events(&mut st);
             return true;
