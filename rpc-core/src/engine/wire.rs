@@ -239,10 +239,11 @@
 //!   which is reposted at once: a slow reader never holds the connection's receives.
 //! * **Connection credits (server).** Server frames other than answers (`MSG`,
 //!   `TRAILERS`, `CREDIT`) need receives the client posted for them. The server
-//!   starts a connection with none: the client posts [`SERVER_CREDITS`] receives
-//!   beyond its credits when it opens its first streaming call (a connection that
-//!   never streams never registers them), and then grants them with a `CREDIT` on
-//!   call id 0 of `n` = [`SERVER_CREDITS`]; each such server frame takes one. (The
+//!   starts a connection with none: the client keeps [`SERVER_CREDITS`] receives
+//!   posted beyond its window only from its first streaming call on (until then
+//!   its receives follow its window alone), and grants them once posted with a
+//!   `CREDIT` on call id 0 of `n` = [`SERVER_CREDITS`]; each such server frame
+//!   takes one. (The
 //!   first stream's `RESP` needs none: it is an answer.) The client
 //!   returns them with `CREDIT` on call id 0 once half are reposted (a client frame,
 //!   answered by `CR`). The client's frames that are answered at once (`MSG`

@@ -117,10 +117,15 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
             sig.ready.wake_all();
         })
     };
+    // Room for the window to grow into before a second region: the receives for
+    // the server's stream frames are no longer reserved beyond the window until
+    // the first stream (`follow_window`), but starting the pool at the bare grant
+    // and doubling from there measured 25-35% fewer unary calls/s at 256 in
+    // flight (rpc-bench, soft provider), so it starts where it always did.
     let pool = RecvPool::with_mode(
         &pd,
         RecvTarget::Qp(qp.clone()),
-        credits,
+        credits + SERVER_CREDITS,
         slot,
         Some(hook),
         mode,
