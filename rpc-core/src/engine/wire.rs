@@ -198,8 +198,9 @@
 //!   follows (issue 15)**; a receiver that does not know it treats a `MSG` with it
 //!   as malformed. Bit 30 is `BATCH`. A chunk's `total` is therefore below 2^30
 //!   (max messages are far smaller).
-//!   A message is bounded by the
-//!   receiver's max message: a server refusing a longer one ends the call with
+//!
+//!   A message is bounded by the receiver's max message: a server refusing a
+//!   longer one ends the call with
 //!   `TRAILERS` `RESOURCE_EXHAUSTED`; a client refusing one sends `RESET`
 //!   `RESOURCE_EXHAUSTED` and ends the call so itself; a sender that knows the
 //!   peer's limit (exchanged at the handshake) refuses before sending, and does the
@@ -213,7 +214,8 @@
 //!   and drops its producer.
 //! * **Deadlines.** Both sides keep the `REQ`'s timeout: the client resets the call
 //!   (`RESET` `DEADLINE_EXCEEDED`) at its deadline; the server, counting from the
-//!   `REQ`'s arrival, ends the call itself at its own: `DEADLINE_EXCEEDED` as the
+//!   `REQ`'s arrival, ends the call itself at its own (the `REQ`'s timeout, or its
+//!   own cap on a call, `Server::timeout`, whichever comes first): `DEADLINE_EXCEEDED` as the
 //!   `REQ`'s answer if the handler has not answered, else as `TRAILERS` (the rest of
 //!   a long message is not sent), and it drops the producer. So a stream stops at
 //!   its deadline even when the client went silent; whichever end comes second
@@ -243,8 +245,7 @@
 //!   posted beyond its window only from its first streaming call on (until then
 //!   its receives follow its window alone), and grants them once posted with a
 //!   `CREDIT` on call id 0 of `n` = [`SERVER_CREDITS`]; each such server frame
-//!   takes one. (The
-//!   first stream's `RESP` needs none: it is an answer.) The client
+//!   takes one (the first stream's `RESP` needs none: it is an answer). The client
 //!   returns them with `CREDIT` on call id 0 once half are reposted (a client frame,
 //!   answered by `CR`). The client's frames that are answered at once (`MSG`
 //!   excepted) may use its last credit, as `CANCEL` does, so a connection whose
@@ -253,8 +254,9 @@
 //!   it.
 //! * **Fairness.** A call's writer sends one frame (one message, or one batch of
 //!   the messages it had ready) and then waits its turn again behind the
-//!   connection's other calls with credit and data; the later `MSG`s of long messages and the control
-//!   frames take turns round-robin among the calls that have them.
+//!   connection's other calls with credit and data; the later `MSG`s of long
+//!   messages and the control frames take turns round-robin among the calls that
+//!   have them.
 //! * UD keeps one datagram each way: no streams (a UD channel opens RC for them).
 
 use crate::code::Code;
