@@ -14,8 +14,9 @@ enum Repr {
         slot: rpc_transport::msg::RecvSlot,
         range: std::ops::Range<usize>,
     },
-    /// Shared with a pooled registered region (a body read by reference); the
-    /// region returns to its pool when the last clone drops.
+    /// Shared: with a pooled registered region (a body read by reference; the region
+    /// returns to its pool when the last clone drops), or with the other messages of
+    /// a stream's batch frame (copied out of its slot once).
     Shared(bytes::Bytes),
 }
 
@@ -27,7 +28,8 @@ impl Payload {
         }
     }
 
-    /// Bytes shared with their buffer (a body read by reference into a pooled region).
+    /// Bytes shared with their buffer (a body read by reference into a pooled region,
+    /// or a slice of a buffer several stream messages came in).
     pub(crate) fn from_bytes(b: bytes::Bytes) -> Payload {
         Payload {
             repr: Repr::Shared(b),

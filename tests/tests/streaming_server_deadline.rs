@@ -13,7 +13,9 @@ use rpc_core::client::OutgoingStream;
 use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::{Code, Extensions, MetadataMap, Response, Status};
-use tests::raw_stream::{next, ChanSource, CountSource, Seen, Witness};
+use tests::raw_stream::{
+    next, open, read_all, ChanSource, CountSource, Seen, StreamService, Witness,
+};
 use tests::ChildTest;
 use tokio::sync::oneshot;
 use tower::{Service, ServiceExt};
@@ -145,6 +147,45 @@ async fn the_server_ends_a_silent_clients_stream_at_the_deadline() {
         s.message().contains("on the server"),
         "ended by the server's own timer, not a client RESET: {s:?}"
     );
-    assert!(polled <= 16, "the producer never ran past the window");
+    // The window: 1 MiB of charges (a message's length plus 32 B), a message
+    // beginning while credit is left, plus one a writer may hold back.
+    let window = (1u64 << 20).div_ceil(1024 + 32) + 1;
+    assert!(
+        polled <= window,
+        "the producer never ran past the window ({polled} > {window})"
+    );
     child.child.kill().await.unwrap();
+}
+
+/// `Server::timeout` covers a streaming call whole, not only its handler's
+/// answer: an endless server stream, read as fast as it comes by a client that set
+/// no deadline, ends `DEADLINE_EXCEEDED` from the server's clock, every message
+/// before it intact, and its producer is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_timeout_ends_a_stream_after_its_handler_returned() {
+    let router = Server::builder()
+        .timeout(Duration::from_millis(300))
+        .add_service(StreamService);
+    let (addr, _stop) = tests::serve_router(router).await;
+    let mut ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
+    let mut w = Witness::new(902);
+    let nothing = CountSource::boxed(0, 0, 0, None);
+    let r = open(&mut ch, "Endless", 902, &[1], None, nothing)
+        .await
+        .expect("the handler returned its stream at once, well within the timeout");
+    let mut inbound = r.messages;
+    let (msgs, end) = tokio::time::timeout(Duration::from_secs(20), read_all(&mut inbound))
+        .await
+        .expect("the server's timeout ended the stream (not still running after 20 s)");
+    let s = end.expect_err("an endless stream ends only by the timeout");
+    assert_eq!(s.code(), Code::DeadlineExceeded, "{s:?}");
+    assert!(s.message().contains("on the server"), "{s:?}");
+    assert!(!msgs.is_empty(), "messages flowed until then");
+    for (i, m) in msgs.iter().enumerate() {
+        assert_eq!(m.id, i as u64, "in order, none lost");
+    }
+    w.wait_for("the producer dropped at the timeout", |s| {
+        *s == Seen::ProducerDropped
+    })
+    .await;
 }

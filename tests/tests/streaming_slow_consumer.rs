@@ -1,5 +1,5 @@
 //! The slow-consumer bound, end to end: a reader that takes 64 KiB messages one at
-//! a time never has more than a window (`STREAM_WINDOW`, 16 messages) produced
+//! a time never has more than a window (`STREAM_WINDOW`, 1 MiB: 16 such messages) produced
 //! ahead of it, whichever side reads, while another stream on the same channel
 //! (the same connection) keeps moving. The producers count what they were asked
 //! for, so the bound is checked on counts, not on time.
@@ -7,7 +7,9 @@
 use rpc_core::transport::{Channel, Server};
 use tests::raw_stream::{next, open, read_all, CountSource, Seen, StreamService, Witness};
 
-/// Messages a reader lets its peer send ahead: the engine's `STREAM_WINDOW`.
+/// Messages a reader lets its peer send ahead: the engine's `STREAM_WINDOW` of
+/// 1 MiB counts each message as its length plus 32 B (`MESSAGE_CHARGE`), and a
+/// message begins while credit is left: 16 of 64 KiB.
 const WINDOW: u64 = 16;
 /// 64 KiB messages: larger than a slot, each travels as several `MSG` frames.
 const KIB: u64 = 64;

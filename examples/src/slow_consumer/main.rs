@@ -5,8 +5,9 @@
 //! second; the program prints RSS over time, the second stream's throughput while
 //! the slow one runs, and each process's largest RSS growth over its baseline.
 //!
-//! The engine bounds what a stream buffers (`STREAM_WINDOW` messages per direction,
-//! see `rpc-core/src/engine/wire.rs`, "Streaming calls"): the growth should stay
+//! The engine bounds what a stream buffers (`STREAM_WINDOW`, 1 MiB of message
+//! charges per direction, each message its length plus 32 B; see
+//! `rpc-core/src/engine/wire.rs`, "Streaming calls"): the growth should stay
 //! near that bound however long the slow stream runs, and the fast stream should not
 //! stall behind the slow one.
 //!
@@ -33,9 +34,17 @@ mod slowconsumer {
     rpc_core::include_proto!("slowconsumer");
 }
 
-/// Messages a receiver lets its peer send before granting more: the engine's
-/// `STREAM_WINDOW` (`rpc-core/src/engine/wire.rs`), the bound this checks.
-const STREAM_WINDOW: u64 = 16;
+/// Bytes of message charges a receiver lets its peer send before granting more:
+/// the engine's `STREAM_WINDOW` (`rpc-core/src/engine/wire.rs`), the bound this
+/// checks. Each message is charged its length plus [`MESSAGE_CHARGE`].
+const STREAM_WINDOW: u64 = 1 << 20;
+/// The engine's `MESSAGE_CHARGE`.
+const MESSAGE_CHARGE: u64 = 32;
+
+/// Messages of `message` bytes that one window lets begin.
+fn window_messages(message: u64) -> u64 {
+    STREAM_WINDOW.div_ceil(message + MESSAGE_CHARGE)
+}
 
 #[derive(Parser)]
 #[command(about = "A slow stream reader beside a fast one: both processes' RSS over time")]
@@ -104,7 +113,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Warm up: two streams at once, each through several windows, so that the
     // baseline is that of a connection whose pools and buffers have been used.
     let warm = PourRequest {
-        bytes: 4 * STREAM_WINDOW * args.message,
+        bytes: 4 * window_messages(args.message) * args.message,
         message,
     };
     let (a, b) = tokio::join!(drain(client.clone(), warm), drain(client.clone(), warm));
@@ -332,8 +341,9 @@ fn report(args: &Args, run: &Run) {
         rss::mib_delta(max_server, base.server)
     );
     println!(
-        "per-stream bound: STREAM_WINDOW × message = {STREAM_WINDOW} × {} B = {:.2} MiB buffered at a receiver, plus one message in reassembly and one going out in fragments at the sender",
+        "per-stream bound: a window of {} messages × {} B = {:.2} MiB buffered at a receiver, plus one message in reassembly and one going out in fragments at the sender",
+        window_messages(args.message),
         args.message,
-        args::mib(STREAM_WINDOW * args.message)
+        args::mib(window_messages(args.message) * args.message)
     );
 }

@@ -484,6 +484,38 @@ impl<W> ClientConn<W> {
         }
     }
 
+    /// Sends a batch of whole messages of streaming call `id`, packed into `staged`
+    /// (see [`ClientStreams::send_credit`]), as one frame on a reserved token; on
+    /// error the reservation is released.
+    pub fn send_stream_batch(
+        &mut self,
+        id: u32,
+        staged: &[u8],
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        assert!(
+            self.reserved > 0,
+            "send_stream_batch without a reserved token"
+        );
+        self.reserved -= 1;
+        let cap = self.cfg.frame_size.min(out.len());
+        match self.streams.send_batch(id, staged, &mut out[..cap]) {
+            Ok(t) => {
+                self.stats.frames_sent += 1;
+                Ok(t)
+            }
+            Err(s) => {
+                self.tokens += 1;
+                Err(s)
+            }
+        }
+    }
+
+    /// Bytes of a frame (the most a batch may take).
+    pub fn frame_size(&self) -> usize {
+        self.cfg.frame_size
+    }
+
     /// Tokens neither in use nor reserved.
     pub fn free_tokens(&self) -> u32 {
         self.tokens

@@ -342,6 +342,23 @@ impl ServerConn {
         self.streams.send_message(id, len, encode, &mut out[..cap])
     }
 
+    /// Sends a batch of whole messages of streaming call `id`, packed into `staged`
+    /// (see [`ServerStreams::send_credit`]), as one frame into `out`, a free send slot.
+    pub fn send_stream_batch(
+        &mut self,
+        id: u32,
+        staged: &[u8],
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        let cap = self.cfg.frame_size.min(out.len());
+        self.streams.send_batch(id, staged, &mut out[..cap])
+    }
+
+    /// Bytes of a frame (the most a batch may take).
+    pub fn frame_size(&self) -> usize {
+        self.cfg.frame_size
+    }
+
     /// Bytes held in reassembly and pending responses.
     pub fn buffered(&self) -> usize {
         self.buffered

@@ -88,11 +88,11 @@
 //! | 6 | RC | s→c | `RESP_FRAG` | `offset:u32`, next body chunk (answers an `RFR`) |
 //! | 7 | RC | s→c | `CR` | nothing, or one byte of credit flags (`GRANT`/`REVOKE`): the credit return that answers a frame with no other answer |
 //! | 8 | UD | s→c | `IN_PROGRESS` | nothing: "the call is running, keep waiting" (see [`crate::engine::ud::wire`]) |
-//! | 9 | RC | both | `MSG` | `offset:u32 total:u32`, a chunk of one stream message (below) |
+//! | 9 | RC | both | `MSG` | `offset:u32 total:u32`, a chunk of one stream message; or, flagged `BATCH`, whole messages (below) |
 //! | 10 | RC | c→s | `HALF_CLOSE` | nothing: the client sends no more messages on this call |
 //! | 11 | RC | s→c | `TRAILERS` | the `RESP` layout: the streaming call's final status, ends it |
 //! | 12 | RC | c→s | `RESET` | `code:u8`: the client ends the call now (cancelled, deadline, refused) |
-//! | 13 | RC | both | `CREDIT` | `n:u32`: `n` more `MSG`s on this call; with call id 0, `n` connection credits (s→c frames) back to the server |
+//! | 13 | RC | both | `CREDIT` | `n:u32`: `n` more bytes of message credit on this call; with call id 0, `n` connection credits (s→c frames) to the server |
 //! | 14 | RC | c→s | `WANT` | nothing, call id 0: "my callers wait for a token"; answered by `CR` with call id 0 (see "Windows granted out of the shared pool") |
 //! | 15 | RC | c→s | `RDONE` | nothing: "I read the response's region, reuse it" (see "Large messages by reference"); answered by `CR` |
 //!
@@ -176,8 +176,8 @@
 //! ends, its calls end `UNAVAILABLE`, other connections are untouched.
 //!
 //! Stream messages (not wired yet): a `MSG` whose `total` has bit 31
-//! ([`MSG_TOTAL_BY_REF`]) set carries, after its 8-byte head (`offset` 0), a
-//! descriptor of the whole message instead of a chunk; `total & !MSG_TOTAL_BY_REF`
+//! ([`MSG_RENDEZVOUS`]) set carries, after its 8-byte head (`offset` 0), a
+//! descriptor of the whole message instead of a chunk; `total & !MSG_RENDEZVOUS`
 //! is its length, and the descriptor's `len` equals it. Its region is released by an
 //! `RDONE` from the reader (in either direction; s→c on a connection credit).
 //!
@@ -199,13 +199,40 @@
 //!   ("trailers-only"), which ends the call. The `RESP` of a streaming call always
 //!   fits one frame (error details that do not are dropped, counted and logged, as
 //!   `codec` does when nobody can pull them).
-//! * **Messages.** Each message is one `MSG` (`offset:u32 total:u32`, then the bytes
-//!   `offset..` of a message of `total` bytes). A message longer than a frame is cut
-//!   into `MSG`s of consecutive offsets, sent back to back in order (RC keeps them in
-//!   order; the offset lets the receiver reject a gap instead of corrupting the
-//!   message). *Interim:* this fragmentation stands in for the large-message path
-//!   (RDMA Read by reference, `BY_REF`), a later issue. A message is bounded by the
-//!   receiver's max message: a server refusing a longer one ends the call with
+//! * **Messages.** A message travels in a `MSG` of one of two shapes, told apart by
+//!   bit 30 of its second head word (`BATCH`, below):
+//!   - a **chunk**: `offset:u32 total:u32`, then the bytes `offset..` of a message
+//!     of `total` bytes. A message longer than a frame is cut into `MSG`s of
+//!     consecutive offsets, sent back to back in order (RC keeps them in order; the
+//!     offset lets the receiver reject a gap instead of corrupting the message).
+//!     *Interim:* this fragmentation stands in for the large-message path
+//!     (rendezvous, issue 15). A lone message that fits a frame is one chunk
+//!     (`offset` 0, `total` its length).
+//!   - a **batch** of whole messages (coalescing: a writer that finds several
+//!     messages ready when the send path is free packs them into one frame; it
+//!     never waits for more):
+//!
+//!     ```text
+//!     0 count:u32  4 BATCH | bytes:u30  8 len:u32 message  len:u32 message ...
+//!     ```
+//!     `count` (at least 1) entries of `len:u32` and `len` bytes follow the head,
+//!     back to back, and fill the frame exactly: `bytes` is the frame's length
+//!     after the head. A batch never carries part of a message (a message that does
+//!     not fit the space left goes first in the next frame, in a batch or as
+//!     chunks), and never starts while a message is half received. A batch whose
+//!     entries do not add up (a `len` beyond the frame, a count that differs, bytes
+//!     left over) is malformed as a whole before any of its messages is delivered:
+//!     the receiver counts it and ends the call `INTERNAL`, as any malformed `MSG`;
+//!     the connection's credits stay balanced (the frame is answered or counted as
+//!     any other), and it never panics.
+//!
+//!   Head bits of the second word: bit 31 is **reserved: rendezvous descriptor
+//!   follows (issue 15)**; a receiver that does not know it treats a `MSG` with it
+//!   as malformed. Bit 30 is `BATCH`. A chunk's `total` is therefore below 2^30
+//!   (max messages are far smaller).
+//!
+//!   A message is bounded by the receiver's max message: a server refusing a
+//!   longer one ends the call with
 //!   `TRAILERS` `RESOURCE_EXHAUSTED`; a client refusing one sends `RESET`
 //!   `RESOURCE_EXHAUSTED` and ends the call so itself; a sender that knows the
 //!   peer's limit (exchanged at the handshake) refuses before sending, and does the
@@ -219,7 +246,8 @@
 //!   and drops its producer.
 //! * **Deadlines.** Both sides keep the `REQ`'s timeout: the client resets the call
 //!   (`RESET` `DEADLINE_EXCEEDED`) at its deadline; the server, counting from the
-//!   `REQ`'s arrival, ends the call itself at its own: `DEADLINE_EXCEEDED` as the
+//!   `REQ`'s arrival, ends the call itself at its own (the `REQ`'s timeout, or its
+//!   own cap on a call, `Server::timeout`, whichever comes first): `DEADLINE_EXCEEDED` as the
 //!   `REQ`'s answer if the handler has not answered, else as `TRAILERS` (the rest of
 //!   a long message is not sent), and it drops the producer. So a stream stops at
 //!   its deadline even when the client went silent; whichever end comes second
@@ -227,29 +255,40 @@
 //! * **Answers.** Every client frame still gets exactly one answer (`MSG`,
 //!   `HALF_CLOSE`, `RESET` and `CREDIT` are answered at once by `CR`; a `REQ` by its
 //!   `RESP`), so the client's credits work as above, unchanged.
-//! * **Message credits (per call, each way).** A side may send a call's `MSG`s only
-//!   within the window its peer granted: [`STREAM_WINDOW`] messages at open, plus
-//!   the `n` of every `CREDIT` for the call. A receiver grants more as its reader
-//!   takes messages (in batches of half the window), so a slow reader stops only its
-//!   own producer. A message counts once, however many `MSG`s carry it. Per call, a
-//!   receiver buffers at most [`STREAM_WINDOW`] messages (stream messages are copied
-//!   out of their receive slot, which is reposted at once: a slow reader never
-//!   holds the connection's receives), so at most `STREAM_WINDOW × max message`
-//!   bytes, and `STREAM_WINDOW × slot` for messages of one frame.
+//! * **Message credits (per call, each way), in bytes.** A side may begin a
+//!   call's message only while the credit its peer granted is above zero:
+//!   [`STREAM_WINDOW`] bytes at open, plus the `n` of every `CREDIT` for the call.
+//!   Each message costs its *charge*, its length plus [`MESSAGE_CHARGE`] (what the
+//!   receiver spends holding it beside its bytes), taken when it begins, so the
+//!   credit may go below zero by up to one charge; both sides count it alike
+//!   (signed). Counting bytes, not messages, lets thousands of small messages
+//!   stream ahead of their reader while large ones are held to a few. A receiver
+//!   grants back the charges of the messages its reader took, once they add up to
+//!   [`STREAM_GRANT_AT`] (a quarter of the window: few `CREDIT` frames), so a slow
+//!   reader stops only its own producer. A message counts once, however many
+//!   `MSG`s carry it. **Bound:** per call and direction, a receiver buffers
+//!   charges of less than `STREAM_WINDOW` + one charge (a message begins only with
+//!   credit left), i.e. under 1 MiB + one max message of bytes: 16 messages of
+//!   64 KiB, 16,384 of 32 B. Stream messages are copied out of their receive slot,
+//!   which is reposted at once: a slow reader never holds the connection's receives.
 //! * **Connection credits (server).** Server frames other than answers (`MSG`,
-//!   `TRAILERS`, `CREDIT`) need receives the client posted for them: at connect the
-//!   client posts [`SERVER_CREDITS`] receives beyond its credits, and the server
-//!   starts with that many connection credits; each such frame takes one. The client
+//!   `TRAILERS`, `CREDIT`) need receives the client posted for them. The server
+//!   starts a connection with none: the client keeps [`SERVER_CREDITS`] receives
+//!   posted beyond its window only from its first streaming call on (until then
+//!   its receives follow its window alone), and grants them once posted with a
+//!   `CREDIT` on call id 0 of `n` = [`SERVER_CREDITS`]; each such server frame
+//!   takes one (the first stream's `RESP` needs none: it is an answer). The client
 //!   returns them with `CREDIT` on call id 0 once half are reposted (a client frame,
 //!   answered by `CR`). The client's frames that are answered at once (`MSG`
 //!   excepted) may use its last credit, as `CANCEL` does, so a connection whose
 //!   other credits wait on slow handlers still returns the server's credits. RNR
 //!   stays impossible: every frame either side sends lands in a receive counted for
 //!   it.
-//! * **Fairness.** A call's writer sends one message and then waits its turn
-//!   again behind the connection's other calls with credit and data (no call sends
-//!   a burst ahead of them); the later `MSG`s of long messages and the control
-//!   frames take turns round-robin among the calls that have them.
+//! * **Fairness.** A call's writer sends one frame (one message, or one batch of
+//!   the messages it had ready) and then waits its turn again behind the
+//!   connection's other calls with credit and data; the later `MSG`s of long
+//!   messages and the control frames take turns round-robin among the calls that
+//!   have them.
 //! * UD keeps one datagram each way: no streams (a UD channel opens RC for them).
 
 use crate::code::Code;
@@ -271,9 +310,6 @@ pub const FRAG_HEAD_LEN: usize = 4;
 pub const BY_REF: u8 = 0x40;
 /// Bytes of a [`Descriptor`].
 pub const DESCRIPTOR_LEN: usize = 16;
-/// Bit of a `MSG`'s `total` that says a descriptor follows instead of a chunk
-/// (reserved for stream messages by reference; see "Large messages by reference").
-pub const MSG_TOTAL_BY_REF: u32 = 1 << 31;
 
 /// Where a message sent by reference lies in the sender's registered memory: what
 /// the receiver's RDMA Read names.
@@ -451,13 +487,35 @@ pub enum Kind {
 pub const STREAM_FLAG: u8 = 0b10;
 /// Bit of the call id that marks a streaming call (the client allocates them apart).
 pub const STREAM_ID_BIT: u32 = 1 << (CALL_ID_BITS - 1);
-/// Messages a side may send on a call before its peer grants more.
-pub const STREAM_WINDOW: u32 = 16;
-/// Connection credits the server starts with: receives the client posts for server
-/// frames that answer nothing (`MSG`, `TRAILERS`, `CREDIT`), beyond its credits.
+/// Bytes of message credit (charges, see [`charge`]) a side may send on a call
+/// before its peer grants more; also the per-call, per-direction receive buffer
+/// bound (plus one charge).
+pub const STREAM_WINDOW: u32 = 1 << 20;
+/// What a receiver spends holding a message beside its bytes (its buffer's
+/// header and queue entry), charged to the window with each message so that a
+/// window of tiny messages stays bounded in memory too.
+pub const MESSAGE_CHARGE: u32 = 32;
+/// Charges a reader takes before the receiver grants them back (one `CREDIT`).
+pub const STREAM_GRANT_AT: u32 = STREAM_WINDOW / 4;
+/// Connection credits a client grants the server on its first streaming call:
+/// receives it posts for server frames that answer nothing (`MSG`, `TRAILERS`,
+/// `CREDIT`), beyond its credits.
 pub const SERVER_CREDITS: u32 = 64;
 /// Bytes of the fixed part of a `MSG` frame.
 pub const MSG_HEAD_LEN: usize = 8;
+/// Bit of a `MSG` head's second word: the frame is a batch of whole messages.
+pub const MSG_BATCH: u32 = 1 << 30;
+/// Bit of a `MSG` head's second word, reserved: a descriptor of the message follows
+/// instead of a chunk (see "Large messages by reference"). Malformed until stream
+/// messages go by reference.
+pub const MSG_RENDEZVOUS: u32 = 1 << 31;
+/// Bytes before each message of a batch (its length).
+pub const BATCH_ENTRY_HEAD: usize = 4;
+
+/// The window charge of a message of `len` bytes.
+pub fn charge(len: usize) -> u64 {
+    len as u64 + u64::from(MESSAGE_CHARGE)
+}
 
 impl Kind {
     fn from_bits(v: u32) -> Option<Kind> {
@@ -714,22 +772,162 @@ pub fn response_is_by_ref(frame: &[u8]) -> bool {
 
 /// Writes a `MSG` head: the chunk's offset in a message of `total` bytes.
 pub fn write_msg_head(out: &mut [u8], offset: u32, total: u32) {
+    debug_assert!(total & (MSG_BATCH | MSG_RENDEZVOUS) == 0);
     out[..4].copy_from_slice(&offset.to_be_bytes());
     out[4..MSG_HEAD_LEN].copy_from_slice(&total.to_be_bytes());
 }
 
-/// Reads a `MSG`: the chunk's offset, the message's total length, and the chunk.
-pub fn read_msg(frame: &[u8]) -> Result<(u32, u32, &[u8]), Malformed> {
+/// A `MSG` frame, read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MsgFrame<'a> {
+    /// A chunk of one message: its offset, the message's total length, the bytes.
+    Chunk {
+        /// Where the chunk starts in the message.
+        offset: u32,
+        /// The message's length.
+        total: u32,
+        /// The chunk's bytes.
+        chunk: &'a [u8],
+    },
+    /// Whole messages, checked to add up.
+    Batch(Batch<'a>),
+}
+
+/// The entries of a batch `MSG` (checked when read: iterating cannot fail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch<'a> {
+    count: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> Batch<'a> {
+    /// Messages in the batch.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The messages, in order.
+    pub fn messages(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let entries = self.entries;
+        self.spans().map(move |r| &entries[r])
+    }
+
+    /// The bytes after the head: the entries.
+    pub fn entries(&self) -> &'a [u8] {
+        self.entries
+    }
+
+    /// Where each message lies in [`Batch::entries`], in order.
+    pub fn spans(&self) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
+        let entries = self.entries;
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let len = entries.get(at..at + BATCH_ENTRY_HEAD)?;
+            let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+            let start = at + BATCH_ENTRY_HEAD;
+            at = start + len;
+            Some(start..at)
+        })
+    }
+}
+
+/// Reads a `MSG`: a chunk, or a batch whose entries are checked to fill the frame
+/// exactly with `count` messages.
+pub fn read_msg(frame: &[u8]) -> Result<MsgFrame<'_>, Malformed> {
     let b = frame
         .get(..MSG_HEAD_LEN)
         .ok_or(Malformed("stream message shorter than its head"))?;
-    let offset = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-    let total = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
-    let chunk = &frame[MSG_HEAD_LEN..];
-    if u64::from(offset) + chunk.len() as u64 > u64::from(total) {
-        return Err(Malformed("stream message chunk beyond its total"));
+    let first = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    let second = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+    let body = &frame[MSG_HEAD_LEN..];
+    if second & MSG_RENDEZVOUS != 0 {
+        return Err(Malformed(
+            "stream message by rendezvous, which this side does not know",
+        ));
     }
-    Ok((offset, total, chunk))
+    if second & MSG_BATCH == 0 {
+        if u64::from(first) + body.len() as u64 > u64::from(second) {
+            return Err(Malformed("stream message chunk beyond its total"));
+        }
+        return Ok(MsgFrame::Chunk {
+            offset: first,
+            total: second,
+            chunk: body,
+        });
+    }
+    if (second & !MSG_BATCH) as usize != body.len() {
+        return Err(Malformed("message batch whose length is not its frame's"));
+    }
+    let mut rest = body;
+    let mut n = 0u32;
+    while !rest.is_empty() {
+        let (len, tail) = rest
+            .split_first_chunk::<BATCH_ENTRY_HEAD>()
+            .ok_or(Malformed("message batch entry cut in its length"))?;
+        let len = u32::from_be_bytes(*len) as usize;
+        rest = tail
+            .get(len..)
+            .ok_or(Malformed("message batch entry beyond its frame"))?;
+        n += 1;
+    }
+    if n == 0 || n != first {
+        return Err(Malformed("message batch count differs from its entries"));
+    }
+    Ok(MsgFrame::Batch(Batch {
+        count: n,
+        entries: body,
+    }))
+}
+
+/// Packs whole messages into a batch `MSG` in `out` (a frame): push while they
+/// fit, then [`BatchWriter::finish`].
+#[derive(Debug)]
+pub struct BatchWriter<'a> {
+    out: &'a mut [u8],
+    at: usize,
+    count: u32,
+}
+
+impl<'a> BatchWriter<'a> {
+    /// An empty batch over `out` (at least the head's length).
+    pub fn new(out: &'a mut [u8]) -> Self {
+        BatchWriter {
+            out,
+            at: MSG_HEAD_LEN,
+            count: 0,
+        }
+    }
+
+    /// The longest message that still fits.
+    pub fn room(&self) -> usize {
+        (self.out.len() - self.at).saturating_sub(BATCH_ENTRY_HEAD)
+    }
+
+    /// Messages pushed.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Appends a message of `len` bytes that `encode` writes, if it fits.
+    pub fn push(&mut self, len: usize, encode: impl FnOnce(&mut [u8])) -> bool {
+        if len > self.room() {
+            return false;
+        }
+        let e = &mut self.out[self.at..self.at + BATCH_ENTRY_HEAD + len];
+        e[..BATCH_ENTRY_HEAD].copy_from_slice(&(len as u32).to_be_bytes());
+        encode(&mut e[BATCH_ENTRY_HEAD..]);
+        self.at += BATCH_ENTRY_HEAD + len;
+        self.count += 1;
+        true
+    }
+
+    /// Writes the head; the frame's length.
+    pub fn finish(self) -> usize {
+        let bytes = (self.at - MSG_HEAD_LEN) as u32;
+        self.out[..4].copy_from_slice(&self.count.to_be_bytes());
+        self.out[4..MSG_HEAD_LEN].copy_from_slice(&(MSG_BATCH | bytes).to_be_bytes());
+        self.at
+    }
 }
 
 /// Writes a `CREDIT` payload; returns its length.
@@ -918,5 +1116,35 @@ mod tests {
             8
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_batch_round_trips_and_a_message_that_does_not_fit_is_left_out() {
+        let mut f = vec![0u8; 64];
+        let mut b = BatchWriter::new(&mut f);
+        assert!(b.push(3, |o| o.copy_from_slice(b"abc")));
+        assert!(b.push(0, |_| {}));
+        let room = b.room();
+        assert!(!b.push(room + 1, |_| unreachable!("not encoded")));
+        assert!(b.push(5, |o| o.copy_from_slice(b"12345")));
+        let n = b.finish();
+        match read_msg(&f[..n]) {
+            Ok(MsgFrame::Batch(b)) => {
+                assert_eq!(b.count(), 3);
+                let got: Vec<&[u8]> = b.messages().collect();
+                assert_eq!(got, vec![&b"abc"[..], b"", b"12345"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // One byte more or less than the head says: malformed, never a panic.
+        assert!(read_msg(&f[..n - 1]).is_err());
+        let mut longer = f[..n].to_vec();
+        longer.push(0);
+        assert!(read_msg(&longer).is_err());
+        // A chunk with the reserved rendezvous bit.
+        let mut c = [0u8; MSG_HEAD_LEN];
+        write_msg_head(&mut c, 0, 0);
+        c[4] |= 0x80;
+        assert!(read_msg(&c).is_err());
     }
 }

@@ -86,6 +86,7 @@ mod limit;
 mod ready;
 pub(crate) mod rendezvous;
 pub mod server;
+mod stream_batch;
 mod ud_device;
 
 use std::fmt;

@@ -5,10 +5,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::{write_message, Chunk, Incoming, Outgoing, Window};
+use super::{check_batch, write_message, Incoming, Outgoing, Received, SendCredit, Window};
 use crate::code::Code;
 use crate::engine::codec::{self, Outcome};
-use crate::engine::wire::{self, Kind, SERVER_CREDITS, STREAM_ID_BIT, STREAM_WINDOW};
+use crate::engine::wire::{self, Kind, SERVER_CREDITS, STREAM_ID_BIT};
 use crate::engine::Transmit;
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -21,7 +21,7 @@ pub enum StreamEvent {
     /// The server's handler answered: its response metadata. Comes first, once.
     Headers(MetadataMap),
     /// A whole message from the server.
-    Message(Vec<u8>),
+    Message(bytes::Bytes),
     /// The call may send a message again (credit came back, a long message left).
     Writable,
     /// The call ended: the trailers of an OK end, or the status. The last event.
@@ -37,8 +37,8 @@ struct Stream {
     headers: bool,
     /// Frames sent that the server has not answered.
     awaiting: u32,
-    /// Messages the server lets this side send.
-    send_credit: u32,
+    /// Charges the server lets this side send.
+    send_credit: SendCredit,
     /// The rest of a long message being sent.
     sending: Option<Outgoing>,
     /// The client's half ended by its source: `HALF_CLOSE` to send (once).
@@ -68,6 +68,18 @@ impl Stream {
     }
 }
 
+/// Where the receives for the server's own frames stand ([`SERVER_CREDITS`] of
+/// them, posted only once the connection streams).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServerReceives {
+    /// No stream yet: none posted, the server has no connection credit.
+    None,
+    /// A stream opened: the driver is to post them.
+    Wanted,
+    /// Posted, and granted to the server.
+    Posted,
+}
+
 /// Limits of the client's streams (from the connection's).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
@@ -92,6 +104,8 @@ pub struct ClientStreams {
     owed: u32,
     /// `CREDIT` frames on call id 0 the server has not answered.
     conn_awaiting: u32,
+    /// The receives for the server's own frames: posted on the first stream.
+    receives: ServerReceives,
     /// Frames that did not fit the protocol.
     pub(crate) malformed: u64,
 }
@@ -108,6 +122,7 @@ impl ClientStreams {
             unreposted: 0,
             owed: 0,
             conn_awaiting: 0,
+            receives: ServerReceives::None,
             malformed: 0,
         }
     }
@@ -138,6 +153,9 @@ impl ClientStreams {
         len: usize,
     ) -> (u32, Transmit) {
         wire::set_request_stream(out);
+        if self.receives == ServerReceives::None {
+            self.receives = ServerReceives::Wanted;
+        }
         let id = self.alloc_id();
         let deadline = timeout.map(|t| (now + t, t));
         if let Some((at, _)) = deadline {
@@ -150,7 +168,7 @@ impl ClientStreams {
                 open: true,
                 headers: false,
                 awaiting: 1,
-                send_credit: STREAM_WINDOW,
+                send_credit: SendCredit::default(),
                 sending: None,
                 half_close: HalfClose::No,
                 reset: None,
@@ -172,7 +190,7 @@ impl ClientStreams {
     /// from the server, no long message still going out).
     pub fn can_send(&self, id: u32) -> bool {
         self.streams.get(&id).is_some_and(|s| {
-            s.open && s.half_close == HalfClose::No && s.send_credit > 0 && s.sending.is_none()
+            s.open && s.half_close == HalfClose::No && s.send_credit.open() && s.sending.is_none()
         })
     }
 
@@ -204,7 +222,7 @@ impl ClientStreams {
         }
         let s = self.streams.get_mut(&id).expect("can_send");
         let (n, rest) = write_message(len, encode, out);
-        s.send_credit -= 1;
+        s.send_credit.spend(len);
         s.awaiting += 1;
         if rest.is_some() {
             s.sending = rest;
@@ -214,6 +232,65 @@ impl ClientStreams {
             len: n,
             imm: wire::imm(Kind::Msg, id),
         })
+    }
+
+    /// Sends a batch of whole messages the caller packed into `staged` (with
+    /// [`wire::BatchWriter`], within [`ClientStreams::max_send_message`] and the
+    /// call's [`ClientStreams::send_credit`]) as one `MSG` in `out`, on a reserved
+    /// token. Nothing is sent if the batch does not check.
+    pub(crate) fn send_batch(
+        &mut self,
+        id: u32,
+        staged: &[u8],
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        if !self.can_send(id) || staged.len() > out.len() {
+            return Err(Status::failed_precondition("stream cannot send now"));
+        }
+        let s = self.streams.get_mut(&id).expect("can_send");
+        check_batch(staged, self.limits.max_send_message, &s.send_credit)?;
+        if let Ok(wire::MsgFrame::Batch(b)) = wire::read_msg(staged) {
+            for m in b.messages() {
+                s.send_credit.spend(m.len());
+            }
+        }
+        out[..staged.len()].copy_from_slice(staged);
+        s.awaiting += 1;
+        Ok(Transmit {
+            len: staged.len(),
+            imm: wire::imm(Kind::Msg, id),
+        })
+    }
+
+    /// Call `id`'s credit to send, in charges (0 if unknown).
+    pub fn send_credit(&self, id: u32) -> i64 {
+        self.streams.get(&id).map_or(0, |s| s.send_credit.left())
+    }
+
+    /// The largest message this side sends.
+    pub fn max_send_message(&self) -> usize {
+        self.limits.max_send_message
+    }
+
+    /// Whether the driver is to post [`SERVER_CREDITS`] receives for the server's
+    /// own frames (the connection's first stream opened), then say so with
+    /// [`ClientStreams::receives_posted`].
+    pub fn receives_wanted(&self) -> bool {
+        self.receives == ServerReceives::Wanted
+    }
+
+    /// Whether the receives for the server's frames were posted.
+    pub fn receives_posted_already(&self) -> bool {
+        self.receives == ServerReceives::Posted
+    }
+
+    /// The receives for the server's frames are posted: they are granted to the
+    /// server (a `CREDIT` on call id 0 goes with the next frames).
+    pub fn receives_posted(&mut self) {
+        if self.receives == ServerReceives::Wanted {
+            self.receives = ServerReceives::Posted;
+            self.owed += SERVER_CREDITS;
+        }
     }
 
     /// The client's source ended: no more messages this way.
@@ -226,10 +303,11 @@ impl ClientStreams {
         }
     }
 
-    /// The reader took a message of call `id`: room for another.
-    pub fn taken(&mut self, id: u32) {
+    /// The reader took messages of call `id` of `charge` in all (the sum of their
+    /// [`wire::charge`]s): room for more.
+    pub fn taken(&mut self, id: u32, charge: u64) {
         if let Some(s) = self.streams.get_mut(&id) {
-            if let Some(n) = s.window.taken() {
+            if let Some(n) = s.window.taken(charge) {
                 if s.open {
                     s.grant += n;
                     self.queue(id);
@@ -445,21 +523,23 @@ impl ClientStreams {
             self.malformed += 1;
             return self.reset(id, Status::internal("stream message before headers"));
         }
-        let starts = s.recv.partial.is_none();
-        if starts && !s.window.arrived() {
-            self.malformed += 1;
-            return self.reset(id, Status::internal("server sent beyond its credit"));
-        }
-        match s.recv.take(frame, max) {
-            Chunk::Partial => {}
-            Chunk::Message(m) => self.events.push_back((id, StreamEvent::Message(m))),
-            Chunk::TooLong(len) => self.reset(
+        let events = &mut self.events;
+        let r = s.recv.take(frame, max, &mut s.window, |m| {
+            events.push_back((id, StreamEvent::Message(m)));
+        });
+        match r {
+            Received::Ok => {}
+            Received::NoCredit => {
+                self.malformed += 1;
+                self.reset(id, Status::internal("server sent beyond its credit"));
+            }
+            Received::TooLong(len) => self.reset(
                 id,
                 Status::resource_exhausted(format!(
                     "stream message of {len} bytes exceeds the limit of {max}"
                 )),
             ),
-            Chunk::Malformed(why) => {
+            Received::Malformed(why) => {
                 self.malformed += 1;
                 self.reset(id, Status::internal(why));
             }
@@ -494,11 +574,21 @@ impl ClientStreams {
             return;
         };
         if let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) {
-            let was = s.send_credit;
-            s.send_credit = s.send_credit.saturating_add(n);
-            if was == 0 && s.sending.is_none() {
+            if s.send_credit.grant(n) && s.sending.is_none() {
                 self.events.push_back((id, StreamEvent::Writable));
             }
+        }
+    }
+
+    /// The next event, if it is a message of call `id` (a batch's messages are
+    /// handed over together).
+    pub fn poll_message_of(&mut self, id: u32) -> Option<bytes::Bytes> {
+        match self.events.front() {
+            Some((i, StreamEvent::Message(_))) if *i == id => match self.events.pop_front() {
+                Some((_, StreamEvent::Message(m))) => Some(m),
+                _ => None,
+            },
+            _ => None,
         }
     }
 

@@ -9,7 +9,9 @@
 pub(crate) mod client;
 pub(crate) mod server;
 
-use crate::engine::wire::{self, STREAM_WINDOW};
+use crate::engine::wire::{self, MsgFrame, STREAM_GRANT_AT, STREAM_WINDOW};
+use crate::status::Status;
+use bytes::Bytes;
 
 /// A message too long for one frame, sent as consecutive `MSG`s.
 #[derive(Debug)]
@@ -62,102 +64,201 @@ pub(crate) struct Incoming {
     partial: Option<(Vec<u8>, usize)>,
 }
 
-/// What one `MSG` did to the message being received.
+/// What one `MSG` frame did, beyond the whole messages it delivered.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Chunk {
-    /// A whole message.
-    Message(Vec<u8>),
-    /// More `MSG`s of this message follow.
-    Partial,
-    /// Longer than the receiver's max message: its length.
+pub(crate) enum Received {
+    /// Fine (a message may still be half received).
+    Ok,
+    /// A message began without credit (a protocol violation).
+    NoCredit,
+    /// A message longer than the receiver's max message: its length.
     TooLong(usize),
-    /// Not the next chunk (a gap, a second message begun mid-message, a lie).
+    /// Not the next chunk (a gap, a second message begun mid-message, a lie), or a
+    /// batch that does not add up.
     Malformed(&'static str),
 }
 
 impl Incoming {
-    /// Takes one `MSG` frame; `max` is the receiver's max message.
-    pub(crate) fn take(&mut self, frame: &[u8], max: usize) -> Chunk {
+    /// Takes one `MSG` frame, charging each message that begins to `window`; its
+    /// whole messages go to `deliver`, in order. `max` is the receiver's max
+    /// message. A malformed batch delivers nothing.
+    pub(crate) fn take(
+        &mut self,
+        frame: &[u8],
+        max: usize,
+        window: &mut Window,
+        mut deliver: impl FnMut(Bytes),
+    ) -> Received {
         let (offset, total, chunk) = match wire::read_msg(frame) {
-            Ok(m) => m,
-            Err(e) => return Chunk::Malformed(e.0),
+            Ok(MsgFrame::Chunk {
+                offset,
+                total,
+                chunk,
+            }) => (offset as usize, total as usize, chunk),
+            Ok(MsgFrame::Batch(b)) => {
+                if self.partial.is_some() {
+                    return Received::Malformed("message batch inside a message");
+                }
+                // One copy out of the slot for the whole batch; each message is a
+                // view of it (no allocation per message).
+                let all = Bytes::copy_from_slice(b.entries());
+                for r in b.spans() {
+                    if r.len() > max {
+                        return Received::TooLong(r.len());
+                    }
+                    if !window.arrived(wire::charge(r.len())) {
+                        return Received::NoCredit;
+                    }
+                    deliver(all.slice(r));
+                }
+                return Received::Ok;
+            }
+            Err(e) => return Received::Malformed(e.0),
         };
-        let (offset, total) = (offset as usize, total as usize);
         match &mut self.partial {
             None => {
                 if offset != 0 {
-                    return Chunk::Malformed("stream message chunk without its start");
+                    return Received::Malformed("stream message chunk without its start");
                 }
                 if total > max {
-                    return Chunk::TooLong(total);
+                    return Received::TooLong(total);
+                }
+                if !window.arrived(wire::charge(total)) {
+                    return Received::NoCredit;
                 }
                 if chunk.len() == total {
-                    return Chunk::Message(chunk.to_vec());
+                    deliver(Bytes::copy_from_slice(chunk));
+                    return Received::Ok;
                 }
                 let mut buf = Vec::with_capacity(total);
                 buf.extend_from_slice(chunk);
                 self.partial = Some((buf, total));
-                Chunk::Partial
+                Received::Ok
             }
             Some((buf, want)) => {
                 if offset != buf.len() || total != *want {
-                    return Chunk::Malformed("stream message chunk out of place");
+                    return Received::Malformed("stream message chunk out of place");
                 }
                 buf.extend_from_slice(chunk);
-                if buf.len() < *want {
-                    return Chunk::Partial;
+                if buf.len() == *want {
+                    let (buf, _) = self.partial.take().expect("present");
+                    deliver(Bytes::from(buf));
                 }
-                let (buf, _) = self.partial.take().expect("present");
-                Chunk::Message(buf)
+                Received::Ok
             }
         }
     }
 }
 
-/// The receiving side's message credits of one call: how many messages the peer may
-/// still send, and how many the reader took since the last grant.
+/// A side's credit to send on one call, in charges (signed: a message may begin
+/// with any credit above zero and take it below).
+#[derive(Debug)]
+pub(crate) struct SendCredit(i64);
+
+impl Default for SendCredit {
+    fn default() -> Self {
+        SendCredit(i64::from(STREAM_WINDOW))
+    }
+}
+
+impl SendCredit {
+    /// Whether a message may begin.
+    pub(crate) fn open(&self) -> bool {
+        self.0 > 0
+    }
+
+    /// A message of `len` bytes began.
+    pub(crate) fn spend(&mut self, len: usize) {
+        self.0 -= wire::charge(len) as i64;
+    }
+
+    /// The peer granted `n`; whether the call could not send before and can now.
+    pub(crate) fn grant(&mut self, n: u32) -> bool {
+        let was = self.open();
+        self.0 = self.0.saturating_add(i64::from(n));
+        !was && self.open()
+    }
+
+    /// The credit left (at most the window; below zero after an overrun).
+    pub(crate) fn left(&self) -> i64 {
+        self.0
+    }
+
+    /// Whether `batch` (whole messages, as written) may go with this credit: each
+    /// message begins with credit above zero.
+    pub(crate) fn covers(&self, batch: &wire::Batch<'_>) -> bool {
+        let mut c = self.0;
+        for m in batch.messages() {
+            if c <= 0 {
+                return false;
+            }
+            c -= wire::charge(m.len()) as i64;
+        }
+        true
+    }
+}
+
+/// Checks a batch the caller packed (whole messages within `max`) and whether
+/// `credit` covers it; its message count.
+pub(crate) fn check_batch(staged: &[u8], max: usize, credit: &SendCredit) -> Result<u32, Status> {
+    let b = match wire::read_msg(staged) {
+        Ok(MsgFrame::Batch(b)) => b,
+        _ => return Err(Status::internal("not a message batch")),
+    };
+    if let Some(m) = b.messages().find(|m| m.len() > max) {
+        return Err(Status::resource_exhausted(format!(
+            "stream message of {} bytes exceeds the limit of {max}",
+            m.len()
+        )));
+    }
+    if !credit.covers(&b) {
+        return Err(Status::failed_precondition(
+            "message batch beyond the call's credit",
+        ));
+    }
+    Ok(b.count())
+}
+
+/// The receiving side's message credits of one call: how many charges the peer
+/// may still send, and how many the reader took since the last grant.
 #[derive(Debug)]
 pub(crate) struct Window {
-    /// Messages the peer may still send.
-    open: u32,
-    /// Messages taken by the reader and not yet granted back.
-    taken: u32,
+    /// Charges the peer may still begin messages with (signed, as [`SendCredit`]).
+    open: i64,
+    /// Charges taken by the reader and not yet granted back.
+    taken: u64,
 }
 
 impl Default for Window {
     fn default() -> Self {
         Window {
-            open: STREAM_WINDOW,
+            open: i64::from(STREAM_WINDOW),
             taken: 0,
         }
     }
 }
 
 impl Window {
-    /// A message arrived; `false` if the peer had no credit for it (a protocol
-    /// violation).
-    pub(crate) fn arrived(&mut self) -> bool {
-        if self.open == 0 {
+    /// A message of `charge` began; `false` if the peer had no credit for it (a
+    /// protocol violation).
+    pub(crate) fn arrived(&mut self, charge: u64) -> bool {
+        if self.open <= 0 {
             return false;
         }
-        self.open -= 1;
+        self.open -= charge as i64;
         true
     }
 
-    /// The reader took a message; returns a grant to send, once half the window was
-    /// taken (fewer `CREDIT` frames than messages).
-    pub(crate) fn taken(&mut self) -> Option<u32> {
-        self.taken += 1;
-        if self.taken < STREAM_WINDOW / 2 {
+    /// The reader took messages of `charge` in all; returns a grant to send once
+    /// a quarter of the window was taken (few `CREDIT` frames).
+    pub(crate) fn taken(&mut self, charge: u64) -> Option<u32> {
+        self.taken += charge;
+        if self.taken < u64::from(STREAM_GRANT_AT) {
             return None;
         }
-        Some(self.grant())
-    }
-
-    fn grant(&mut self) -> u32 {
-        let n = std::mem::take(&mut self.taken);
-        self.open += n;
-        n
+        let n = std::mem::take(&mut self.taken).min(u64::from(u32::MAX));
+        self.open += n as i64;
+        Some(n as u32)
     }
 }
 
@@ -165,43 +266,62 @@ impl Window {
 mod tests {
     use super::*;
 
+    fn take_all(
+        inc: &mut Incoming,
+        w: &mut Window,
+        f: &[u8],
+        max: usize,
+    ) -> (Received, Vec<Vec<u8>>) {
+        let mut got = Vec::new();
+        let r = inc.take(f, max, w, |m| got.push(m.to_vec()));
+        (r, got)
+    }
+
     #[test]
     fn a_message_comes_back_whole_from_its_chunks_and_lies_are_refused() {
         let msg: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
         let mut out = vec![0u8; 300];
         let (n, rest) = write_message(msg.len(), |b| b.copy_from_slice(&msg), &mut out);
         let mut rest = rest.expect("longer than a frame");
-        let mut inc = Incoming::default();
-        assert_eq!(inc.take(&out[..n], 4096), Chunk::Partial);
-        let mut last = Chunk::Partial;
+        let (mut inc, mut w) = (Incoming::default(), Window::default());
+        assert_eq!(
+            take_all(&mut inc, &mut w, &out[..n], 4096),
+            (Received::Ok, vec![])
+        );
+        let mut got = vec![];
         while !rest.done() {
             let n = rest.write_next(&mut out);
-            last = inc.take(&out[..n], 4096);
+            let (r, mut g) = take_all(&mut inc, &mut w, &out[..n], 4096);
+            assert_eq!(r, Received::Ok);
+            got.append(&mut g);
         }
-        assert_eq!(last, Chunk::Message(msg.clone()));
+        assert_eq!(got, vec![msg.clone()]);
 
         let (n, _) = write_message(msg.len(), |b| b.copy_from_slice(&msg), &mut out);
-        assert_eq!(
-            Incoming::default().take(&out[..n], 999),
-            Chunk::TooLong(1000)
-        );
+        let (r, _) = take_all(&mut Incoming::default(), &mut w, &out[..n], 999);
+        assert_eq!(r, Received::TooLong(1000));
         // A chunk that does not start a message.
         wire::write_msg_head(&mut out, 8, 1000);
-        assert!(matches!(
-            Incoming::default().take(&out[..20], 4096),
-            Chunk::Malformed(_)
-        ));
+        let (r, _) = take_all(&mut Incoming::default(), &mut w, &out[..20], 4096);
+        assert!(matches!(r, Received::Malformed(_)));
     }
 
     #[test]
-    fn a_window_grants_back_in_halves_and_refuses_an_overrun() {
+    fn a_window_of_bytes_grants_back_in_quarters_and_refuses_an_overrun() {
         let mut w = Window::default();
-        for _ in 0..STREAM_WINDOW {
-            assert!(w.arrived());
+        let c = wire::charge(64 * 1024);
+        let mut began = 0;
+        while w.arrived(c) {
+            began += 1;
         }
-        assert!(!w.arrived(), "no credit left");
-        let grants: Vec<u32> = (0..STREAM_WINDOW).filter_map(|_| w.taken()).collect();
-        assert_eq!(grants, vec![STREAM_WINDOW / 2, STREAM_WINDOW / 2]);
-        assert!(w.arrived());
+        assert_eq!(began, 16, "a 1 MiB window begins 16 messages of 64 KiB");
+        let grants: Vec<u32> = (0..began).filter_map(|_| w.taken(c)).collect();
+        assert_eq!(grants.len(), 4, "granted back in quarters");
+        assert_eq!(grants.iter().map(|&g| u64::from(g)).sum::<u64>(), 16 * c);
+        assert!(w.arrived(c));
+        // Small messages: thousands fit the same window.
+        let mut w = Window::default();
+        let small = (0..).take_while(|_| w.arrived(wire::charge(32))).count();
+        assert_eq!(small, (STREAM_WINDOW as usize).div_ceil(64));
     }
 }

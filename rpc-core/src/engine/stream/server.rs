@@ -5,9 +5,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::{write_message, Chunk, Incoming, Outgoing, Window};
+use super::{check_batch, write_message, Incoming, Outgoing, Received, SendCredit, Window};
 use crate::engine::codec::{self, StatusCuts};
-use crate::engine::wire::{self, Kind, SERVER_CREDITS, STREAM_WINDOW};
+use crate::engine::wire::{self, Kind, SERVER_CREDITS};
 use crate::engine::Transmit;
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -18,7 +18,7 @@ use crate::status::Status;
 #[derive(Debug)]
 pub enum ServerStreamEvent {
     /// A whole message from the client.
-    Message(Vec<u8>),
+    Message(bytes::Bytes),
     /// The client's half ended (`HALF_CLOSE`).
     HalfClosed,
     /// The call may send a message again (credit came back, a long message left).
@@ -37,7 +37,7 @@ struct Stream {
     open: bool,
     /// The client's half ended.
     half_closed: bool,
-    send_credit: u32,
+    send_credit: SendCredit,
     sending: Option<Outgoing>,
     /// The final status to send once the long message in progress is out.
     trailers: Option<Result<MetadataMap, Status>>,
@@ -77,7 +77,8 @@ impl ServerStreams {
             max_recv_message,
             max_send_message,
             streams: IdMap::default(),
-            credits: SERVER_CREDITS,
+            // None until the client posts their receives (its first stream).
+            credits: 0,
             transmit: VecDeque::new(),
             answers: VecDeque::new(),
             events: VecDeque::new(),
@@ -108,7 +109,7 @@ impl ServerStreams {
                 unanswered: true,
                 open: true,
                 half_closed: false,
-                send_credit: STREAM_WINDOW,
+                send_credit: SendCredit::default(),
                 sending: None,
                 trailers: None,
                 grant: 0,
@@ -117,6 +118,19 @@ impl ServerStreams {
                 deadline,
             },
         );
+    }
+
+    /// Brings call `id`'s deadline here forward to `now + timeout` (the server's
+    /// own cap on a call, `Server::timeout`) if that comes first; the new
+    /// deadline when it did.
+    pub fn cap_deadline(&mut self, id: u32, now: Instant, timeout: Duration) -> Option<Instant> {
+        let s = self.streams.get_mut(&id).filter(|s| s.open)?;
+        let at = now.checked_add(timeout)?;
+        if s.deadline.is_some_and(|(d, _)| d <= at) {
+            return None;
+        }
+        s.deadline = Some((at, timeout));
+        Some(at)
     }
 
     /// When call `id` ends here at its deadline, if it is open and has one.
@@ -218,7 +232,7 @@ impl ServerStreams {
     pub fn can_send(&self, id: u32) -> bool {
         self.credits > 0
             && self.streams.get(&id).is_some_and(|s| {
-                s.open && !s.unanswered && s.send_credit > 0 && s.sending.is_none()
+                s.open && !s.unanswered && s.send_credit.open() && s.sending.is_none()
             })
     }
 
@@ -253,7 +267,7 @@ impl ServerStreams {
         }
         let s = self.streams.get_mut(&id).expect("can_send");
         let (n, rest) = write_message(len, encode, out);
-        s.send_credit -= 1;
+        s.send_credit.spend(len);
         self.credits -= 1;
         if rest.is_some() {
             s.sending = rest;
@@ -263,6 +277,45 @@ impl ServerStreams {
             len: n,
             imm: wire::imm(Kind::Msg, id),
         })
+    }
+
+    /// Sends a batch of whole messages the caller packed into `staged` (with
+    /// [`wire::BatchWriter`], within [`ServerStreams::max_send_message`] and the
+    /// call's [`ServerStreams::send_credit`]) as one `MSG` in `out`, taking a
+    /// connection credit. Nothing is sent if the batch does not check.
+    pub(crate) fn send_batch(
+        &mut self,
+        id: u32,
+        staged: &[u8],
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        if !self.can_send(id) || staged.len() > out.len() {
+            return Err(Status::failed_precondition("stream cannot send now"));
+        }
+        let s = self.streams.get_mut(&id).expect("can_send");
+        check_batch(staged, self.max_send_message, &s.send_credit)?;
+        if let Ok(wire::MsgFrame::Batch(b)) = wire::read_msg(staged) {
+            for m in b.messages() {
+                s.send_credit.spend(m.len());
+            }
+        }
+        out[..staged.len()].copy_from_slice(staged);
+        self.credits -= 1;
+        Ok(Transmit {
+            len: staged.len(),
+            imm: wire::imm(Kind::Msg, id),
+        })
+    }
+
+    /// Call `id`'s credit to send, in charges (0 if it cannot send): a writer
+    /// packing a batch begins messages while what it packed leaves some.
+    pub fn send_credit(&self, id: u32) -> i64 {
+        self.streams.get(&id).map_or(0, |s| s.send_credit.left())
+    }
+
+    /// The largest message this side sends.
+    pub fn max_send_message(&self) -> usize {
+        self.max_send_message
     }
 
     /// The handler's stream ended: its final status goes as `TRAILERS` after the
@@ -277,10 +330,11 @@ impl ServerStreams {
         self.queue(id);
     }
 
-    /// The handler took a message of call `id`: room for another.
-    pub fn taken(&mut self, id: u32) {
+    /// The handler took messages of call `id` of `charge` in all (the sum of their
+    /// [`wire::charge`]s): room for more.
+    pub fn taken(&mut self, id: u32, charge: u64) {
         if let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) {
-            if let Some(n) = s.window.taken() {
+            if let Some(n) = s.window.taken(charge) {
                 if !s.half_closed {
                     s.grant += n;
                     self.queue(id);
@@ -414,23 +468,24 @@ impl ServerStreams {
                     self.malformed += 1;
                     return;
                 }
-                if s.recv.partial.is_none() && !s.window.arrived() {
-                    self.malformed += 1;
-                    return self.refuse(id, Status::internal("client sent beyond its credit"));
-                }
                 let max = self.max_recv_message;
-                match s.recv.take(frame, max) {
-                    Chunk::Partial => {}
-                    Chunk::Message(m) => {
-                        self.events.push_back((id, ServerStreamEvent::Message(m)));
+                let events = &mut self.events;
+                let r = s.recv.take(frame, max, &mut s.window, |m| {
+                    events.push_back((id, ServerStreamEvent::Message(m)));
+                });
+                match r {
+                    Received::Ok => {}
+                    Received::NoCredit => {
+                        self.malformed += 1;
+                        self.refuse(id, Status::internal("client sent beyond its credit"));
                     }
-                    Chunk::TooLong(len) => self.refuse(
+                    Received::TooLong(len) => self.refuse(
                         id,
                         Status::resource_exhausted(format!(
                             "stream message of {len} bytes exceeds the limit of {max}"
                         )),
                     ),
-                    Chunk::Malformed(why) => {
+                    Received::Malformed(why) => {
                         self.malformed += 1;
                         self.refuse(id, Status::internal(why));
                     }
@@ -455,9 +510,7 @@ impl ServerStreams {
             }
             Kind::Credit => match wire::read_credit(frame) {
                 Ok(n) => {
-                    let was = s.send_credit;
-                    s.send_credit = s.send_credit.saturating_add(n);
-                    if was == 0 && s.sending.is_none() {
+                    if s.send_credit.grant(n) && s.sending.is_none() {
                         self.events.push_back((id, ServerStreamEvent::Writable));
                     }
                 }
@@ -484,6 +537,18 @@ impl ServerStreams {
         }
         self.events
             .push_back((id, ServerStreamEvent::Reset(status)));
+    }
+
+    /// The next event, if it is a message of call `id` (a batch's messages are
+    /// handed over together).
+    pub fn poll_message_of(&mut self, id: u32) -> Option<bytes::Bytes> {
+        match self.events.front() {
+            Some((i, ServerStreamEvent::Message(_))) if *i == id => match self.events.pop_front() {
+                Some((_, ServerStreamEvent::Message(m))) => Some(m),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// The next event of a streaming call.

@@ -71,7 +71,8 @@ impl StreamSim {
             to_s: VecDeque::new(),
             to_c: VecDeque::new(),
             s_recvs: CREDITS,
-            c_recvs: CREDITS + SERVER_CREDITS,
+            // The receives for server frames come with the first stream.
+            c_recvs: CREDITS,
             epoch: Instant::now(),
             tick: 0,
             client: HashMap::new(),
@@ -103,6 +104,11 @@ impl StreamSim {
         out.truncate(t.len);
         self.to_s.push_back((t.imm, out));
         self.client.entry(id).or_default();
+        if self.c.streams().receives_wanted() {
+            // The driver posts them, then the engine grants them to the server.
+            self.c_recvs += SERVER_CREDITS;
+            self.c.streams().receives_posted();
+        }
         id
     }
 
@@ -139,6 +145,47 @@ impl StreamSim {
         }
     }
 
+    /// The server packs as many of `msgs` as credit and one frame allow into a
+    /// batch `MSG` (as a writer coalescing ready messages does): how many went.
+    fn server_send_batch(&mut self, id: u32, msgs: &[Vec<u8>]) -> usize {
+        if !self.s.streams().can_send(id) {
+            return 0;
+        }
+        let mut credit = self.s.streams().send_credit(id);
+        let mut staged = vec![0u8; FRAME];
+        let mut b = wire::BatchWriter::new(&mut staged);
+        for m in msgs {
+            if credit <= 0 || !b.push(m.len(), |o| o.copy_from_slice(m)) {
+                break;
+            }
+            credit -= wire::charge(m.len()) as i64;
+        }
+        let n = b.count() as usize;
+        let len = b.finish();
+        let mut out = vec![0u8; FRAME];
+        let t = self
+            .s
+            .send_stream_batch(id, &staged[..len], &mut out)
+            .expect("a batch within credit");
+        out.truncate(t.len);
+        self.to_c.push_back((t.imm, out));
+        n
+    }
+
+    /// The server sends `len`-byte messages on `id` in batches, stepping as
+    /// connection credits run out, until the call's credit is spent: how many.
+    fn fill_window(&mut self, id: u32, len: usize) -> usize {
+        let mut sent = 0;
+        while self.s.streams().send_credit(id) > 0 {
+            let batch: Vec<Vec<u8>> = (sent..sent + 200).map(|i| msg(id, i, len)).collect();
+            match self.server_send_batch(id, &batch) {
+                0 => self.step(),
+                n => sent += n,
+            }
+        }
+        sent
+    }
+
     fn server_answer(&mut self, id: u32, r: Result<(), Status>) {
         let mut out = vec![0u8; FRAME];
         let md = MetadataMap::new();
@@ -152,7 +199,9 @@ impl StreamSim {
         let seen = self.client.get_mut(&id).unwrap();
         if let Some(m) = seen.unread.pop_front() {
             seen.read.push(m);
-            self.c.streams().taken(id);
+            self.c
+                .streams()
+                .taken(id, wire::charge(seen.read.last().unwrap().len()));
         }
     }
 
@@ -160,7 +209,9 @@ impl StreamSim {
         let seen = self.server.get_mut(&id).unwrap();
         if let Some(m) = seen.unread.pop_front() {
             seen.read.push(m);
-            self.s.streams().taken(id);
+            self.s
+                .streams()
+                .taken(id, wire::charge(seen.read.last().unwrap().len()));
         }
     }
 
@@ -182,7 +233,7 @@ impl StreamSim {
         while let Some((id, ev)) = self.s.poll_stream_event() {
             let seen = self.server.entry(id).or_default();
             match ev {
-                ServerStreamEvent::Message(m) => seen.unread.push_back(m),
+                ServerStreamEvent::Message(m) => seen.unread.push_back(m.to_vec()),
                 ServerStreamEvent::HalfClosed => seen.half_closed = true,
                 ServerStreamEvent::Writable => {}
                 ServerStreamEvent::Reset(s) => seen.end = Some(Err(s)),
@@ -242,7 +293,7 @@ impl StreamSim {
             let seen = self.client.entry(id).or_default();
             match ev {
                 StreamEvent::Headers(_) => seen.headers = true,
-                StreamEvent::Message(m) => seen.unread.push_back(m),
+                StreamEvent::Message(m) => seen.unread.push_back(m.to_vec()),
                 StreamEvent::Writable => {}
                 StreamEvent::End(r) => {
                     assert!(seen.end.is_none(), "one end per call");
@@ -420,6 +471,11 @@ fn a_reset_in_every_state_ends_both_sides_and_frees_everything() {
     }
 }
 
+/// Messages of `len` bytes that begin within one window.
+fn per_window(len: usize) -> usize {
+    (u64::from(STREAM_WINDOW).div_ceil(wire::charge(len))) as usize
+}
+
 #[test]
 fn an_exhausted_window_stops_only_its_producer_and_resumes_when_read() {
     let mut sim = StreamSim::plain();
@@ -429,17 +485,20 @@ fn an_exhausted_window_stops_only_its_producer_and_resumes_when_read() {
     sim.run(2);
     sim.server_answer(slow, Ok(()));
     sim.server_answer(fast, Ok(()));
-    let mut sent = 0;
-    while sim.server_send(slow, b"x") {
-        sent += 1;
-    }
-    assert_eq!(sent, STREAM_WINDOW, "a window of messages, then no credit");
+    let sent = sim.fill_window(slow, 1);
+    assert_eq!(sent, per_window(1), "a window of bytes, then no credit");
     sim.run(5);
     assert!(!sim.s.streams().can_send(slow), "the reader took nothing");
-    // The other call on the connection keeps moving, for many windows.
-    for i in 0..(5 * STREAM_WINDOW as usize) {
-        while !sim.server_send(fast, &msg(fast, i, 10)) {
-            sim.step();
+    // The other call on the connection keeps moving, for several windows.
+    let n = 3 * per_window(10);
+    let mut moved = 0;
+    while moved < n {
+        let batch: Vec<Vec<u8>> = (moved..n.min(moved + 100))
+            .map(|i| msg(fast, i, 10))
+            .collect();
+        moved += sim.server_send_batch(fast, &batch);
+        sim.step();
+        while !sim.client[&fast].unread.is_empty() {
             sim.client_take(fast);
         }
     }
@@ -447,12 +506,17 @@ fn an_exhausted_window_stops_only_its_producer_and_resumes_when_read() {
     while !sim.client[&fast].unread.is_empty() {
         sim.client_take(fast);
     }
-    assert_eq!(sim.client[&fast].read.len(), 5 * STREAM_WINDOW as usize);
-    assert_eq!(sim.client[&slow].unread.len(), STREAM_WINDOW as usize);
-    // Reading half the window grants it back.
-    for _ in 0..STREAM_WINDOW / 2 {
+    let want: Vec<Vec<u8>> = (0..n).map(|i| msg(fast, i, 10)).collect();
+    assert_eq!(sim.client[&fast].read, want, "every message, in order");
+    assert_eq!(sim.client[&slow].unread.len(), per_window(1));
+    // Reading a quarter of the window grants it back.
+    for _ in 0..per_window(1) / 4 - 1 {
         sim.client_take(slow);
     }
+    sim.run(3);
+    assert!(!sim.s.streams().can_send(slow), "not a quarter yet");
+    sim.client_take(slow);
+    sim.client_take(slow);
     sim.run(3);
     assert!(sim.s.streams().can_send(slow), "credit came back");
     for id in [slow, fast] {
@@ -618,17 +682,16 @@ fn the_servers_deadline_ends_a_stream_whose_client_went_silent() {
     // never grant: the deadline stops it, and the trailers still go (connection
     // credits remain).
     let mut sim = StreamSim::plain();
-    let id = sim.open(Some(Duration::from_millis(20)));
+    sim.c_auto = false;
+    let id = sim.open(Some(Duration::from_millis(200)));
     sim.run(2);
     sim.server_answer(id, Ok(()));
     sim.run(2);
+    let sent = sim.fill_window(id, 30);
+    assert_eq!(sent, per_window(30));
+    sim.run(2);
     sim.c_gone = Some(Vec::new());
-    let mut sent = 0;
-    while sim.server_send(id, &msg(id, sent, 30)) {
-        sent += 1;
-    }
-    assert_eq!(sent, STREAM_WINDOW as usize);
-    sim.run(25);
+    sim.run(200);
     assert_eq!(
         server_end(&sim, id).map(|s| s.code()),
         Some(Code::DeadlineExceeded),
@@ -672,4 +735,234 @@ fn the_servers_deadline_ends_a_stream_whose_client_went_silent() {
         sim.c_gone.take().unwrap().is_empty(),
         "nothing more of the message after the deadline"
     );
+}
+
+#[test]
+fn a_batch_delivers_its_messages_whole_and_in_order_in_one_frame() {
+    let mut sim = StreamSim::plain();
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(2);
+    // More than one frame's worth of ready messages: consecutive whole batches.
+    let msgs: Vec<Vec<u8>> = (0..60).map(|i| msg(id, i, 1 + i % 20)).collect();
+    let mut went = 0;
+    let mut frames = 0;
+    while went < msgs.len() {
+        went += sim.server_send_batch(id, &msgs[went..]);
+        frames += 1;
+    }
+    assert!(frames > 1 && frames < 10, "{frames} frames for 60 messages");
+    assert_eq!(sim.to_c.len(), frames, "one MSG per batch");
+    sim.run(3);
+    assert_eq!(sim.client[&id].read, msgs);
+    // A message larger than the space left goes next, in chunks of its own, and
+    // lands after the batch's messages.
+    let small: Vec<Vec<u8>> = (0..10).map(|i| msg(id, 100 + i, 40)).collect();
+    let big = msg(id, 200, 3 * FRAME);
+    assert_eq!(
+        sim.server_send_batch(id, &[small.clone(), vec![big.clone()]].concat()),
+        10
+    );
+    assert!(sim.server_send(id, &big));
+    sim.run(10);
+    let read = &sim.client[&id].read;
+    assert_eq!(&read[60..70], &small[..]);
+    assert_eq!(read[70], big);
+    sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    sim.run(3);
+    assert_eq!(sim.end(id), Some(Code::Ok));
+    sim.assert_quiescent();
+}
+
+#[test]
+fn client_batches_reach_the_handler_whole_and_in_order() {
+    let mut sim = StreamSim::plain();
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(2);
+    let msgs: Vec<Vec<u8>> = (0..30).map(|i| msg(id, i, 7)).collect();
+    assert!(sim.c.reserve());
+    let mut staged = vec![0u8; FRAME];
+    let mut b = wire::BatchWriter::new(&mut staged);
+    for m in &msgs {
+        assert!(b.push(m.len(), |o| o.copy_from_slice(m)));
+    }
+    let len = b.finish();
+    let mut out = vec![0u8; FRAME];
+    let t = sim
+        .c
+        .send_stream_batch(id, &staged[..len], &mut out)
+        .unwrap();
+    out.truncate(t.len);
+    sim.to_s.push_back((t.imm, out));
+    sim.run(3);
+    assert_eq!(sim.server[&id].read, msgs);
+    sim.c.streams().half_close(id);
+    sim.run(2);
+    sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    sim.assert_quiescent();
+}
+
+/// A batch `MSG` of `entries` (each `len:u32` then bytes), with a head that says
+/// `count` messages and `bytes` bytes.
+fn raw_batch(count: u32, bytes: u32, entries: &[u8]) -> Vec<u8> {
+    let mut f = count.to_be_bytes().to_vec();
+    f.extend((wire::MSG_BATCH | bytes).to_be_bytes());
+    f.extend_from_slice(entries);
+    f
+}
+
+#[test]
+fn a_malformed_batch_ends_its_call_internal_delivers_nothing_and_spares_the_connection() {
+    let entry = |len: u32, fill: u8| {
+        let mut e = len.to_be_bytes().to_vec();
+        e.extend(std::iter::repeat_n(fill, len as usize));
+        e
+    };
+    let two = [entry(3, 1), entry(2, 2)].concat();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "a count above its entries",
+            raw_batch(3, two.len() as u32, &two),
+        ),
+        (
+            "a count below its entries",
+            raw_batch(1, two.len() as u32, &two),
+        ),
+        ("an empty batch", raw_batch(0, 0, &[])),
+        (
+            "bytes that are not the frame's",
+            raw_batch(2, two.len() as u32 + 1, &two),
+        ),
+        ("an entry beyond the frame", {
+            let mut e = two.clone();
+            e[3] = 200;
+            raw_batch(2, e.len() as u32, &e)
+        }),
+        ("an entry cut in its length", {
+            let mut e = two.clone();
+            e.extend([0, 0]);
+            raw_batch(2, e.len() as u32, &e)
+        }),
+        ("the reserved rendezvous bit", {
+            let mut f = raw_batch(2, two.len() as u32, &two);
+            f[4] |= 0x80;
+            f
+        }),
+    ];
+    let mut sim = StreamSim::plain();
+    for (why, frame) in cases {
+        let id = sim.open(None);
+        sim.run(2);
+        sim.server_answer(id, Ok(()));
+        sim.run(2);
+        let before = sim.c.stats().malformed;
+        sim.to_c.push_back((wire::imm(Kind::Msg, id), frame));
+        sim.run(3);
+        assert_eq!(sim.end(id), Some(Code::Internal), "{why}");
+        assert!(sim.client[&id].read.is_empty(), "{why}: nothing delivered");
+        assert_eq!(sim.c.stats().malformed, before + 1, "{why}: counted");
+        // The client's RESET reached the server; the connection goes on.
+        assert!(!sim.s.streams().is_open(id), "{why}");
+    }
+    // The server sending such a batch mid-message is malformed too.
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(2);
+    let mut first = vec![0u8; 8 + 10];
+    wire::write_msg_head(&mut first, 0, 100);
+    sim.to_c.push_back((wire::imm(Kind::Msg, id), first));
+    let one = [7u32.to_be_bytes().to_vec(), vec![9; 7]].concat();
+    sim.to_c.push_back((
+        wire::imm(Kind::Msg, id),
+        raw_batch(1, one.len() as u32, &one),
+    ));
+    sim.run(3);
+    assert_eq!(sim.end(id), Some(Code::Internal));
+    // A client batch the server cannot read ends that call, and only that one.
+    let bad = sim.open(None);
+    let good = sim.open(None);
+    sim.run(2);
+    sim.server_answer(bad, Ok(()));
+    sim.server_answer(good, Ok(()));
+    sim.run(2);
+    // Sent by the engine (its token counted), then corrupted on the way.
+    assert!(sim.c.reserve());
+    let mut staged = vec![0u8; FRAME];
+    let mut b = wire::BatchWriter::new(&mut staged);
+    assert!(b.push(3, |o| o.copy_from_slice(b"abc")) && b.push(2, |o| o.copy_from_slice(b"de")));
+    let len = b.finish();
+    let mut out = vec![0u8; FRAME];
+    let t = sim
+        .c
+        .send_stream_batch(bad, &staged[..len], &mut out)
+        .unwrap();
+    out.truncate(t.len);
+    out[3] = 5; // says five messages
+    sim.to_s.push_back((t.imm, out));
+    sim.run(3);
+    assert_eq!(sim.end(bad), Some(Code::Internal), "the server's trailers");
+    assert!(sim.server[&bad].read.is_empty(), "nothing delivered");
+    assert!(sim.client_send(good, b"still here"));
+    sim.run(3);
+    assert_eq!(sim.server[&good].read, vec![b"still here".to_vec()]);
+    sim.c.streams().half_close(good);
+    sim.run(2);
+    sim.s.streams().finish(good, Ok(MetadataMap::new()));
+    sim.assert_quiescent();
+}
+
+#[test]
+fn a_batch_beyond_the_calls_credit_is_refused_unsent() {
+    let mut sim = StreamSim::plain();
+    sim.c_auto = false;
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(2);
+    sim.fill_window(id, 100);
+    sim.run(2);
+    let mut staged = vec![0u8; FRAME];
+    let mut b = wire::BatchWriter::new(&mut staged);
+    assert!(b.push(3, |o| o.copy_from_slice(b"abc")));
+    let len = b.finish();
+    let mut out = vec![0u8; FRAME];
+    assert!(sim
+        .s
+        .send_stream_batch(id, &staged[..len], &mut out)
+        .is_err());
+}
+
+#[test]
+fn the_server_gets_connection_credits_only_once_the_client_streams() {
+    let mut sim = StreamSim::plain();
+    assert_eq!(sim.s.streams().credits(), 0, "none before any stream");
+    assert!(
+        !sim.c.streams().receives_wanted(),
+        "no receives posted for it"
+    );
+    let id = sim.open(None);
+    assert_eq!(
+        sim.c_recvs,
+        CREDITS + SERVER_CREDITS,
+        "posted on the first stream"
+    );
+    assert!(!sim.c.streams().receives_wanted(), "once");
+    sim.run(2);
+    assert_eq!(
+        sim.s.streams().credits(),
+        SERVER_CREDITS,
+        "granted with the open"
+    );
+    let second = sim.open(None);
+    assert_eq!(sim.c_recvs, CREDITS + SERVER_CREDITS, "not again");
+    sim.run(2);
+    for id in [id, second] {
+        sim.server_answer(id, Ok(()));
+        sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    }
+    sim.assert_quiescent();
 }

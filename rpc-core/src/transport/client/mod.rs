@@ -22,6 +22,7 @@ mod handle;
 mod link;
 pub(crate) mod rc;
 pub(crate) mod stream;
+mod stream_shared;
 pub(crate) mod ud;
 
 use std::ops::Range;

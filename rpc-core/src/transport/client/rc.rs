@@ -19,7 +19,7 @@ use rpc_transport::{
 use super::conn::{Conn, Dial};
 use super::dial::{dial, shared_device};
 use super::link::{Link, NewCall, Signals, SlotPromises};
-use super::stream::StreamShared;
+use super::stream_shared::StreamShared;
 use super::{deliver, ReplySender};
 use crate::engine::wire::{Descriptor, SERVER_CREDITS};
 use crate::engine::MIN_FRAME;
@@ -143,6 +143,11 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
             sig.ready.wake_all();
         })
     };
+    // Room for the window to grow into before a second region: the receives for
+    // the server's stream frames are no longer reserved beyond the window until
+    // the first stream (`follow_window`), but starting the pool at the bare grant
+    // and doubling from there measured 25-35% fewer unary calls/s at 256 in
+    // flight (rpc-bench, soft provider), so it starts where it always did.
     let pool = RecvPool::with_mode(
         &pd,
         RecvTarget::Qp(qp.clone()),
@@ -257,8 +262,15 @@ impl RcLink {
     fn follow_window(&mut self, pool: &RecvPool) {
         let w = self.engine.window() as usize;
         let max = self.ring.qp().cap().max_send_wr as usize;
-        // Receives for the window's answers, plus the server's own frames (streams).
-        let need = w + SERVER_CREDITS as usize;
+        // Receives for the window's answers, plus the server's own frames once the
+        // connection streams (posted on its first stream, then granted).
+        let streams = self.engine.streams();
+        let server_frames = streams.receives_wanted() || streams.receives_posted_already();
+        let need = w + if server_frames {
+            SERVER_CREDITS as usize
+        } else {
+            0
+        };
         let room = self.ring.qp().cap().max_recv_wr as usize;
         let recv = pool.capacity();
         if need > recv {
@@ -269,6 +281,9 @@ impl RcLink {
                 self.fail(Status::unavailable(format!("receives not grown: {e}")));
                 return;
             }
+        }
+        if self.engine.streams().receives_wanted() && pool.capacity() >= need {
+            self.engine.streams().receives_posted();
         }
         let send = self.ring.capacity();
         if w > send {

@@ -1,5 +1,5 @@
 //! Streaming calls on the client's RC connection: the caller's side of each call
-//! ([`StreamShared`]), the task that pulls its request messages ([`write_stream`]),
+//! ([`StreamShared`], in `stream_shared.rs`), the task that pulls its request messages ([`write_stream`]),
 //! and its response messages as the typed API reads them ([`ClientInbound`]).
 //!
 //! The driver routes the engine's events of a call (headers, message, writable,
@@ -12,89 +12,43 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
+use bytes::Bytes;
 use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
 
 use super::conn::Conn;
 use super::handle::Handle;
 use super::link::Link;
 use super::rc::RcLink;
+use super::stream_shared::StreamShared;
 use crate::client::{IncomingStream, OutgoingStream};
+use crate::engine::wire::{self, STREAM_GRANT_AT};
 use crate::engine::{CallHead, StreamEvent};
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
 use crate::status::Status;
 use crate::stream::{BoxMessageSource, InboundMessages};
 use crate::transport::lock;
-
-/// A streaming call as its caller, reader and writer share it.
-#[derive(Default)]
-pub(crate) struct StreamShared(Mutex<Inner>);
-
-#[derive(Default)]
-struct Inner {
-    /// Resolves the caller's future with the headers (or the status that ended the
-    /// call before them).
-    headers: Option<oneshot::Sender<Result<MetadataMap, Status>>>,
-    messages: VecDeque<Vec<u8>>,
-    /// How the call ended, once it did (the reader takes it after the messages).
-    end: Option<Result<MetadataMap, Status>>,
-    reader: Option<Waker>,
-    writer: Option<Waker>,
-    /// The task pulling the request messages: stopped when the call ends, which
-    /// drops the caller's source (its producer sees that).
-    writer_task: Option<AbortHandle>,
-}
-
-impl StreamShared {
-    /// An event of the engine for this call (under the connection's lock).
-    pub(crate) fn on_event(&self, ev: StreamEvent) {
-        let mut st = lock(&self.0);
-        let wake = match ev {
-            StreamEvent::Headers(md) => {
-                if let Some(tx) = st.headers.take() {
-                    let _ = tx.send(Ok(md));
-                }
-                None
-            }
-            StreamEvent::Message(m) => {
-                st.messages.push_back(m);
-                st.reader.take()
-            }
-            StreamEvent::Writable => st.writer.take(),
-            StreamEvent::End(r) => {
-                if let Some(tx) = st.headers.take() {
-                    // Ended before its headers: the caller's future fails.
-                    let _ = tx
-                        .send(Err(r.clone().err().unwrap_or_else(|| {
-                            Status::internal("the call ended without headers")
-                        })));
-                }
-                st.end = Some(r);
-                if let Some(t) = st.writer_task.take() {
-                    t.abort();
-                }
-                if let Some(w) = st.writer.take() {
-                    w.wake();
-                }
-                st.reader.take()
-            }
-        };
-        drop(st);
-        if let Some(w) = wake {
-            w.wake();
-        }
-    }
-}
+use crate::transport::stream_batch::{Next, Staged};
 
 impl RcLink {
     /// Routes the engine's stream events to their calls.
     pub(super) fn route_stream_events(&mut self) {
         while let Some((id, ev)) = self.engine.poll_stream_event() {
+            let ev = match ev {
+                StreamEvent::Message(m) => {
+                    let streams = self.engine.streams();
+                    match self.streams.get(&id) {
+                        Some(sh) => sh.on_messages(m, || streams.poll_message_of(id)),
+                        None => while streams.poll_message_of(id).is_some() {},
+                    }
+                    continue;
+                }
+                ev => ev,
+            };
             let end = matches!(ev, StreamEvent::End(_));
             if let Some(sh) = self.streams.get(&id) {
                 sh.on_event(ev);
@@ -145,6 +99,41 @@ impl RcLink {
                 let _ = self.post(slot, t.len, t.imm);
             }
             Err(_) => self.ring.release(slot),
+        }
+        self.send_queued();
+        self.route_stream_events();
+    }
+
+    /// Sends what `staged` holds of call `id` (one message as a plain `MSG`,
+    /// several as a batch) on a reservation.
+    fn send_staged(&mut self, id: u32, staged: &Staged) {
+        self.promised.redeem();
+        if self.engine.dead().is_some() {
+            return;
+        }
+        let slot = self.ring.acquire().expect("reserved");
+        let out = self.ring.buf(&slot);
+        let sent = match (staged.lone(), staged.batch()) {
+            (Some(m), _) => {
+                self.engine
+                    .send_stream_message(id, m.len(), |o| o.copy_from_slice(m), out)
+            }
+            (_, Some(b)) => self.engine.send_stream_batch(id, b, out),
+            _ => {
+                self.engine.unreserve();
+                Err(Status::internal("nothing staged"))
+            }
+        };
+        match sent {
+            Ok(t) => {
+                let _ = self.post(slot, t.len, t.imm);
+            }
+            Err(s) => {
+                // Packed within the call's limits, so this is a bug: the call ends
+                // with it rather than losing the messages silently.
+                self.ring.release(slot);
+                self.engine.streams().reset(id, s);
+            }
         }
         self.send_queued();
         self.route_stream_events();
@@ -225,6 +214,8 @@ pub(crate) async fn start(
         shared,
         done: false,
         trailers: None,
+        untaken: 0,
+        ready: VecDeque::new(),
     };
     // Dropped before the headers came: `inbound`'s drop resets the call.
     let headers = rx
@@ -251,6 +242,8 @@ async fn write_stream(
     mut source: BoxMessageSource,
     shared: Arc<StreamShared>,
 ) {
+    let mut staged = Staged::default();
+    let mut next: Option<usize> = None;
     loop {
         // The call's credit first: a producer is not polled beyond its window.
         let go = poll_fn(|cx| {
@@ -269,20 +262,26 @@ async fn write_stream(
         if !go {
             return;
         }
-        let len = match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
-            Some(Ok(len)) => len,
-            None => {
-                let mut st = conn.lock();
-                st.link.engine.streams().half_close(id);
-                st.link.after_stream_change();
-                return;
-            }
-            Some(Err(s)) => {
-                let mut st = conn.lock();
-                st.link.engine.streams().reset(id, s);
-                st.link.after_stream_change();
-                return;
-            }
+        let len = match next.take() {
+            Some(len) => len,
+            None => match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
+                Some(Ok(len)) => len,
+                Some(Err(s)) => return end_source(&conn, id, Err(s)),
+                None => return end_source(&conn, id, Ok(MetadataMap::new())),
+            },
+        };
+        let (frame, credit, max) = {
+            let mut st = conn.lock();
+            let frame = st.link.engine.frame_size();
+            let streams = st.link.engine.streams();
+            (frame, streams.send_credit(id), streams.max_send_message())
+        };
+        // What else the source has ready now rides in the same frame.
+        let batched = Staged::fits(len, frame, max);
+        let after = if batched {
+            poll_fn(|cx| Poll::Ready(staged.pack(cx, &mut source, len, frame, credit, max))).await
+        } else {
+            Next::Nothing
         };
         // Then a token and a send slot, shared with the connection's other calls.
         let room = poll_fn(|cx| {
@@ -301,8 +300,27 @@ async fn write_stream(
         if room.is_err() {
             return;
         }
-        conn.lock().link.send_message(id, len, &mut source);
+        if batched {
+            conn.lock().link.send_staged(id, &staged);
+        } else {
+            conn.lock().link.send_message(id, len, &mut source);
+        }
+        match after {
+            Next::Nothing => {}
+            Next::Message(len) => next = Some(len),
+            Next::End(r) => return end_source(&conn, id, r),
+        }
     }
+}
+
+/// The caller's source ended: its end half-closes the call, its error resets it.
+fn end_source(conn: &Conn<RcLink>, id: u32, r: Result<MetadataMap, Status>) {
+    let mut st = conn.lock();
+    match r {
+        Ok(_) => st.link.engine.streams().half_close(id),
+        Err(s) => st.link.engine.streams().reset(id, s),
+    }
+    st.link.after_stream_change();
 }
 
 /// The response messages of a streaming call, as the caller reads them.
@@ -315,6 +333,12 @@ pub(crate) struct ClientInbound {
     /// The end was read (or the call failed before its headers).
     done: bool,
     trailers: Option<MetadataMap>,
+    /// Charges of messages taken and not yet handed to the engine: it hears of
+    /// them once they make a grant (one connection lock per grant, not per
+    /// message).
+    untaken: u64,
+    /// Messages moved out of the shared queue together, read from here.
+    ready: VecDeque<Bytes>,
 }
 
 impl InboundMessages for ClientInbound {
@@ -325,13 +349,26 @@ impl InboundMessages for ClientInbound {
         if self.done {
             return Poll::Ready(None);
         }
+        let this = &mut *self;
+        if this.ready.is_empty() {
+            // Everything queued at once: one lock per batch, not per message.
+            std::mem::swap(&mut lock(&this.shared.0).messages, &mut this.ready);
+        }
+        if let Some(m) = self.ready.pop_front() {
+            self.untaken += wire::charge(m.len());
+            if self.untaken >= u64::from(STREAM_GRANT_AT) {
+                let n = std::mem::take(&mut self.untaken);
+                let mut c = self.conn.lock();
+                c.link.engine.streams().taken(self.id, n);
+                c.link.after_stream_change();
+            }
+            return Poll::Ready(Some(Ok(Payload::from_bytes(m))));
+        }
         let mut st = lock(&self.shared.0);
-        if let Some(m) = st.messages.pop_front() {
-            drop(st);
-            let mut c = self.conn.lock();
-            c.link.engine.streams().taken(self.id);
-            c.link.after_stream_change();
-            return Poll::Ready(Some(Ok(Payload::from_vec(m))));
+        if !st.messages.is_empty() {
+            // Arrived since the look above: read again.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         match st.end.take() {
             Some(end) => {

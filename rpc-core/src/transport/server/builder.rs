@@ -74,7 +74,9 @@ impl<L> Server<L> {
 
     /// Caps every handler's time: a call ends `DEADLINE_EXCEEDED` (and its handler is
     /// stopped) once its handler has run this long, or at the call's own deadline if
-    /// that comes first.
+    /// that comes first. A streaming call is covered whole, counted from its
+    /// arrival: its stream ends `DEADLINE_EXCEEDED` (the producer dropped) if it
+    /// still runs then, as tonic's timeout covers the response body.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.settings.timeout = Some(timeout);
         self

@@ -46,6 +46,13 @@ impl Served {
     }
 }
 
+impl Served {
+    /// The server's cap on a call's time (`Server::timeout`).
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+}
+
 /// Runs one call's handler: through the server's layers (if any) to its route,
 /// bounded by the call's deadline and by the server's timeout (counted from the
 /// handler's start), a panic turned into `INTERNAL`.

@@ -23,6 +23,7 @@ mod rc_stream;
 mod router;
 mod settings;
 mod srq_side;
+mod stream_inbound;
 mod ud_side;
 
 pub use builder::Server;

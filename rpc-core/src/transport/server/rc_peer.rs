@@ -10,7 +10,7 @@ use tokio::task::AbortHandle;
 
 use super::credit_pool::PeerCredit;
 use super::handler::{run_handler, run_limited, start_inline, Served};
-use super::rc_stream::InboundShared;
+use super::stream_inbound::InboundShared;
 use crate::engine::wire::Descriptor;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
@@ -470,6 +470,9 @@ async fn run_call(
     timeout: Option<Duration>,
     streaming: bool,
 ) {
+    if streaming {
+        conn.cap_stream_deadline(id, served.timeout());
+    }
     let result = match &conn.limit {
         None => run_handler(&served, call, timeout).await,
         // Boxed: see `run_limited`.

@@ -15,13 +15,15 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Waker};
-use std::time::Instant;
-
-use tokio::task::AbortHandle;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use super::rc_peer::{RcPeer, RcPeerState};
+use super::stream_inbound::InboundShared;
+use crate::engine::wire::{self, STREAM_GRANT_AT};
+use bytes::Bytes;
+
 use crate::engine::ServerStreamEvent;
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
@@ -29,62 +31,7 @@ use crate::server::{BoxMessage, ReplyBody, ServerReply};
 use crate::status::Status;
 use crate::stream::{BoxInbound, BoxMessageSource, InboundMessages, MessageSource};
 use crate::transport::lock;
-
-/// A streaming call's inbound half, shared by the connection and the handler.
-#[derive(Default)]
-pub(crate) struct InboundShared(Mutex<Inner>);
-
-#[derive(Default)]
-struct Inner {
-    messages: VecDeque<Vec<u8>>,
-    /// How the client's half ended: `Ok` for its half-close.
-    end: Option<Result<(), Status>>,
-    reader: Option<Waker>,
-    /// The handler dropped its inbound: later messages are discarded (and their
-    /// credit granted back at once, so the client is never stalled by them).
-    dropped: bool,
-    /// The task that ends the call at its deadline: stopped when the call ends first.
-    deadline_timer: Option<AbortHandle>,
-}
-
-impl InboundShared {
-    /// Ends the inbound half (unless it already ended).
-    pub(crate) fn end(&self, r: Result<(), Status>) {
-        let mut st = lock(&self.0);
-        if st.end.is_none() {
-            st.end = Some(r);
-        }
-        let w = st.reader.take();
-        drop(st);
-        if let Some(w) = w {
-            w.wake();
-        }
-    }
-
-    /// The call is over here: its inbound ends (unless it already ended), and its
-    /// deadline's timer stops.
-    fn close(&self, r: Result<(), Status>) {
-        if let Some(t) = lock(&self.0).deadline_timer.take() {
-            t.abort();
-        }
-        self.end(r);
-    }
-
-    /// A message arrived; `false` if the handler no longer reads (discarded).
-    fn push(&self, m: Vec<u8>) -> bool {
-        let mut st = lock(&self.0);
-        if st.dropped {
-            return false;
-        }
-        st.messages.push_back(m);
-        let w = st.reader.take();
-        drop(st);
-        if let Some(w) = w {
-            w.wake();
-        }
-        true
-    }
-}
+use crate::transport::stream_batch::{Next, Staged};
 
 impl RcPeer {
     /// The inbound half of a streaming call that just arrived.
@@ -100,7 +47,33 @@ impl RcPeer {
             id,
             shared,
             done: false,
+            untaken: 0,
+            ready: VecDeque::new(),
         })
+    }
+
+    /// Caps streaming call `id` at the server's `timeout` (`Server::timeout`),
+    /// counted from now (its arrival): the whole call, messages and trailers
+    /// included, not only its handler's answer, as tonic's timeout covers the
+    /// response body. The call then ends `DEADLINE_EXCEEDED` at whichever
+    /// deadline comes first, the client's or this one.
+    pub(super) fn cap_stream_deadline(self: &Arc<Self>, id: u32, timeout: Option<Duration>) {
+        let Some(t) = timeout else {
+            return;
+        };
+        let mut st = lock(&self.state);
+        if st.dead {
+            return;
+        }
+        let Some(at) = st.engine.streams().cap_deadline(id, Instant::now(), t) else {
+            return;
+        };
+        if let Some(shared) = st.streams.get(&id) {
+            let timer = tokio::spawn(end_at_deadline(Arc::downgrade(self), at));
+            if let Some(old) = lock(&shared.0).deadline_timer.replace(timer.abort_handle()) {
+                old.abort();
+            }
+        }
     }
 
     /// Routes the engine's stream events: messages and ends to the handlers'
@@ -111,9 +84,21 @@ impl RcPeer {
         while let Some((id, ev)) = st.engine.poll_stream_event() {
             match ev {
                 ServerStreamEvent::Message(m) => {
-                    let kept = st.streams.get(&id).is_some_and(|s| s.push(m));
-                    if !kept {
-                        st.engine.streams().taken(id);
+                    let RcPeerState {
+                        engine, streams, ..
+                    } = &mut *st;
+                    let streams_e = engine.streams();
+                    let kept = match streams.get(&id) {
+                        Some(s) => s.push(m, || streams_e.poll_message_of(id)),
+                        None => Err(m),
+                    };
+                    if let Err(m) = kept {
+                        // Nobody reads: discarded, and their credit goes back.
+                        let mut charge = wire::charge(m.len());
+                        while let Some(m) = streams_e.poll_message_of(id) {
+                            charge += wire::charge(m.len());
+                        }
+                        streams_e.taken(id, charge);
                     }
                 }
                 ServerStreamEvent::HalfClosed => {
@@ -204,51 +189,129 @@ impl RcPeer {
     }
 
     /// Sends the handler's messages, then its end as the trailers. Returns when the
-    /// stream ended, or the call did (reset, refused, connection lost).
+    /// stream ended, or the call did (reset, refused, connection lost). Messages
+    /// the source has ready together go as one batch frame; a lone one at once.
     async fn write_stream(&self, id: u32, mut source: BoxMessageSource) {
+        let mut staged = Staged::default();
+        let mut next: Option<usize> = None;
         loop {
             // The call's credit first: a producer is not polled beyond its window.
             if !self.wait_sendable(id).await {
                 return;
             }
-            let len = match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
-                Some(Ok(len)) => len,
-                end => {
-                    let r = match end {
-                        Some(Err(s)) => Err(s),
-                        _ => Ok(MetadataMap::new()),
-                    };
-                    let mut st = lock(&self.state);
-                    if !st.dead {
-                        st.engine.streams().finish(id, r);
-                        Self::pump(&mut st);
-                    }
-                    return;
-                }
+            let len = match next.take() {
+                Some(len) => len,
+                None => match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
+                    Some(Ok(len)) => len,
+                    Some(Err(s)) => return self.finish_stream(id, Err(s)),
+                    None => return self.finish_stream(id, Ok(MetadataMap::new())),
+                },
             };
-            loop {
-                if !self.wait_sendable(id).await {
+            let (frame, credit, max) = {
+                let mut st = lock(&self.state);
+                let frame = st.engine.frame_size();
+                let streams = st.engine.streams();
+                (frame, streams.send_credit(id), streams.max_send_message())
+            };
+            if !Staged::fits(len, frame, max) {
+                // Alone: in chunks, or refused by the engine (over the max).
+                if !self.send_alone(id, len, &mut source).await {
                     return;
                 }
-                let mut st = lock(&self.state);
-                let sendable = !st.dead && st.engine.streams().can_send(id);
-                let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
-                    continue; // another call took it first
-                };
-                let RcPeerState { engine, ring, .. } = &mut *st;
-                let encode = |out: &mut [u8]| source.as_mut().encode_current(out);
-                match engine.send_stream_message(id, len, encode, ring.buf(&slot)) {
-                    Ok(t) => {
-                        if let Err(e) = st.ring.post(slot, t.len, t.imm) {
-                            tracing::debug!(error = %e, "server post failed");
-                            st.dead = true;
-                        }
-                    }
-                    Err(_) => st.ring.release(slot),
-                }
-                self.route_stream_events(&mut st);
-                break;
+                continue;
             }
+            let after =
+                poll_fn(|cx| Poll::Ready(staged.pack(cx, &mut source, len, frame, credit, max)))
+                    .await;
+            if !self.send_staged(id, &staged).await {
+                return;
+            }
+            match after {
+                Next::Nothing => {}
+                Next::Message(len) => next = Some(len),
+                Next::End(r) => return self.finish_stream(id, r),
+            }
+        }
+    }
+
+    /// The handler's stream ended: its final status goes as the trailers, after
+    /// the messages sent.
+    fn finish_stream(&self, id: u32, r: Result<MetadataMap, Status>) {
+        let mut st = lock(&self.state);
+        if !st.dead {
+            st.engine.streams().finish(id, r);
+            Self::pump(&mut st);
+        }
+    }
+
+    /// Sends the source's current message (`len` bytes) alone, encoded straight
+    /// into a send slot; `false` once the call is over here.
+    async fn send_alone(&self, id: u32, len: usize, source: &mut BoxMessageSource) -> bool {
+        loop {
+            if !self.wait_sendable(id).await {
+                return false;
+            }
+            let mut st = lock(&self.state);
+            let sendable = !st.dead && st.engine.streams().can_send(id);
+            let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
+                continue; // another call took it first
+            };
+            let RcPeerState { engine, ring, .. } = &mut *st;
+            let encode = |out: &mut [u8]| source.as_mut().encode_current(out);
+            match engine.send_stream_message(id, len, encode, ring.buf(&slot)) {
+                Ok(t) => {
+                    if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                        tracing::debug!(error = %e, "server post failed");
+                        st.dead = true;
+                    }
+                }
+                Err(_) => st.ring.release(slot),
+            }
+            self.route_stream_events(&mut st);
+            return true;
+        }
+    }
+
+    /// Sends what `staged` holds (one message as a plain `MSG`, several as a
+    /// batch) once the call and the connection let it; `false` once the call is
+    /// over here.
+    async fn send_staged(&self, id: u32, staged: &Staged) -> bool {
+        loop {
+            if !self.wait_sendable(id).await {
+                return false;
+            }
+            let mut st = lock(&self.state);
+            let sendable = !st.dead && st.engine.streams().can_send(id);
+            let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
+                continue; // another call took it first
+            };
+            let RcPeerState { engine, ring, .. } = &mut *st;
+            let sent = match (staged.lone(), staged.batch()) {
+                (Some(m), _) => engine.send_stream_message(
+                    id,
+                    m.len(),
+                    |o| o.copy_from_slice(m),
+                    ring.buf(&slot),
+                ),
+                (_, Some(b)) => engine.send_stream_batch(id, b, ring.buf(&slot)),
+                _ => Err(Status::internal("nothing staged")),
+            };
+            match sent {
+                Ok(t) => {
+                    if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                        tracing::debug!(error = %e, "server post failed");
+                        st.dead = true;
+                    }
+                }
+                Err(s) => {
+                    // Packed within the call's limits, so this is a bug: the call
+                    // ends with it rather than losing the messages silently.
+                    st.ring.release(slot);
+                    st.engine.streams().finish(id, Err(s));
+                }
+            }
+            self.route_stream_events(&mut st);
+            return true;
         }
     }
 
@@ -314,6 +377,27 @@ struct ServerInbound {
     id: u32,
     shared: Arc<InboundShared>,
     done: bool,
+    /// Charges of messages taken and not yet handed to the engine: it hears of
+    /// them once they make a grant, not at every message (one connection lock
+    /// per grant).
+    untaken: u64,
+    /// Messages moved out of the shared queue together, read from here.
+    ready: VecDeque<Bytes>,
+}
+
+impl ServerInbound {
+    /// Hands the engine the charges taken (their grant goes out).
+    fn give_back(&mut self, more: u64) {
+        let n = std::mem::take(&mut self.untaken) + more;
+        if n == 0 {
+            return;
+        }
+        let mut c = lock(&self.peer.state);
+        if !c.dead {
+            c.engine.streams().taken(self.id, n);
+            RcPeer::pump(&mut c);
+        }
+    }
 }
 
 impl InboundMessages for ServerInbound {
@@ -324,15 +408,23 @@ impl InboundMessages for ServerInbound {
         if self.done {
             return Poll::Ready(None);
         }
-        let mut st = lock(&self.shared.0);
-        if let Some(m) = st.messages.pop_front() {
-            drop(st);
-            let mut c = lock(&self.peer.state);
-            if !c.dead {
-                c.engine.streams().taken(self.id);
-                RcPeer::pump(&mut c);
+        let this = &mut *self;
+        if this.ready.is_empty() {
+            // Everything queued at once: one lock per batch, not per message.
+            std::mem::swap(&mut lock(&this.shared.0).messages, &mut this.ready);
+        }
+        if let Some(m) = self.ready.pop_front() {
+            self.untaken += wire::charge(m.len());
+            if self.untaken >= u64::from(STREAM_GRANT_AT) {
+                self.give_back(0);
             }
-            return Poll::Ready(Some(Ok(Payload::from_vec(m))));
+            return Poll::Ready(Some(Ok(Payload::from_bytes(m))));
+        }
+        let mut st = lock(&self.shared.0);
+        if !st.messages.is_empty() {
+            // Arrived since the look above: read again.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         match st.end.take() {
             Some(r) => {
@@ -359,19 +451,15 @@ impl Drop for ServerInbound {
     fn drop(&mut self) {
         // Messages still here and those to come are discarded; their credits go
         // back, so the client keeps sending (and its half-close still arrives).
-        let n = {
+        let discarded: u64 = {
             let mut st = lock(&self.shared.0);
             st.dropped = true;
-            std::mem::take(&mut st.messages).len()
+            std::mem::take(&mut st.messages)
+                .iter()
+                .chain(&self.ready)
+                .map(|m| wire::charge(m.len()))
+                .sum()
         };
-        if n > 0 {
-            let mut c = lock(&self.peer.state);
-            if !c.dead {
-                for _ in 0..n {
-                    c.engine.streams().taken(self.id);
-                }
-                RcPeer::pump(&mut c);
-            }
-        }
+        self.give_back(discarded);
     }
 }
