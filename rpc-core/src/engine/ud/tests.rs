@@ -611,7 +611,11 @@ fn a_session_of_small_calls_keeps_small_reply_buffers_and_grows_one_for_a_large_
             .respond(sess, inc.id, Ok((&md, &Raw(vec![3; reply_len]))), &mut out)
             .unwrap();
         let reply = out[..t.len].to_vec();
-        assert!(c.handle_datagram(now, t.imm, &reply).unwrap().result.is_ok());
+        assert!(c
+            .handle_datagram(now, t.imm, &reply)
+            .unwrap()
+            .result
+            .is_ok());
     };
     // Twice around the window with 32-byte replies: every entry has held one.
     for _ in 0..2 * WINDOW {
@@ -626,5 +630,8 @@ fn a_session_of_small_calls_keeps_small_reply_buffers_and_grows_one_for_a_large_
     // A large reply grows its entry's buffer, and only that one.
     round_trip(&mut s, DGRAM / 2);
     let grown = s.stats().reply_buffer_bytes;
-    assert!(grown > small && grown <= small + DGRAM as u64, "{small} -> {grown}");
+    assert!(
+        grown > small && grown <= small + DGRAM as u64,
+        "{small} -> {grown}"
+    );
 }
