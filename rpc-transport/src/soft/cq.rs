@@ -26,7 +26,6 @@ use crate::wc::{WcStatus, WorkCompletion};
 
 use super::device::{next_object_id, Device};
 use super::qp::Qp;
-use super::rc::WRITE_PER_POLL;
 use super::sys::{self, Epoll, EventFd};
 
 /// Up to this many QPs, a poll tries every QP directly instead of asking epoll.
@@ -169,7 +168,7 @@ impl Cq {
             }
             for w in m.qps.values() {
                 if let Some(qp) = w.upgrade() {
-                    qp.progress(now, true, WRITE_PER_POLL);
+                    qp.progress(now, true);
                 }
             }
             return;
@@ -182,7 +181,7 @@ impl Cq {
                 token => {
                     let qp = m.qps.get(&(token as u32)).and_then(Weak::upgrade);
                     if let Some(qp) = qp {
-                        if qp.progress(now, true, WRITE_PER_POLL) {
+                        if qp.progress(now, true) {
                             self.defer(qp.qpn);
                         }
                     }
@@ -198,7 +197,7 @@ impl Cq {
             );
             for qpn in list.drain(..) {
                 if let Some(qp) = m.qps.get(&qpn).and_then(Weak::upgrade) {
-                    if qp.progress(now, false, WRITE_PER_POLL) {
+                    if qp.progress(now, false) {
                         self.defer(qpn);
                     }
                 }
@@ -208,7 +207,7 @@ impl Cq {
         if sweep {
             for w in m.qps.values() {
                 if let Some(qp) = w.upgrade() {
-                    if qp.progress(now, false, WRITE_PER_POLL) {
+                    if qp.progress(now, false) {
                         self.defer(qp.qpn);
                     }
                 }

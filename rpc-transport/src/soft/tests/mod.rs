@@ -9,7 +9,6 @@ use crate::{
 };
 
 mod alloc;
-mod bulk;
 mod errors;
 mod rc;
 mod srq_cq;
