@@ -3,16 +3,18 @@
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::ah::ah_attr_to_raw;
+use super::cm::{self, CmId, Listener, Private};
 use super::device::mtu_to_raw;
 use super::error::{check, last_error};
 use super::ffi;
 use super::mr::access_to_raw;
 use super::post;
 use super::{Cq, Pd, Srq};
-use crate::error::Result;
+use crate::addr::{Gid, QpEndpoint};
+use crate::error::{Error, Result};
 use crate::qp::QpCap;
 use crate::qp_state::{QpAttr, QpState, QpType};
 use crate::wr::{RecvWr, SendWr};
@@ -31,7 +33,16 @@ pub(crate) struct Qp {
     _send_cq: Arc<Cq>,
     _recv_cq: Arc<Cq>,
     _srq: Option<Arc<Srq>>,
+    /// iWARP: the rdma_cm side of the connection (see `cm`).
+    cm: Mutex<QpCm>,
     pub(super) pd: Arc<Pd>,
+}
+
+/// How an iWARP QP is connected: by its own cm_id, or by the device's listener.
+enum QpCm {
+    None,
+    Active(CmId),
+    Passive(Arc<Listener>),
 }
 
 // SAFETY: ibv_post_send/recv, ibv_modify_qp and ibv_query_qp are thread-safe in
@@ -91,6 +102,7 @@ impl Qp {
             _send_cq: send_cq.clone(),
             _recv_cq: recv_cq.clone(),
             _srq: srq.cloned(),
+            cm: Mutex::new(QpCm::None),
             pd: pd.clone(),
         }))
     }
@@ -115,6 +127,57 @@ impl Qp {
     pub(crate) fn qp_num(&self) -> u32 {
         // SAFETY: live QP; `qp_num` is fixed at creation.
         unsafe { (*self.raw()).qp_num }
+    }
+
+    /// Whether this QP connects through rdma_cm (an RC QP of an iWARP device).
+    pub(crate) fn needs_cm(&self) -> bool {
+        self.qp_type == QpType::Rc && self.pd.device().needs_cm()
+    }
+
+    /// iWARP: what the endpoint names instead of a LID and GID: the port and the
+    /// IPv4-mapped address of the device's rdma_cm listener. `None` elsewhere.
+    pub(crate) fn cm_endpoint(&self) -> Result<Option<(u16, Gid)>> {
+        if !self.needs_cm() {
+            return Ok(None);
+        }
+        let addr = self.pd.device().cm_listener()?.addr();
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&addr.ip().octets());
+        Ok(Some((addr.port(), Gid(gid))))
+    }
+
+    /// The active side: connects this QP (at INIT) to `remote` through its device's
+    /// listener; returns once established (the driver moved the QP to RTS).
+    pub(crate) fn cm_connect(&self, remote: &QpEndpoint) -> Result<()> {
+        let dst = cm::endpoint_addr(remote).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "the peer's endpoint names no rdma_cm listener (lid {}, gid {:02x?}); an \
+                 iWARP QP connects only to an iWARP peer's endpoint",
+                remote.lid, remote.gid.0
+            ))
+        })?;
+        let me = self.qp_num();
+        let id = cm::connect(
+            me,
+            dst,
+            Private {
+                to: remote.qpn,
+                from: me,
+            },
+        )?;
+        *self.cm.lock().unwrap_or_else(|p| p.into_inner()) = QpCm::Active(id);
+        Ok(())
+    }
+
+    /// The passive side: the device's listener accepts `remote`'s connect request for
+    /// this QP (at INIT) when it comes; returns at once.
+    pub(crate) fn cm_expect(&self, remote: &QpEndpoint) -> Result<()> {
+        let l = self.pd.device().cm_listener()?;
+        l.expect(self.qp_num(), remote.qpn);
+        *self.cm.lock().unwrap_or_else(|p| p.into_inner()) = QpCm::Passive(l);
+        Ok(())
     }
 
     /// The state as the device sees it (a QP moves to ERR on its own), queried each time.
@@ -181,6 +244,16 @@ impl Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
+        // The connection goes first: its cm_id holds the QP.
+        let qpn = self.qp_num();
+        match std::mem::replace(
+            self.cm.get_mut().unwrap_or_else(|p| p.into_inner()),
+            QpCm::None,
+        ) {
+            QpCm::None => {}
+            QpCm::Active(id) => drop(id),
+            QpCm::Passive(l) => l.forget(qpn),
+        }
         // SAFETY: created in `create`, destroyed once, while its PD, CQs and SRQ are
         // still alive (fields drop after this). Outstanding WRs are discarded by the
         // provider; their memory is the caller's to keep alive per the post contract.

@@ -74,7 +74,7 @@ fn rc_pair(dev: &Device, cap: QpCap) -> RcPair {
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    a.connect_rc(&eb, 0x11, access).unwrap();
+    a.accept_rc(&eb, 0x11, access).unwrap();
     b.connect_rc(&ea, 0x22, access).unwrap();
     assert_eq!((a.state(), b.state()), (QpState::Rts, QpState::Rts));
     RcPair {
@@ -555,7 +555,7 @@ fn srq_limit_raises_async_event_on_the_device_fd() {
         p.pd.create_qp(&QpInitAttr::new(QpType::Rc, &p.cq_a, &p.cq_a))
             .unwrap();
     let (es, ec) = (srv.endpoint(1).unwrap(), cli.endpoint(2).unwrap());
-    srv.connect_rc(&ec, 1, AccessFlags::LOCAL_WRITE).unwrap();
+    srv.accept_rc(&ec, 1, AccessFlags::LOCAL_WRITE).unwrap();
     cli.connect_rc(&es, 2, AccessFlags::LOCAL_WRITE).unwrap();
     let rx = rw_mr(&p.pd, 8 * 64);
     let rsge: Vec<_> = (0..8).map(|i| [rx.sge(i * 64, 64)]).collect();

@@ -6,7 +6,7 @@
 use rpc_transport::{QpEndpoint, SendOp, SendWr, UdDest, WcOpcode, WcStatus, GRH_LEN};
 
 use crate::common::child::{self, hear, mr_from_text, mr_to_text, say, ChildProc};
-use crate::common::rc::{connect, PSN_A, PSN_B};
+use crate::common::rc::{accept, connect, PSN_A, PSN_B};
 use crate::common::{
     has_ud_or_refuses_it, pattern, post_recv, post_send, wait_wc, RcOpts, RcSide, UdSide, QKEY,
 };
@@ -31,7 +31,7 @@ fn rc_write_read_and_send_between_processes() {
 
     let ep_b = endpoint(&peer.recv("ep"));
     let mr_b = mr_from_text(&peer.recv("mr"));
-    connect(&a.qp, PSN_A, &ep_b, &opts);
+    accept(&a.qp, PSN_A, &ep_b, &opts);
     peer.send("ep", &a.qp.endpoint(PSN_A).expect("endpoint").to_string());
     peer.recv("ready");
 

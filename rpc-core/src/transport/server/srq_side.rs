@@ -200,7 +200,7 @@ pub(super) async fn accept(
         // Named by the address the client reached us at (before connecting: the QP
         // introduces itself to the peer by it).
         let endpoint = qp.endpoint_via(psn, local)?;
-        qp.connect_rc_with(&hello.endpoint, psn, AccessFlags::empty(), DEFAULT_RC_RETRY)?;
+        qp.accept_rc_with(&hello.endpoint, psn, AccessFlags::empty(), DEFAULT_RC_RETRY)?;
         // Sized to the window granted now: a peer that has not proven its RDMA path
         // holds two slots; the ring grows with the window.
         // In the SRQ pool's mode, which the grant told the client (`decide`).
