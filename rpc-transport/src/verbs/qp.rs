@@ -35,6 +35,10 @@ pub(crate) struct Qp {
     _srq: Option<Arc<Srq>>,
     /// iWARP: the rdma_cm side of the connection (see `cm`).
     cm: Mutex<QpCm>,
+    /// iWARP: the state as this side last set it (an `ibv_qp_state`), because `siw`'s
+    /// `ibv_query_qp` does not report one (`siw_query_qp` leaves `qp_state` 0, RESET).
+    /// Shared with the listener, which moves it to RTS when it accepts.
+    known: Arc<AtomicU32>,
     pub(super) pd: Arc<Pd>,
 }
 
@@ -103,6 +107,7 @@ impl Qp {
             _recv_cq: recv_cq.clone(),
             _srq: srq.cloned(),
             cm: Mutex::new(QpCm::None),
+            known: Arc::new(AtomicU32::new(ffi::ibv_qp_state::IBV_QPS_RESET)),
             pd: pd.clone(),
         }))
     }
@@ -168,6 +173,8 @@ impl Qp {
             },
         )?;
         *self.cm.lock().unwrap_or_else(|p| p.into_inner()) = QpCm::Active(id);
+        self.known
+            .store(ffi::ibv_qp_state::IBV_QPS_RTS, Ordering::Relaxed);
         Ok(())
     }
 
@@ -175,13 +182,18 @@ impl Qp {
     /// this QP (at INIT) when it comes; returns at once.
     pub(crate) fn cm_expect(&self, remote: &QpEndpoint) -> Result<()> {
         let l = self.pd.device().cm_listener()?;
-        l.expect(self.qp_num(), remote.qpn);
+        l.expect(self.qp_num(), remote.qpn, self.known.clone());
         *self.cm.lock().unwrap_or_else(|p| p.into_inner()) = QpCm::Passive(l);
         Ok(())
     }
 
     /// The state as the device sees it (a QP moves to ERR on its own), queried each time.
     pub(crate) fn state(&self) -> QpState {
+        if self.needs_cm() {
+            // A move to ERR the device makes by itself is not seen here; completions
+            // with an error status and `IBV_EVENT_QP_FATAL` still report it.
+            return state_from_raw(self.known.load(Ordering::Relaxed));
+        }
         let mut attr = MaybeUninit::<ffi::ibv_qp_attr>::zeroed();
         let mut init = MaybeUninit::<ffi::ibv_qp_init_attr>::zeroed();
         // SAFETY: live QP; both out-structs are writable and zero-initialised.
@@ -212,6 +224,8 @@ impl Qp {
         check("ibv_modify_qp", unsafe {
             ffi::ibv_modify_qp(self.raw(), &mut raw, mask.0 as i32)
         })?;
+        self.known
+            .store(to as ffi::ibv_qp_state::Type, Ordering::Relaxed);
         if self.qp_type == QpType::Ud {
             if let Some(port) = attr.port_num {
                 self.port.store(port, Ordering::Relaxed);

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -18,6 +19,8 @@ struct Entry {
     /// The peer's QP number: a request from any other QP is rejected.
     peer: u32,
     conn: Option<CmId>,
+    /// The QP's state as its side knows it: RTS once accepted.
+    state: Arc<AtomicU32>,
 }
 
 /// Listens on `addr:port` of one device. Its thread holds it until the device closes
@@ -106,9 +109,17 @@ impl Listener {
         self.addr
     }
 
-    /// Accept the connect request of QP `peer` for QP `qpn` when it comes.
-    pub(crate) fn expect(&self, qpn: u32, peer: u32) {
-        self.lock().insert(qpn, Entry { peer, conn: None });
+    /// Accept the connect request of QP `peer` for QP `qpn` when it comes, and then
+    /// set `state` to RTS.
+    pub(crate) fn expect(&self, qpn: u32, peer: u32, state: Arc<AtomicU32>) {
+        self.lock().insert(
+            qpn,
+            Entry {
+                peer,
+                conn: None,
+                state,
+            },
+        );
     }
 
     /// QP `qpn` is being destroyed: drop its registration and connection (outside the
@@ -228,11 +239,16 @@ impl Listener {
             srq: 0,
             qp_num: qpn,
         };
+        // RTS before the accept: the initiator may see the connection established, and
+        // its test or peer look at this QP, before rdma_accept returns here.
+        let rts = ffi::ibv_qp_state::IBV_QPS_RTS;
+        let before = entry.state.swap(rts, Ordering::Relaxed);
         // SAFETY: live id of an unanswered connect request; `param` lives across the
         // call. The QP is alive: its registration is removed (under this lock) before
         // it is destroyed.
         let ret = unsafe { ffi::rdma_accept(id.raw(), &mut param) };
         if ret != 0 {
+            entry.state.store(before, Ordering::Relaxed);
             tracing::warn!(qpn, error = %std::io::Error::last_os_error(), "rdma_accept failed");
             return;
         }
