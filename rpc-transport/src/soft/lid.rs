@@ -1,12 +1,14 @@
 //! InfiniBand addressing for soft devices of the `ib` profile: each gets a LID, unique
-//! in the process (one emulated subnet, the subnet manager being this table), and an
-//! address vector without a GRH is routed by its destination LID, as an IB switch
-//! would. Address vectors with a GRH keep going by their GID (RoCE, soft, and IB
-//! across subnets).
+//! on the host (one emulated subnet, whose subnet manager is a directory: one file per
+//! LID, naming the device's address), and an address vector without a GRH is routed
+//! by its destination LID, as an IB switch would. Address vectors with a GRH keep
+//! going by their GID (RoCE, soft, and IB across subnets).
 
-use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
 use std::net::SocketAddrV4;
-use std::sync::Mutex;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use crate::addr::Gid;
 use crate::ah::AhAttr;
@@ -15,30 +17,42 @@ use crate::error::{Error, Result};
 /// Unicast LIDs are 0x0001..=0xbfff (0 is reserved, 0xc000 up multicast).
 const LAST_UNICAST: u16 = 0xbfff;
 
-struct Subnet {
-    next: u16,
-    ports: BTreeMap<u16, SocketAddrV4>,
+/// Where this process tries next (so a released LID is not reused at once).
+static NEXT: AtomicU16 = AtomicU16::new(1);
+
+fn subnet_dir() -> PathBuf {
+    std::env::temp_dir().join("rdma-rpc-soft-subnet")
 }
 
-static SUBNET: Mutex<Subnet> = Mutex::new(Subnet {
-    next: 1,
-    ports: BTreeMap::new(),
-});
-
-fn subnet() -> std::sync::MutexGuard<'static, Subnet> {
-    SUBNET.lock().unwrap_or_else(|p| p.into_inner())
+fn port_file(lid: u16) -> PathBuf {
+    subnet_dir().join(format!("{lid:04x}"))
 }
 
-/// A LID for the device at `addr`, the lowest free one from where the last
-/// assignment left off (so a closed device's LID is not reused at once).
+fn io_err(what: &str, e: std::io::Error) -> Error {
+    Error::InvalidArgument(format!("soft subnet ({}): {what}: {e}", subnet_dir().display()))
+}
+
+/// A free LID for the device at `addr`, claimed by creating its file.
 pub(crate) fn assign(addr: SocketAddrV4) -> Result<u16> {
-    let mut s = subnet();
+    fs::create_dir_all(subnet_dir()).map_err(|e| io_err("creating the directory", e))?;
     for _ in 0..LAST_UNICAST {
-        let lid = s.next;
-        s.next = if lid == LAST_UNICAST { 1 } else { lid + 1 };
-        if let std::collections::btree_map::Entry::Vacant(v) = s.ports.entry(lid) {
-            v.insert(addr);
-            return Ok(lid);
+        let lid = NEXT
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                Some(if l >= LAST_UNICAST { 1 } else { l + 1 })
+            })
+            .unwrap_or(1);
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(port_file(lid))
+        {
+            Ok(mut f) => {
+                f.write_all(addr.to_string().as_bytes())
+                    .map_err(|e| io_err("writing a LID", e))?;
+                return Ok(lid);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_err("claiming a LID", e)),
         }
     }
     Err(Error::InvalidArgument(
@@ -48,7 +62,7 @@ pub(crate) fn assign(addr: SocketAddrV4) -> Result<u16> {
 
 /// The device with `lid` closed.
 pub(crate) fn release(lid: u16) {
-    subnet().ports.remove(&lid);
+    let _ = fs::remove_file(port_file(lid));
 }
 
 /// Where an address vector leads: by its GRH's GID if it has one, else by its LID.
@@ -66,11 +80,13 @@ pub(crate) fn route(a: &AhAttr) -> Result<(SocketAddrV4, Gid)> {
                 .into(),
         ));
     }
-    let addr = subnet().ports.get(&a.dlid).copied().ok_or_else(|| {
+    let no_port = || {
         Error::InvalidArgument(format!(
             "LID {:#x} belongs to no port of the soft subnet (no open `ib` device has it)",
             a.dlid
         ))
-    })?;
+    };
+    let text = fs::read_to_string(port_file(a.dlid)).map_err(|_| no_port())?;
+    let addr: SocketAddrV4 = text.trim().parse().map_err(|_| no_port())?;
     Ok((addr, Gid::soft(addr)))
 }
