@@ -29,7 +29,10 @@ fn port_file(lid: u16) -> PathBuf {
 }
 
 fn io_err(what: &str, e: std::io::Error) -> Error {
-    Error::InvalidArgument(format!("soft subnet ({}): {what}: {e}", subnet_dir().display()))
+    Error::InvalidArgument(format!(
+        "soft subnet ({}): {what}: {e}",
+        subnet_dir().display()
+    ))
 }
 
 /// A free LID for the device at `addr`, claimed by creating its file.
