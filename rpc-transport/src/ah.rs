@@ -35,13 +35,15 @@ pub struct AhAttr {
 }
 
 impl AhAttr {
-    /// The address vector reaching `ep` from local GID `sgid_index` on port 1.
+    /// The address vector reaching `ep` from local GID `sgid_index` on port 1: routed
+    /// by LID without a GRH when `ep` has a LID (InfiniBand, inside one subnet), else
+    /// by its GID with a GRH (RoCE, soft).
     pub fn from_endpoint(ep: &QpEndpoint, sgid_index: u8) -> AhAttr {
         AhAttr {
             dlid: ep.lid,
             sl: 0,
             port_num: 1,
-            grh: (ep.gid != Gid::default()).then_some(GlobalRoute {
+            grh: (ep.lid == 0 && ep.gid != Gid::default()).then_some(GlobalRoute {
                 dgid: ep.gid,
                 sgid_index,
                 hop_limit: 64,

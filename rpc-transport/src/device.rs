@@ -14,6 +14,10 @@ use crate::pd::ProtectionDomain;
 use crate::qp_state::Mtu;
 use crate::soft::{self, SoftConfig, SoftProfile, SoftStats, UdFaults};
 
+/// Names the device that [`Device::open_default`] (and `open_default_on`) open, by the
+/// name [`Device::open`] takes (`rxe0`, `siw0`, `soft0`), whatever else is present.
+pub const DEVICE_ENV: &str = "RDMA_RPC_DEVICE";
+
 /// Which implementation of the verbs runs underneath.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProviderKind {
@@ -135,12 +139,14 @@ impl Device {
     }
 
     /// The verbs provider's first device when the `rdma` feature is built and a
-    /// device is present, else a soft device on 127.0.0.1.
+    /// device is present, else a soft device on 127.0.0.1; the device named by
+    /// [`DEVICE_ENV`] instead when that is set.
     pub fn open_default() -> Result<Device> {
         Device::open_default_on(Ipv4Addr::LOCALHOST.into())
     }
 
-    /// [`Device::open_default`] for a program whose RDMA peers reach it at `addr`:
+    /// [`Device::open_default`] for a program whose RDMA peers reach it at `addr`
+    /// (unless [`DEVICE_ENV`] names the device):
     /// the soft device binds `addr` (a server's listening address, a client's end of
     /// its route to the server), so that it is reachable wherever that address is.
     /// The unspecified address (`0.0.0.0` or `::`) serves every address of the host;
@@ -148,6 +154,11 @@ impl Device {
     /// ([`crate::QueuePair::endpoint_via`]). The soft provider speaks IPv4 only: an
     /// IPv4-mapped address counts as its IPv4 one, any other IPv6 one as 127.0.0.1.
     pub fn open_default_on(addr: IpAddr) -> Result<Device> {
+        if let Some(name) = std::env::var(DEVICE_ENV).ok().filter(|n| !n.is_empty()) {
+            let dev = Device::open(&name)?;
+            tracing::info!(device = %name, env = DEVICE_ENV, "opened RDMA device");
+            return Ok(dev);
+        }
         #[cfg(feature = "rdma")]
         if let Some(name) = crate::verbs::Device::list()
             .ok()

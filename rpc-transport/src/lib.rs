@@ -52,7 +52,7 @@ pub use addr::{Gid, QpEndpoint};
 pub use ah::{AddressHandle, AhAttr, GlobalRoute};
 pub use caps::{DeviceCaps, Fabric};
 pub use cq::CompletionQueue;
-pub use device::{Device, DeviceAttr, DeviceInfo, PortAttr, ProviderKind};
+pub use device::{Device, DeviceAttr, DeviceInfo, PortAttr, ProviderKind, DEVICE_ENV};
 pub use error::{Error, PostError, Result};
 pub use event::{AsyncEvent, ObjectId};
 pub use heap::release_free_heap;

@@ -185,9 +185,19 @@ impl QueuePair {
         dispatch!(&self.imp, QpImp, q => q.modify(to, attr))
     }
 
-    /// This QP as a peer must name it, with `psn` as its initial send PSN.
+    /// This QP as a peer must name it, with `psn` as its initial send PSN. On an
+    /// iWARP device (RC QPs connect through rdma_cm there) `lid` is the port and `gid`
+    /// the IPv4-mapped address of the device's rdma_cm listener, started by the first
+    /// such call.
     pub fn endpoint(&self, psn: u32) -> Result<QpEndpoint> {
         let dev = self.pd.device();
+        #[cfg(feature = "rdma")]
+        if let QpImp::Verbs(q) = &self.imp {
+            if let Some((lid, gid)) = q.cm_endpoint()? {
+                let qpn = self.qp_num();
+                return Ok(QpEndpoint { lid, qpn, psn, gid });
+            }
+        }
         Ok(QpEndpoint {
             lid: dev.port_attr(1)?.lid,
             qpn: self.qp_num(),
@@ -225,7 +235,61 @@ impl QueuePair {
     /// [`QueuePair::connect_rc`] with a transport retry budget of its own: how long
     /// the QP waits for an ACK before it retransmits, and how often, before its sends
     /// fail `RETRY_EXC_ERR` (a peer that stops answering for longer is declared dead).
+    ///
+    /// On iWARP this side is the initiator: the QP goes to INIT and is connected
+    /// through rdma_cm to the listener `remote` names, whose side must have called
+    /// [`QueuePair::accept_rc_with`] first; it returns once the connection is
+    /// established. TCP's retransmission stands in for `retry` there. Its first
+    /// message must precede any of the peer's (MPA's rule: the initiator sends first).
     pub fn connect_rc_with(
+        &self,
+        remote: &QpEndpoint,
+        local_psn: u32,
+        access: AccessFlags,
+        retry: RcRetry,
+    ) -> Result<()> {
+        #[cfg(feature = "rdma")]
+        if let QpImp::Verbs(q) = &self.imp {
+            if q.needs_cm() {
+                self.modify(QpState::Init, &QpAttr::rc_init(access))?;
+                return q.cm_connect(remote);
+            }
+        }
+        self.connect_by_hand(remote, local_psn, access, retry)
+    }
+
+    /// The passive side's [`QueuePair::connect_rc`]: the same on every fabric but
+    /// iWARP, where the QP goes to INIT and the device's rdma_cm listener accepts the
+    /// connect request of `remote`'s QP for it when it comes (this returns at once).
+    pub fn accept_rc(
+        &self,
+        remote: &QpEndpoint,
+        local_psn: u32,
+        access: AccessFlags,
+    ) -> Result<()> {
+        self.accept_rc_with(remote, local_psn, access, RcRetry::default())
+    }
+
+    /// [`QueuePair::accept_rc`] with a retry budget ([`QueuePair::connect_rc_with`]).
+    pub fn accept_rc_with(
+        &self,
+        remote: &QpEndpoint,
+        local_psn: u32,
+        access: AccessFlags,
+        retry: RcRetry,
+    ) -> Result<()> {
+        #[cfg(feature = "rdma")]
+        if let QpImp::Verbs(q) = &self.imp {
+            if q.needs_cm() {
+                self.modify(QpState::Init, &QpAttr::rc_init(access))?;
+                return q.cm_expect(remote);
+            }
+        }
+        self.connect_by_hand(remote, local_psn, access, retry)
+    }
+
+    /// RESET → INIT → RTR → RTS by `ibv_modify_qp`, as IB, RoCE and soft QPs connect.
+    fn connect_by_hand(
         &self,
         remote: &QpEndpoint,
         local_psn: u32,

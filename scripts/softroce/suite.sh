@@ -8,10 +8,16 @@
 # rdma-core's ibv_rc_pingpong, both directions), figures (rdma-pingpong beside
 # perftest's ib_send_lat / ib_send_bw, same boot), rpc (rdma-rpc's end-to-end RPC tests,
 # unary and streaming, and the route-guide example's generated streaming stubs, whose
-# default device here is rxe0).
+# default device here is rxe0). The same on soft-iWARP (siw0): siw-smoke,
+# siw-conformance, siw-rpc, siw-figures ("siw" = all four); iWARP has no UD, atomics
+# or immediate data and connects through rdma_cm, so tests of what it lacks assert
+# the refusal, and those that cannot apply are skipped by name with the reason
+# ("softroce-skip:" lines, not counted as passed).
 DEV=${RXE_DEV:-rxe0}
 GIDX=${RXE_GID_INDEX:-1}
-PARTS=${SOFTROCE_PARTS:-smoke,conformance,rpc,interop,figures}
+SIW=${SIW_DEV:-siw0}
+PARTS=${SOFTROCE_PARTS:-smoke,conformance,rpc,interop,figures,siw}
+case ",$PARTS," in *,siw,*) PARTS="$PARTS,siw-smoke,siw-conformance,siw-rpc,siw-figures";; esac
 FAILS=0
 t() { read -r up _ < /proc/uptime; echo "$up"; }
 ok() { echo "softroce-check: ok $*"; }
@@ -69,8 +75,19 @@ pair() {
   if [ $crc = 0 ] && [ $src = 0 ]; then ok "$name"; else bad "$name (server $src, client $crc)"; fi
 }
 
-echo "######## guest: $(uname -r), $(nproc) vCPUs, $(free -m | awk '/Mem:/{print $2}') MiB, $(rdma link show "$DEV/1")"
-ibv_devinfo -d "$DEV" | grep -E 'hca_id|fw_ver|state|active_mtu|link_layer' | sed 's/^/  /'
+echo "######## guest: $(uname -r), $(nproc) vCPUs, $(free -m | awk '/Mem:/{print $2}') MiB, $(rdma link show "$DEV/1"), $(rdma link show "$SIW/1")"
+for d in "$DEV" "$SIW"; do
+  ibv_devinfo -d "$d" | grep -E 'hca_id|transport|fw_ver|state|active_mtu|link_layer' | sed 's/^/  /'
+done
+
+# skips NAME REASON...: libtest --skip arguments for the named tests, each printed
+# with its reason (the host does not count them).
+SKIPS=
+skip() {
+  t=$1; shift
+  echo "softroce-skip: $t ($*)"
+  SKIPS="$SKIPS --skip $t"
+}
 
 if part smoke; then
   RDMA_RPC_TEST_DEVICE=$DEV libtest verbs-smoke 300 ./rpc-transport-unit \
@@ -216,6 +233,93 @@ if part figures; then
   else
     cat /tmp/figures-rpc-bench-event.out
     bad figures-rpc-bench-event
+  fi
+fi
+
+if part siw-smoke; then
+  # The verbs provider's device tests on siw0. Not applicable to iWARP:
+  SKIPS=
+  skip verbs::tests::rdma_write_with_imm_read_and_atomics \
+    "Write with Immediate and atomics: siw has neither, and the conformance suite asserts their refusal"
+  # shellcheck disable=SC2086
+  RDMA_RPC_TEST_DEVICE=$SIW libtest siw-verbs-smoke 300 ./rpc-transport-unit \
+    --include-ignored --test-threads=1 verbs::tests:: $SKIPS
+fi
+
+if part siw-conformance; then
+  # What iWARP or siw does otherwise than the IBA, each observed on siw0 (6.1):
+  SKIPS=
+  nornr="iWARP has no RNR (a Send without a receive is fatal) and its QPs connect only through rdma_cm, not by the RNR settings the test sets by hand"
+  skip rnr::send_is_retried_until_a_receive_is_posted "$nornr"
+  skip rnr::send_without_receive_fails_with_rnr_retry_exc_err "$nornr"
+  skip rnr::write_with_imm_without_receive_fails_with_rnr_retry_exc_err "$nornr"
+  skip qp_state::moving_to_err_flushes_outstanding_sends "$nornr"
+  remote="iWARP reports a remote access error at the responder (TERMINATE); the requester's WR completed with Success"
+  skip protection::rdma_read_without_remote_read_access_fails_with_rem_access_err "$remote"
+  skip protection::rdma_write_past_remote_mr_end_fails_with_rem_access_err "$remote"
+  skip protection::rdma_write_with_revoked_rkey_fails_with_rem_access_err "$remote"
+  skip protection::rdma_write_without_remote_write_access_fails_with_rem_access_err "$remote"
+  skip send_recv::receive_too_small_fails_with_loc_len_err \
+    "iWARP: the Send completes at the requester once sent; the receiver's length error is its own"
+  skip protection::send_sge_past_mr_end_fails_with_loc_prot_err "siw completes a local protection error as LocQpOpErr"
+  skip protection::send_with_revoked_lkey_fails_with_loc_prot_err "siw completes a local protection error as LocQpOpErr"
+  skip protection::rdma_read_into_mr_without_local_write_fails_with_loc_prot_err \
+    "waits for the QP to enter ERR by itself, which siw's ibv_query_qp does not report (no qp_state)"
+  skip qp_state::wrs_behind_a_failed_wr_are_flushed "siw did not flush the WRs behind the failed one within 10 s"
+  skip qp_state::posting_sends_before_rts_is_refused "siw accepts sends posted before the connection is up"
+  skip qp_state::receives_are_refused_in_reset_and_accepted_from_init \
+    "siw has one idle state for RESET and INIT and accepts receives in it"
+  # shellcheck disable=SC2086
+  RDMA_RPC_TEST_DEVICE=$SIW libtest siw-conformance 1200 ./conformance \
+    --include-ignored --test-threads="${SOFTROCE_TEST_THREADS:-1}" $SKIPS
+fi
+
+if part siw-rpc; then
+  # The RPC end-to-end tests with every device they open by default being siw0
+  # (RDMA_RPC_DEVICE) and the tests that name one (RDMA_RPC_TEST_DEVICE) too.
+  ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+  # Evidence that the binaries open the device the variable names (rather than the
+  # first one, rxe0): a device that does not exist must make a call fail.
+  if [ -x ./e2e-unary ]; then
+    if RDMA_RPC_DEVICE=no-such-device timeout -s KILL 120 ./e2e-unary --exact one_call_round_trips \
+         > /tmp/siw-knob.out 2>&1; then
+      cat /tmp/siw-knob.out; bad "siw-rpc-device-knob (RDMA_RPC_DEVICE=no-such-device did not fail)"
+    elif grep -q 'no-such-device' /tmp/siw-knob.out; then
+      ok "siw-rpc-device-knob"
+    else
+      cat /tmp/siw-knob.out; bad "siw-rpc-device-knob (failed without naming the device)"
+    fi
+  fi
+  for b in ./e2e-*; do
+    [ -x "$b" ] || { bad "siw-rpc (no e2e-* test binary staged)"; break; }
+    RDMA_RPC_DEVICE=$SIW RDMA_RPC_TEST_DEVICE=$SIW libtest "siw-${b#./}" 900 "$b" --test-threads=1
+  done
+  echo "---- siw-rpc-route-guide: RDMA_RPC_DEVICE=$SIW ./route-guide"
+  if RDMA_RPC_DEVICE=$SIW timeout -s KILL 300 ./route-guide > /tmp/siw-route-guide.out 2>&1; then
+    cat /tmp/siw-route-guide.out; ok siw-rpc-route-guide
+  else
+    cat /tmp/siw-route-guide.out; bad siw-rpc-route-guide
+  fi
+fi
+
+if part siw-figures; then
+  # rdma-rpc unary calls over siw0 (header framing, rdma_cm connections), 32 B and
+  # 4 MiB, one call in flight, beside tonic and raw TCP on the guest's loopback.
+  echo "---- siw-figures-rpc-bench: ./rpc-bench --provider verbs --device $SIW ..."
+  if timeout -s KILL 600 ./rpc-bench --provider verbs --device "$SIW" \
+       --sizes 32,4M --concurrency 1 --duration 1 --warmup 0.2 \
+       > /tmp/siw-figures-rpc-bench.out 2>&1 \
+     && ! grep -q '^FAILED' /tmp/siw-figures-rpc-bench.out \
+     && [ "$(awk '$4 == "rdma-rpc" && $8 > 0' /tmp/siw-figures-rpc-bench.out | wc -l)" = 2 ]; then
+    cat /tmp/siw-figures-rpc-bench.out; ok siw-figures-rpc-bench
+    for sz in "32 B" "4 MiB"; do
+      row=$(awk -v s="$sz" '$1" "$2 == s && $3 == 1 && $4 == "rdma-rpc"' /tmp/siw-figures-rpc-bench.out)
+      ton=$(awk -v s="$sz" '$1" "$2 == s && $3 == 1 && $4 == "tonic" {print $5}' /tmp/siw-figures-rpc-bench.out)
+      echo "softroce-figure: rpc-bench rdma-rpc on siw0 (iWARP) $sz unary: p50 $(echo "$row" | awk '{print $5}') us; tonic p50 ${ton:-?} us (same boot)"
+    done
+  else
+    cat /tmp/siw-figures-rpc-bench.out
+    bad siw-figures-rpc-bench
   fi
 fi
 

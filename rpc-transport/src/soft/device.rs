@@ -75,6 +75,8 @@ pub(crate) struct Device {
     pub(crate) ud_watchers: AtomicU32,
     pub(crate) helper: Arc<helper::Shared>,
     pub(crate) profile: SoftProfile,
+    /// The `ib` profile's LID (0 on the others, as on RoCE).
+    lid: u16,
     epoch: Instant,
     next_qpn: AtomicU32,
     next_pd: AtomicU32,
@@ -120,6 +122,11 @@ impl Device {
             SocketAddr::V6(_) => return Err(Error::InvalidArgument("IPv4 only".into())),
         };
         let shared = Arc::new(helper::Shared::new().map_err(verb)?);
+        let lid = if profile.infiniband() {
+            super::lid::assign(addr)?
+        } else {
+            0
+        };
         let dev = Arc::new(Device {
             gid: Gid::soft(addr),
             ud_mtu: config.ud_mtu,
@@ -135,6 +142,7 @@ impl Device {
             ud_watchers: AtomicU32::new(0),
             helper: shared.clone(),
             profile,
+            lid,
             epoch: Instant::now(),
             // QPN 0 and 1 are special in verbs; start above them.
             next_qpn: AtomicU32::new(0x11),
@@ -174,7 +182,7 @@ impl Device {
             active: true,
             active_mtu: Mtu::Mtu4096,
             max_mtu: Mtu::Mtu4096,
-            lid: 0,
+            lid: self.lid,
             gid_tbl_len: 1,
         })
     }
@@ -312,5 +320,8 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         self.helper.stop();
+        if self.lid != 0 {
+            super::lid::release(self.lid);
+        }
     }
 }

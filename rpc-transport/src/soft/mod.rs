@@ -35,6 +35,7 @@ mod events;
 mod faults;
 mod helper;
 mod keys;
+mod lid;
 mod mem;
 mod pd;
 mod profile;

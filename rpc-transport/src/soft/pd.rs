@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::access::AccessFlags;
 use crate::ah::AhAttr;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::mr_buffer::MrBuffer;
 
 use super::device::Device;
@@ -37,14 +37,7 @@ impl Pd {
     }
 
     pub(crate) fn create_ah(self: &Arc<Self>, attr: &AhAttr) -> Result<Arc<Ah>> {
-        let grh = attr.grh.ok_or_else(|| {
-            Error::InvalidArgument(
-                "soft address handles need a GRH with the destination GID".into(),
-            )
-        })?;
-        let addr = grh.dgid.soft_addr().ok_or_else(|| {
-            Error::InvalidArgument(format!("GID {} is not a soft device's", grh.dgid))
-        })?;
+        let (addr, _) = super::lid::route(attr)?;
         Ok(Arc::new(Ah { addr }))
     }
 }

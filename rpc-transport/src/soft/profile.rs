@@ -7,6 +7,7 @@
 //! | `full` | yes | yes | yes | InfiniBand / RoCE |
 //! | `iwarp_like` | no | no | no | iWARP (`siw`; RFC 5040 has no immediate) |
 //! | `rc_only` | yes | no | yes | RC-only cloud devices (e.g. eRDMA) |
+//! | `ib` | yes | yes | yes | an InfiniBand port: a LID, LID-routed address vectors (no GRH) |
 //!
 //! The refusals follow Linux's `siw`: creating a UD QP fails with `EOPNOTSUPP`
 //! (`siw_create_qp`: "only RC QP's supported"), and posting an opcode the device
@@ -26,7 +27,7 @@ use super::device::{Device, MAX_INLINE, MAX_SGE};
 /// Environment variable that picks the profile of every soft device opened without
 /// an explicit one ([`crate::Device::open_soft`], [`crate::Device::open`] of
 /// `soft0`, [`crate::Device::open_default`]): `full` (or unset), `iwarp_like`,
-/// `rc_only`. Any other value makes those opens fail with an error naming it.
+/// `rc_only`, `ib`. Any other value makes those opens fail with an error naming it.
 pub const SOFT_PROFILE_ENV: &str = "RDMA_RPC_SOFT_PROFILE";
 
 /// What a soft device offers.
@@ -39,14 +40,19 @@ pub enum SoftProfile {
     IwarpLike,
     /// An RC-only device: no UD.
     RcOnly,
+    /// Everything, on an InfiniBand port: it has a LID (unique among the process's
+    /// soft devices), and address vectors without a GRH are routed by LID
+    /// ([`crate::AhAttr::from_endpoint`] makes such ones for endpoints with a LID).
+    Ib,
 }
 
 impl SoftProfile {
     /// Every profile, for tests that run on each.
-    pub const ALL: [SoftProfile; 3] = [
+    pub const ALL: [SoftProfile; 4] = [
         SoftProfile::Full,
         SoftProfile::IwarpLike,
         SoftProfile::RcOnly,
+        SoftProfile::Ib,
     ];
 
     /// The profile named by [`SOFT_PROFILE_ENV`] (`Full` when unset or empty, as a
@@ -68,6 +74,7 @@ impl SoftProfile {
             SoftProfile::Full => "full",
             SoftProfile::IwarpLike => "iwarp_like",
             SoftProfile::RcOnly => "rc_only",
+            SoftProfile::Ib => "ib",
         }
     }
 
@@ -78,7 +85,12 @@ impl SoftProfile {
 
     /// UD QPs can be created.
     pub fn ud(self) -> bool {
-        self == SoftProfile::Full
+        matches!(self, SoftProfile::Full | SoftProfile::Ib)
+    }
+
+    /// The port is an InfiniBand port with a LID.
+    pub fn infiniband(self) -> bool {
+        self == SoftProfile::Ib
     }
 
     /// Remote atomics work.
@@ -104,7 +116,7 @@ impl SoftProfile {
     /// the full profile answers with one comparison.
     #[inline]
     pub(crate) fn check_op(self, op: &SendOp) -> std::result::Result<(), PostError> {
-        if self == SoftProfile::Full {
+        if matches!(self, SoftProfile::Full | SoftProfile::Ib) {
             return Ok(());
         }
         self.check_op_partial(op)
@@ -130,7 +142,11 @@ impl Device {
     pub(crate) fn caps(&self) -> DeviceCaps {
         let p = self.profile;
         DeviceCaps {
-            fabric: Fabric::Soft,
+            fabric: if p.infiniband() {
+                Fabric::InfiniBand
+            } else {
+                Fabric::Soft
+            },
             imm_data: p.imm_data(),
             ud: p.ud(),
             atomics: p.atomics(),
@@ -153,7 +169,7 @@ impl FromStr for SoftProfile {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "soft device profile {s:?} (from ${SOFT_PROFILE_ENV}?) is none of full, iwarp_like, rc_only"
+                    "soft device profile {s:?} (from ${SOFT_PROFILE_ENV}?) is none of full, iwarp_like, rc_only, ib"
                 ))
             })
     }
@@ -211,7 +227,17 @@ mod tests {
         for p in SoftProfile::ALL {
             let dev = crate::Device::open_soft_with(crate::SoftConfig::default(), p).unwrap();
             let caps = dev.caps();
-            assert_eq!(caps.fabric, Fabric::Soft);
+            let fabric = if p == SoftProfile::Ib {
+                Fabric::InfiniBand
+            } else {
+                Fabric::Soft
+            };
+            assert_eq!(caps.fabric, fabric, "{p}");
+            assert_eq!(
+                dev.port_attr(1).unwrap().lid != 0,
+                p == SoftProfile::Ib,
+                "{p}"
+            );
             assert_eq!(
                 (caps.imm_data, caps.ud, caps.atomics),
                 (p.imm_data(), p.ud(), p.atomics()),

@@ -6,14 +6,15 @@ use std::os::fd::RawFd;
 use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use super::cm::{self, Listener};
 use super::error::{check, last_error, set_nonblocking};
 use super::event::read_async_event;
 use super::ffi;
 use super::{Cq, Pd};
 use crate::addr::Gid;
-use crate::caps::DeviceCaps;
+use crate::caps::{DeviceCaps, Fabric};
 use crate::device::{DeviceAttr, PortAttr};
 use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
@@ -31,6 +32,8 @@ pub(crate) struct Device {
     mapped_gid: AtomicU16,
     /// Detected right after opening (probing needs the `Arc`).
     caps: OnceLock<DeviceCaps>,
+    /// iWARP: the rdma_cm listener, started by the first endpoint a QP publishes.
+    cm: Mutex<Option<Arc<Listener>>>,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread; the fields besides the
@@ -116,6 +119,7 @@ impl Device {
             attr: DeviceAttr::default(),
             mapped_gid: AtomicU16::new(0),
             caps: OnceLock::new(),
+            cm: Mutex::new(None),
         };
         device.attr = device.query_attr()?;
         set_nonblocking("ibv_get_async_event", device.async_event_fd())?;
@@ -237,6 +241,25 @@ impl Device {
         }
     }
 
+    /// Whether RC QPs of this device connect through rdma_cm (iWARP) rather than by
+    /// hand.
+    pub(crate) fn needs_cm(&self) -> bool {
+        self.caps().fabric == Fabric::Iwarp
+    }
+
+    /// The rdma_cm listener of this device, started on first use on the IPv4 address
+    /// of the device's netdev.
+    pub(super) fn cm_listener(&self) -> Result<Arc<Listener>> {
+        let mut g = self.cm.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = &*g {
+            return Ok(l.clone());
+        }
+        let ip = cm::device_ipv4(&self.name, &self.gid(1, 0)?)?;
+        let l = Listener::start(&self.name, ip)?;
+        *g = Some(l.clone());
+        Ok(l)
+    }
+
     pub(crate) fn async_event_fd(&self) -> RawFd {
         // SAFETY: live context; `async_fd` is set at open and never changes.
         unsafe { (*self.ctx()).async_fd }
@@ -245,6 +268,9 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        if let Some(l) = self.cm.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            l.shutdown();
+        }
         // SAFETY: every child object holds an `Arc<Device>`, so none is left; the
         // context is closed once.
         let ret = unsafe { ffi::ibv_close_device(self.ctx()) };

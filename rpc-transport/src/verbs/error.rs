@@ -43,6 +43,8 @@ pub(super) fn post_reason(errno: c_int, bad_state: bool) -> PostError {
     match errno {
         libc::ENOMEM => PostError::QueueFull,
         libc::EINVAL if bad_state => PostError::InvalidState,
+        // siw refuses posts to a QP that is not connected (not RTS) with ENOTCONN.
+        libc::ENOTCONN => PostError::InvalidState,
         e => PostError::Os(e),
     }
 }
@@ -79,6 +81,7 @@ mod tests {
     fn post_errno_maps_to_reason() {
         assert_eq!(post_reason(libc::ENOMEM, false), PostError::QueueFull);
         assert_eq!(post_reason(libc::EINVAL, true), PostError::InvalidState);
+        assert_eq!(post_reason(libc::ENOTCONN, false), PostError::InvalidState);
         assert_eq!(
             post_reason(libc::EINVAL, false),
             PostError::Os(libc::EINVAL)

@@ -19,9 +19,14 @@
 //! exchange ibv_rc_pingpong and perftest use, which lets us interoperate with them
 //! (`examples/rc_pingpong_compat.rs`). What we give up is rdma_cm's IB path-record
 //! resolution: on InfiniBand fabrics (not RoCE) the LID route is taken as given.
+//!
+//! iWARP is the exception: its QPs can only be connected by the connection manager,
+//! so there the endpoints name an rdma_cm listener and `connect_rc`/`accept_rc` go
+//! through librdmacm (module `cm`).
 
 mod ah;
 mod caps;
+mod cm;
 mod cq;
 mod device;
 mod error;

@@ -3,16 +3,18 @@
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::ah::ah_attr_to_raw;
+use super::cm::{self, CmId, Listener, Private};
 use super::device::mtu_to_raw;
 use super::error::{check, last_error};
 use super::ffi;
 use super::mr::access_to_raw;
 use super::post;
 use super::{Cq, Pd, Srq};
-use crate::error::Result;
+use crate::addr::{Gid, QpEndpoint};
+use crate::error::{Error, Result};
 use crate::qp::QpCap;
 use crate::qp_state::{QpAttr, QpState, QpType};
 use crate::wr::{RecvWr, SendWr};
@@ -31,7 +33,20 @@ pub(crate) struct Qp {
     _send_cq: Arc<Cq>,
     _recv_cq: Arc<Cq>,
     _srq: Option<Arc<Srq>>,
+    /// iWARP: the rdma_cm side of the connection (see `cm`).
+    cm: Mutex<QpCm>,
+    /// iWARP: the state as this side last set it (an `ibv_qp_state`), because `siw`'s
+    /// `ibv_query_qp` does not report one (`siw_query_qp` leaves `qp_state` 0, RESET).
+    /// Shared with the listener, which moves it to RTS when it accepts.
+    known: Arc<AtomicU32>,
     pub(super) pd: Arc<Pd>,
+}
+
+/// How an iWARP QP is connected: by its own cm_id, or by the device's listener.
+enum QpCm {
+    None,
+    Active(CmId),
+    Passive(Arc<Listener>),
 }
 
 // SAFETY: ibv_post_send/recv, ibv_modify_qp and ibv_query_qp are thread-safe in
@@ -91,6 +106,8 @@ impl Qp {
             _send_cq: send_cq.clone(),
             _recv_cq: recv_cq.clone(),
             _srq: srq.cloned(),
+            cm: Mutex::new(QpCm::None),
+            known: Arc::new(AtomicU32::new(ffi::ibv_qp_state::IBV_QPS_RESET)),
             pd: pd.clone(),
         }))
     }
@@ -117,8 +134,66 @@ impl Qp {
         unsafe { (*self.raw()).qp_num }
     }
 
+    /// Whether this QP connects through rdma_cm (an RC QP of an iWARP device).
+    pub(crate) fn needs_cm(&self) -> bool {
+        self.qp_type == QpType::Rc && self.pd.device().needs_cm()
+    }
+
+    /// iWARP: what the endpoint names instead of a LID and GID: the port and the
+    /// IPv4-mapped address of the device's rdma_cm listener. `None` elsewhere.
+    pub(crate) fn cm_endpoint(&self) -> Result<Option<(u16, Gid)>> {
+        if !self.needs_cm() {
+            return Ok(None);
+        }
+        let addr = self.pd.device().cm_listener()?.addr();
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&addr.ip().octets());
+        Ok(Some((addr.port(), Gid(gid))))
+    }
+
+    /// The active side: connects this QP (at INIT) to `remote` through its device's
+    /// listener; returns once established (the driver moved the QP to RTS).
+    pub(crate) fn cm_connect(&self, remote: &QpEndpoint) -> Result<()> {
+        let dst = cm::endpoint_addr(remote).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "the peer's endpoint names no rdma_cm listener (lid {}, gid {:02x?}); an \
+                 iWARP QP connects only to an iWARP peer's endpoint",
+                remote.lid, remote.gid.0
+            ))
+        })?;
+        let me = self.qp_num();
+        let id = cm::connect(
+            me,
+            dst,
+            Private {
+                to: remote.qpn,
+                from: me,
+            },
+        )?;
+        *self.cm.lock().unwrap_or_else(|p| p.into_inner()) = QpCm::Active(id);
+        self.known
+            .store(ffi::ibv_qp_state::IBV_QPS_RTS, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The passive side: the device's listener accepts `remote`'s connect request for
+    /// this QP (at INIT) when it comes; returns at once.
+    pub(crate) fn cm_expect(&self, remote: &QpEndpoint) -> Result<()> {
+        let l = self.pd.device().cm_listener()?;
+        l.expect(self.qp_num(), remote.qpn, self.known.clone());
+        *self.cm.lock().unwrap_or_else(|p| p.into_inner()) = QpCm::Passive(l);
+        Ok(())
+    }
+
     /// The state as the device sees it (a QP moves to ERR on its own), queried each time.
     pub(crate) fn state(&self) -> QpState {
+        if self.needs_cm() {
+            // A move to ERR the device makes by itself is not seen here; completions
+            // with an error status and `IBV_EVENT_QP_FATAL` still report it.
+            return state_from_raw(self.known.load(Ordering::Relaxed));
+        }
         let mut attr = MaybeUninit::<ffi::ibv_qp_attr>::zeroed();
         let mut init = MaybeUninit::<ffi::ibv_qp_init_attr>::zeroed();
         // SAFETY: live QP; both out-structs are writable and zero-initialised.
@@ -149,6 +224,8 @@ impl Qp {
         check("ibv_modify_qp", unsafe {
             ffi::ibv_modify_qp(self.raw(), &mut raw, mask.0 as i32)
         })?;
+        self.known
+            .store(to as ffi::ibv_qp_state::Type, Ordering::Relaxed);
         if self.qp_type == QpType::Ud {
             if let Some(port) = attr.port_num {
                 self.port.store(port, Ordering::Relaxed);
@@ -181,6 +258,16 @@ impl Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
+        // The connection goes first: its cm_id holds the QP.
+        let qpn = self.qp_num();
+        match std::mem::replace(
+            self.cm.get_mut().unwrap_or_else(|p| p.into_inner()),
+            QpCm::None,
+        ) {
+            QpCm::None => {}
+            QpCm::Active(id) => drop(id),
+            QpCm::Passive(l) => l.forget(qpn),
+        }
         // SAFETY: created in `create`, destroyed once, while its PD, CQs and SRQ are
         // still alive (fields drop after this). Outstanding WRs are discarded by the
         // provider; their memory is the caller's to keep alive per the post contract.

@@ -74,7 +74,7 @@ fn rc_pair(dev: &Device, cap: QpCap) -> RcPair {
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    a.connect_rc(&eb, 0x11, access).unwrap();
+    a.accept_rc(&eb, 0x11, access).unwrap();
     b.connect_rc(&ea, 0x22, access).unwrap();
     assert_eq!((a.state(), b.state()), (QpState::Rts, QpState::Rts));
     RcPair {
@@ -110,12 +110,28 @@ fn device_ports_and_preferred_gid() {
     assert!(port.active, "{port:?}");
     let idx = dev.preferred_gid_index();
     let gid = dev.gid(1, idx).unwrap();
-    // On rxe over IPv4 the preferred GID is the IPv4-mapped one (index 1 in the VM).
-    assert_eq!(
-        &gid.0[..12],
-        &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff],
-        "{gid}"
-    );
+    if dev.caps().fabric == crate::Fabric::Iwarp {
+        // iWARP: the GID is the netdev's MAC, and an RC QP's endpoint names the
+        // device's rdma_cm listener instead: IPv4-mapped address and port.
+        assert!(gid.0[6..].iter().all(|&b| b == 0), "{gid}");
+        assert!(gid.0[..6].iter().any(|&b| b != 0), "{gid}");
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(4).unwrap();
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+            .unwrap();
+        let ep = qp.endpoint(0).unwrap();
+        assert_eq!(&ep.gid.0[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert!(ep.lid != 0, "the listener's port: {ep:?}");
+        assert_eq!(ep.qpn, qp.qp_num());
+    } else {
+        // On rxe over IPv4 the preferred GID is the IPv4-mapped one (index 1 in the VM).
+        assert_eq!(
+            &gid.0[..12],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff],
+            "{gid}"
+        );
+    }
     assert!(matches!(
         Device::open("no-such-device"),
         Err(Error::NoDevice(_))
@@ -173,15 +189,18 @@ fn post_lists_longer_than_the_stack_chain_complete_in_order() {
     // SAFETY: rx stays alive and untouched until the completions below.
     unsafe { p.b.post_recv(&rwrs) }.unwrap();
     let ssge: Vec<_> = (0..n).map(|i| [tx.sge(i * 64, 64)]).collect();
+    // Without immediate data (iWARP) plain Sends: the order is what is checked.
+    let imm = dev.caps().imm_data;
     let swrs: Vec<_> = (0..n)
         .map(|i| {
-            SendWr::new(
-                i as u64,
+            let op = if imm {
                 SendOp::SendWithImm {
                     imm: 0xdead_0000 + i as u32,
-                },
-                &ssge[i],
-            )
+                }
+            } else {
+                SendOp::Send
+            };
+            SendWr::new(i as u64, op, &ssge[i])
         })
         .collect();
     // SAFETY: tx stays alive and unmodified until the completions below.
@@ -202,7 +221,7 @@ fn post_lists_longer_than_the_stack_chain_complete_in_order() {
         assert_eq!(r.wr_id, 1000 + i as u64, "in order");
         assert_eq!(
             r.imm_data,
-            Some(0xdead_0000 + i as u32),
+            imm.then_some(0xdead_0000 + i as u32),
             "immediate in host order"
         );
         assert_eq!(r.qp_num, p.b.qp_num());
@@ -214,15 +233,17 @@ fn post_lists_longer_than_the_stack_chain_complete_in_order() {
 #[ignore = "needs an RDMA device: run in the SoftRoCE VM (scripts/softroce-vm)"]
 fn inline_sends_up_to_max_inline_data_and_refuses_beyond() {
     let dev = device();
+    // What the device offers (siw: 80), at most 128.
+    let want = dev.caps().max_inline.min(128);
     let p = rc_pair(
         &dev,
         QpCap {
-            max_inline_data: 128,
+            max_inline_data: want,
             ..QpCap::default()
         },
     );
     let max = p.a.cap().max_inline_data as usize;
-    assert!(max >= 128, "granted {max}");
+    assert!(max >= want as usize && max > 0, "granted {max}");
     let rx = rw_mr(&p.pd, max);
     let rsge = [rx.sge(0, max as u32)];
     // SAFETY: rx untouched until the completion.
@@ -376,6 +397,8 @@ fn completion_channel_wakes_tokio_and_events_are_acked() {
         .enable_all()
         .build()
         .unwrap();
+    // Without immediate data (iWARP) plain Sends, told apart by their payload.
+    let imm = dev.caps().imm_data;
     for round in 0..3u32 {
         let rsge = [rx.sge(0, 64)];
         // SAFETY: rx untouched until the completion.
@@ -391,8 +414,14 @@ fn completion_channel_wakes_tokio_and_events_are_acked() {
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(50)); // the receiver is asleep by now
                 let tx = rw_mr(&p.pd, 8);
+                tx.write(0, &round.to_be_bytes());
                 let sge = [tx.sge(0, 8)];
-                let wr = SendWr::new(1, SendOp::SendWithImm { imm: round }, &sge);
+                let op = if imm {
+                    SendOp::SendWithImm { imm: round }
+                } else {
+                    SendOp::Send
+                };
+                let wr = SendWr::new(1, op, &sge);
                 // SAFETY: tx lives until its completion is polled below.
                 unsafe { p.a.post_send(&[wr]) }.unwrap();
                 assert!(wait(&p.cq_a, 1)[0].is_ok());
@@ -406,7 +435,8 @@ fn completion_channel_wakes_tokio_and_events_are_acked() {
             .expect("no wake-up from the completion channel")
             .unwrap();
         assert_eq!(n, 1);
-        assert_eq!(wc[0].imm_data, Some(round));
+        assert_eq!(wc[0].imm_data, imm.then_some(round));
+        assert_eq!(rx.to_vec(0, 4), round.to_be_bytes());
         sender.join().unwrap();
     }
     // An armed CQ with an unread event must still be destroyable (events acked on drop).
@@ -435,6 +465,17 @@ fn ud_datagrams_carry_grh_and_source_qp() {
     let dev = device();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
+    if !dev.caps().ud {
+        // siw: "only RC QP's supported"; the refusal is what callers act on.
+        match pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq)) {
+            Err(crate::Error::Verb { verb, source }) => {
+                assert_eq!(verb, "ibv_create_qp");
+                assert_eq!(source.raw_os_error(), Some(libc::EOPNOTSUPP));
+            }
+            other => panic!("a device without UD created a UD QP: {other:?}"),
+        }
+        return;
+    }
     let mk = || {
         let qp = pd
             .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
@@ -555,7 +596,7 @@ fn srq_limit_raises_async_event_on_the_device_fd() {
         p.pd.create_qp(&QpInitAttr::new(QpType::Rc, &p.cq_a, &p.cq_a))
             .unwrap();
     let (es, ec) = (srv.endpoint(1).unwrap(), cli.endpoint(2).unwrap());
-    srv.connect_rc(&ec, 1, AccessFlags::LOCAL_WRITE).unwrap();
+    srv.accept_rc(&ec, 1, AccessFlags::LOCAL_WRITE).unwrap();
     cli.connect_rc(&es, 2, AccessFlags::LOCAL_WRITE).unwrap();
     let rx = rw_mr(&p.pd, 8 * 64);
     let rsge: Vec<_> = (0..8).map(|i| [rx.sge(i * 64, 64)]).collect();

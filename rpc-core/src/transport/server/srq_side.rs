@@ -264,7 +264,7 @@ pub(super) async fn accept(
         } else {
             AccessFlags::empty()
         };
-        qp.connect_rc_with(&hello.endpoint, psn, access, DEFAULT_RC_RETRY)?;
+        qp.accept_rc_with(&hello.endpoint, psn, access, DEFAULT_RC_RETRY)?;
         // Sized to the window granted now: a peer that has not proven its RDMA path
         // holds two slots; the ring grows with the window.
         // In the SRQ pool's mode, which the grant told the client (`decide`).

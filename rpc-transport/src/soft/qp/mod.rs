@@ -50,14 +50,7 @@ impl Attrs {
             self.access = f;
         }
         if let Some(d) = a.dest {
-            let gid = d
-                .grh
-                .ok_or_else(|| Error::InvalidArgument("soft RC destinations need a GRH".into()))?
-                .dgid;
-            let addr = gid.soft_addr().ok_or_else(|| {
-                Error::InvalidArgument(format!("GID {gid} is not a soft device's"))
-            })?;
-            self.dest = Some((addr, gid));
+            self.dest = Some(crate::soft::lid::route(&d)?);
         }
         if let Some(q) = a.dest_qp_num {
             self.dest_qpn = q & 0x00ff_ffff;

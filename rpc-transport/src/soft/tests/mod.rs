@@ -10,6 +10,7 @@ use crate::{
 
 mod alloc;
 mod errors;
+mod ib;
 mod rc;
 mod srq_cq;
 mod ud;

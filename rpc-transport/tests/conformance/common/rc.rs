@@ -99,16 +99,29 @@ impl RcPair {
     }
 }
 
-/// Connects `qa` (send PSN `psn_a`) and `qb` (send PSN `psn_b`) to each other.
+/// Connects `qa` (send PSN `psn_a`, the passive side) and `qb` (send PSN `psn_b`,
+/// the initiator) to each other.
 pub fn connect_pair(qa: &QueuePair, psn_a: u32, qb: &QueuePair, psn_b: u32, opts: &RcOpts) {
     let ea = qa.endpoint(psn_a).expect("endpoint of a");
     let eb = qb.endpoint(psn_b).expect("endpoint of b");
-    connect(qa, psn_a, &eb, opts);
+    accept(qa, psn_a, &eb, opts);
     connect(qb, psn_b, &ea, opts);
 }
 
+/// The passive side's [`connect`] (`accept_rc`, which only iWARP tells apart: there
+/// the peer's `connect_rc` connects both through rdma_cm).
+pub fn accept(qp: &QueuePair, local_psn: u32, remote: &QpEndpoint, opts: &RcOpts) {
+    if opts.rnr.is_none() {
+        qp.accept_rc(remote, local_psn, opts.qp_access)
+            .expect("accept_rc");
+        return;
+    }
+    connect(qp, local_psn, remote, opts);
+}
+
 /// RESET → RTS towards `remote`, through `connect_rc` unless `opts` changes the RNR
-/// settings, which `connect_rc` does not take (so the modify sequence is spelled out).
+/// settings, which `connect_rc` does not take (so the modify sequence is spelled out,
+/// which iWARP devices refuse: they have no RNR, and connect through rdma_cm only).
 pub fn connect(qp: &QueuePair, local_psn: u32, remote: &QpEndpoint, opts: &RcOpts) {
     let Some((min_rnr_timer, rnr_retry)) = opts.rnr else {
         qp.connect_rc(remote, local_psn, opts.qp_access)
