@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::engine::codec::{self, CallHead, Outcome};
-use crate::engine::rendezvous::ReadOp;
+use crate::engine::rendezvous::{ReadOp, STREAM_READ_TAG};
 use crate::engine::stream::client::{ClientStreams, Limits, StreamEvent};
 use crate::engine::wire::{self, CreditAdjust, Descriptor, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
@@ -226,7 +226,7 @@ impl<W> ClientConn<W> {
     /// Whether Reads to start or released regions wait for the driver
     /// (`poll_read`, `poll_released`): one check per batch on the hot path.
     pub fn rendezvous_pending(&self) -> bool {
-        !self.reads.is_empty() || !self.released.is_empty()
+        !self.reads.is_empty() || !self.released.is_empty() || self.streams.by_ref_pending()
     }
 
     /// The rendezvous threshold, if bodies may travel by reference.
@@ -244,13 +244,19 @@ impl<W> ClientConn<W> {
     /// The next response body to read by RDMA Read (then
     /// [`ClientConn::handle_read_done`]).
     pub fn poll_read(&mut self) -> Option<ReadOp> {
-        self.reads.pop_front()
+        self.reads.pop_front().or_else(|| self.streams.poll_read())
     }
 
     /// The next call whose lent request region the driver may reuse (the server
     /// answered its `REQ`, so it read the region or never will).
     pub fn poll_released(&mut self) -> Option<u32> {
         self.released.pop_front()
+    }
+
+    /// The next address of a stream message lent to the server that the driver may
+    /// reuse (the server sent its `RDONE`).
+    pub fn poll_released_message(&mut self) -> Option<u64> {
+        self.streams.poll_released()
     }
 
     /// Starts a call on a reserved token whose request body (`desc.len` bytes) the
@@ -361,6 +367,13 @@ impl<W> ClientConn<W> {
         id: u32,
         result: Result<Bytes, Status>,
     ) -> Option<Completion<W>> {
+        if id & STREAM_READ_TAG != 0 {
+            // A stream message: its call's events say what became of it.
+            if self.dead.is_none() {
+                self.streams.handle_read_done(id, result);
+            }
+            return None;
+        }
         let call = self.calls.get_mut(&id)?;
         if !matches!(call.phase, Phase::Reading { .. }) {
             return None;
@@ -473,6 +486,40 @@ impl<W> ClientConn<W> {
         self.reserved -= 1;
         let cap = self.cfg.frame_size.min(out.len());
         match self.streams.send_message(id, len, encode, &mut out[..cap]) {
+            Ok(t) => {
+                self.stats.frames_sent += 1;
+                Ok(t)
+            }
+            Err(s) => {
+                self.tokens += 1;
+                Err(s)
+            }
+        }
+    }
+
+    /// Sends a message of streaming call `id` by reference on a reserved token: the
+    /// driver encoded its `desc.len` bytes into a region it lends until
+    /// [`ClientConn::poll_released_message`] names `desc.addr` (or the connection
+    /// dies). On error the reservation is released and the region is free.
+    pub fn send_stream_message_by_ref(
+        &mut self,
+        id: u32,
+        desc: Descriptor,
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        assert!(
+            self.reserved > 0,
+            "send_stream_message_by_ref without a reserved token"
+        );
+        self.reserved -= 1;
+        let r = if self.rendezvous.is_some() && self.dead.is_none() {
+            self.streams.send_message_by_ref(id, desc, out)
+        } else {
+            Err(Status::failed_precondition(
+                "no RDMA Read on this connection",
+            ))
+        };
+        match r {
             Ok(t) => {
                 self.stats.frames_sent += 1;
                 Ok(t)

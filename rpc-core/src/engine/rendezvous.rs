@@ -4,11 +4,17 @@
 
 use crate::engine::wire::Descriptor;
 
+/// Bit of a [`ReadOp::id`] that marks the read of a stream message: the id is then
+/// a tag the engine chose (a call has several such reads at once), not a call id
+/// (28 bits, so never with this bit).
+pub const STREAM_READ_TAG: u32 = 1 << 31;
+
 /// A body the driver is to pull with RDMA Read (in pieces of at most the device's
 /// max message) into a region of its own, then report to the engine that asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadOp {
-    /// The call.
+    /// The call, or a stream message's read tag (with [`STREAM_READ_TAG`]); the
+    /// driver reports the read under it.
     pub id: u32,
     /// Where the body lies at the peer.
     pub desc: Descriptor,

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use crate::engine::codec::{self, StatusCuts};
 use crate::engine::credit::CreditWindow;
-use crate::engine::rendezvous::ReadOp;
+use crate::engine::rendezvous::{ReadOp, STREAM_READ_TAG};
 use crate::engine::stream::server::{ServerStreamEvent, ServerStreams};
 use crate::engine::wire::{self, Descriptor, Kind};
 use crate::engine::{Transmit, MIN_FRAME};
@@ -178,7 +178,7 @@ impl ServerConn {
     /// Whether Reads to start or released regions wait for the driver
     /// (`poll_read`, `poll_released`): one check per batch on the hot path.
     pub fn rendezvous_pending(&self) -> bool {
-        !self.reads.is_empty() || !self.released.is_empty()
+        !self.reads.is_empty() || !self.released.is_empty() || self.streams.by_ref_pending()
     }
 
     /// The rendezvous threshold, if bodies may travel by reference.
@@ -197,7 +197,7 @@ impl ServerConn {
     /// The next request body to read by RDMA Read (then
     /// [`ServerConn::handle_read_done`]).
     pub fn poll_read(&mut self) -> Option<ReadOp> {
-        self.reads.pop_front()
+        self.reads.pop_front().or_else(|| self.streams.poll_read())
     }
 
     /// The Read of call `id`'s request body ended: with the request's head and body
@@ -205,6 +205,11 @@ impl ServerConn {
     /// pooled region), the call comes back for dispatch; with an error, the `REQ`
     /// is answered with it. Either way the client may now reuse its region.
     pub fn handle_read_done(&mut self, id: u32, result: Result<Bytes, Status>) -> Option<Incoming> {
+        if id & STREAM_READ_TAG != 0 {
+            // A stream message: its call's events say what became of it.
+            self.streams.handle_read_done(id, result);
+            return None;
+        }
         let Some(Call::Reading { .. }) = self.calls.get(&id) else {
             return None;
         };
@@ -252,6 +257,12 @@ impl ServerConn {
     /// read it, or cancelled the call).
     pub fn poll_released(&mut self) -> Option<u32> {
         self.released.pop_front()
+    }
+
+    /// The next address of a stream message lent to the client that the driver may
+    /// reuse (the client sent its `RDONE`).
+    pub fn poll_released_message(&mut self) -> Option<u64> {
+        self.streams.poll_released()
     }
 
     /// Calls whose request is being read or whose response is lent (their regions
@@ -342,6 +353,24 @@ impl ServerConn {
         self.streams.send_message(id, len, encode, &mut out[..cap])
     }
 
+    /// Sends a message of streaming call `id` by reference into `out`, a free send
+    /// slot: the driver encoded its `desc.len` bytes into a region it lends until
+    /// [`ServerConn::poll_released_message`] names `desc.addr` (or the connection
+    /// ends). On error the region is free.
+    pub fn send_stream_message_by_ref(
+        &mut self,
+        id: u32,
+        desc: Descriptor,
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        if self.rendezvous.is_none() {
+            return Err(Status::failed_precondition(
+                "no RDMA Read on this connection",
+            ));
+        }
+        self.streams.send_message_by_ref(id, desc, out)
+    }
+
     /// Sends a batch of whole messages of streaming call `id`, packed into `staged`
     /// (see [`ServerStreams::send_credit`]), as one frame into `out`, a free send slot.
     pub fn send_stream_batch(
@@ -399,7 +428,10 @@ impl ServerConn {
                 None
             }
             Kind::Rdone => {
-                if matches!(self.calls.get(&id), Some(Call::Lent)) {
+                if id == 0 {
+                    // A stream message's region (counted by the streams if bad).
+                    self.streams.on_rdone(frame);
+                } else if matches!(self.calls.get(&id), Some(Call::Lent)) {
                     self.calls.remove(&id);
                     self.released.push_back(id);
                 } else {

@@ -94,7 +94,7 @@
 //! | 12 | RC | c→s | `RESET` | `code:u8`: the client ends the call now (cancelled, deadline, refused) |
 //! | 13 | RC | both | `CREDIT` | `n:u32`: `n` more bytes of message credit on this call; with call id 0, `n` connection credits (s→c frames) to the server |
 //! | 14 | RC | c→s | `WANT` | nothing, call id 0: "my callers wait for a token"; answered by `CR` with call id 0 (see "Windows granted out of the shared pool") |
-//! | 15 | RC | c→s | `RDONE` | nothing: "I read the response's region, reuse it" (see "Large messages by reference"); answered by `CR` |
+//! | 15 | RC | both | `RDONE` | nothing: "I read the response's region, reuse it" (c→s, a unary call); or, call id 0, `addr:u64`: "I am done with the stream message lent at `addr`" (either way; see "Large messages by reference"). c→s answered by `CR`; s→c on a connection credit |
 //!
 //! A kind that a side does not expect (an unassigned one, `IN_PROGRESS` on RC, `CR`
 //! on UD, a stream kind on UD, a server kind sent to the server) is malformed: dropped and counted, and on RC
@@ -175,11 +175,30 @@
 //! hardware fails it (`REM_ACCESS_ERR`), which puts both QPs in error: the connection
 //! ends, its calls end `UNAVAILABLE`, other connections are untouched.
 //!
-//! Stream messages (not wired yet): a `MSG` whose `total` has bit 31
-//! ([`MSG_RENDEZVOUS`]) set carries, after its 8-byte head (`offset` 0), a
-//! descriptor of the whole message instead of a chunk; `total & !MSG_RENDEZVOUS`
-//! is its length, and the descriptor's `len` equals it. Its region is released by an
-//! `RDONE` from the reader (in either direction; s→c on a connection credit).
+//! **Stream messages** (both directions, same threshold and condition): a `MSG`
+//! whose `total` has bit 31 ([`MSG_RENDEZVOUS`]) set carries, after its 8-byte head
+//! (`offset` 0), a descriptor of the whole message instead of a chunk; `total &
+//! !MSG_RENDEZVOUS` is its length, and the descriptor's `len` equals it (anything
+//! else, `BATCH` with it included, is malformed). One frame, one message: the
+//! receiver pulls it with RDMA Read into its own pool and delivers it in its place
+//! among the call's messages (inline messages that arrive meanwhile, and the
+//! half-close or trailers after them, wait for it: order is kept). It is charged to
+//! the call's window as an inline message of its length (its body, not its
+//! descriptor), so the per-call bound below holds whatever the path, and one
+//! reader's unread messages never fill the pool other calls read into. Releases:
+//! the reader sends `RDONE` on **call id 0** carrying the descriptor's `addr:u64`
+//! once it will not read the message any more (its Read completed or failed, or it
+//! refused the message unread: too long, beyond its credit, the call ended), for
+//! every by-reference `MSG` it got whose descriptor it could parse, whether or not
+//! the call still runs (c→s answered by `CR`; s→c on a connection credit, ahead of
+//! other server frames). The sender keys lent messages by address (unique among
+//! its regions in use) and frees a region on its `RDONE` and when the connection
+//! ends, never on the call's end or reset: a reader owes an `RDONE` for every such
+//! `MSG`, so a region is never reused while its reader may still read it, and a
+//! late `RDONE` never frees a region lent again since. An `RDONE` naming no region
+//! lent on its connection is counted malformed and ignored. A peer that withholds
+//! `RDONE`s holds the sender's pool as one that never reads a unary response does
+//! (until the connection ends).
 //!
 //! # Streaming calls (RC): a call as two half-streams
 //!
@@ -205,9 +224,10 @@
 //!     of `total` bytes. A message longer than a frame is cut into `MSG`s of
 //!     consecutive offsets, sent back to back in order (RC keeps them in order; the
 //!     offset lets the receiver reject a gap instead of corrupting the message).
-//!     *Interim:* this fragmentation stands in for the large-message path
-//!     (rendezvous, issue 15). A lone message that fits a frame is one chunk
-//!     (`offset` 0, `total` its length).
+//!     Messages above the rendezvous threshold go by reference instead (one
+//!     `MSG`, see "Large messages by reference"), where both sides can do RDMA
+//!     Read. A lone message that fits a frame is one chunk (`offset` 0, `total`
+//!     its length).
 //!   - a **batch** of whole messages (coalescing: a writer that finds several
 //!     messages ready when the send path is free packs them into one frame; it
 //!     never waits for more):
@@ -226,9 +246,9 @@
 //!     the connection's credits stay balanced (the frame is answered or counted as
 //!     any other), and it never panics.
 //!
-//!   Head bits of the second word: bit 31 is **reserved: rendezvous descriptor
-//!   follows (issue 15)**; a receiver that does not know it treats a `MSG` with it
-//!   as malformed. Bit 30 is `BATCH`. A chunk's `total` is therefore below 2^30
+//!   Head bits of the second word: bit 31 is `RENDEZVOUS` (a descriptor follows,
+//!   see "Large messages by reference"; a connection without RDMA Read agreed
+//!   treats it as malformed). Bit 30 is `BATCH`. A chunk's `total` is therefore below 2^30
 //!   (max messages are far smaller).
 //!
 //!   A message is bounded by the receiver's max message: a server refusing a
@@ -479,7 +499,8 @@ pub enum Kind {
     Credit = 13,
     /// The client's callers wait for a token (RC, with credit windows).
     Want = 14,
-    /// The client read a response's region: the server may reuse it (RC only).
+    /// A reader is done with a region lent by reference: the lender may reuse it
+    /// (RC only).
     Rdone = 15,
 }
 
@@ -505,10 +526,11 @@ pub const SERVER_CREDITS: u32 = 64;
 pub const MSG_HEAD_LEN: usize = 8;
 /// Bit of a `MSG` head's second word: the frame is a batch of whole messages.
 pub const MSG_BATCH: u32 = 1 << 30;
-/// Bit of a `MSG` head's second word, reserved: a descriptor of the message follows
-/// instead of a chunk (see "Large messages by reference"). Malformed until stream
-/// messages go by reference.
+/// Bit of a `MSG` head's second word: a descriptor of the message follows instead
+/// of a chunk (see "Large messages by reference").
 pub const MSG_RENDEZVOUS: u32 = 1 << 31;
+/// Bytes of a stream message's `RDONE` payload (the lent message's address).
+pub const RDONE_MSG_LEN: usize = 8;
 /// Bytes before each message of a batch (its length).
 pub const BATCH_ENTRY_HEAD: usize = 4;
 
@@ -777,9 +799,49 @@ pub fn write_msg_head(out: &mut [u8], offset: u32, total: u32) {
     out[4..MSG_HEAD_LEN].copy_from_slice(&total.to_be_bytes());
 }
 
+/// Writes a `MSG` announcing a whole message by reference; the frame's length.
+pub fn write_msg_by_ref(out: &mut [u8], desc: &Descriptor) -> usize {
+    debug_assert!(desc.len & (MSG_BATCH | MSG_RENDEZVOUS) == 0 && desc.len > 0);
+    out[..4].copy_from_slice(&0u32.to_be_bytes());
+    out[4..MSG_HEAD_LEN].copy_from_slice(&(MSG_RENDEZVOUS | desc.len).to_be_bytes());
+    desc.write(&mut out[MSG_HEAD_LEN..]);
+    MSG_HEAD_LEN + DESCRIPTOR_LEN
+}
+
+/// The descriptor of a `MSG` by reference, if `frame` is a well-formed one (a
+/// cheap look at the head first: other `MSG`s are not parsed).
+pub fn msg_by_ref(frame: &[u8]) -> Option<Descriptor> {
+    let flagged = frame.get(4).is_some_and(|b| b & 0x80 != 0);
+    match flagged.then(|| read_msg(frame)) {
+        Some(Ok(MsgFrame::ByRef { desc, .. })) => Some(desc),
+        _ => None,
+    }
+}
+
+/// Writes a stream message's `RDONE` payload; its length.
+pub fn write_rdone(out: &mut [u8], addr: u64) -> usize {
+    out[..RDONE_MSG_LEN].copy_from_slice(&addr.to_be_bytes());
+    RDONE_MSG_LEN
+}
+
+/// Reads a stream message's `RDONE` payload: the lent message's address.
+pub fn read_rdone(frame: &[u8]) -> Result<u64, Malformed> {
+    let b: [u8; RDONE_MSG_LEN] = frame
+        .try_into()
+        .map_err(|_| Malformed("RDONE of a stream message whose payload is not 8 bytes"))?;
+    Ok(u64::from_be_bytes(b))
+}
+
 /// A `MSG` frame, read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MsgFrame<'a> {
+    /// A whole message by reference: its length and where it lies at the sender.
+    ByRef {
+        /// The message's length (the descriptor's `len`).
+        total: u32,
+        /// Where to read it.
+        desc: Descriptor,
+    },
     /// A chunk of one message: its offset, the message's total length, the bytes.
     Chunk {
         /// Where the chunk starts in the message.
@@ -841,9 +903,14 @@ pub fn read_msg(frame: &[u8]) -> Result<MsgFrame<'_>, Malformed> {
     let second = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
     let body = &frame[MSG_HEAD_LEN..];
     if second & MSG_RENDEZVOUS != 0 {
-        return Err(Malformed(
-            "stream message by rendezvous, which this side does not know",
-        ));
+        if second & MSG_BATCH != 0 || first != 0 {
+            return Err(Malformed(
+                "stream message by reference with an offset or a batch",
+            ));
+        }
+        let total = second & !MSG_RENDEZVOUS;
+        let desc = Descriptor::read(body, total)?;
+        return Ok(MsgFrame::ByRef { total, desc });
     }
     if second & MSG_BATCH == 0 {
         if u64::from(first) + body.len() as u64 > u64::from(second) {
@@ -1141,10 +1208,58 @@ mod tests {
         let mut longer = f[..n].to_vec();
         longer.push(0);
         assert!(read_msg(&longer).is_err());
-        // A chunk with the reserved rendezvous bit.
+        // The rendezvous bit without a descriptor.
         let mut c = [0u8; MSG_HEAD_LEN];
         write_msg_head(&mut c, 0, 0);
         c[4] |= 0x80;
         assert!(read_msg(&c).is_err());
+    }
+
+    #[test]
+    fn a_stream_message_by_reference_is_exactly_a_descriptor_of_it() {
+        let d = Descriptor {
+            addr: 0x7f00_0000_2000,
+            rkey: 77,
+            len: 1 << 20,
+        };
+        let mut f = [0u8; MSG_HEAD_LEN + DESCRIPTOR_LEN];
+        assert_eq!(write_msg_by_ref(&mut f, &d), f.len());
+        assert_eq!(
+            read_msg(&f),
+            Ok(MsgFrame::ByRef {
+                total: d.len,
+                desc: d
+            })
+        );
+        assert_eq!(msg_by_ref(&f), Some(d));
+        // A chunk is not by reference, and is not parsed as one.
+        let mut c = [0u8; MSG_HEAD_LEN + 3];
+        write_msg_head(&mut c, 0, 3);
+        assert_eq!(msg_by_ref(&c), None);
+        // Lies: one byte short or long, another length, an offset, a batch.
+        assert!(read_msg(&f[..f.len() - 1]).is_err());
+        let mut longer = f.to_vec();
+        longer.push(0);
+        assert!(read_msg(&longer).is_err());
+        let mut g = f;
+        g[7] ^= 1;
+        assert!(read_msg(&g).is_err(), "total differs from the descriptor");
+        let mut g = f;
+        g[3] = 1;
+        assert!(read_msg(&g).is_err(), "an offset");
+        let mut g = f;
+        g[4] |= 0x40;
+        assert!(read_msg(&g).is_err(), "a batch");
+        let mut e = [0u8; MSG_HEAD_LEN + DESCRIPTOR_LEN];
+        write_msg_by_ref(&mut e, &d);
+        e[MSG_HEAD_LEN + 12..].fill(0);
+        e[4..8].copy_from_slice(&MSG_RENDEZVOUS.to_be_bytes());
+        assert!(read_msg(&e).is_err(), "an empty message by reference");
+        // The release names the address, exactly 8 bytes.
+        let mut r = [0u8; RDONE_MSG_LEN];
+        write_rdone(&mut r, d.addr);
+        assert_eq!(read_rdone(&r), Ok(d.addr));
+        assert!(read_rdone(&r[..7]).is_err());
+        assert!(read_rdone(&[0u8; 9]).is_err());
     }
 }

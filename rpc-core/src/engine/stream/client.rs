@@ -5,10 +5,12 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::by_ref::ByRef;
 use super::{check_batch, write_message, Incoming, Outgoing, Received, SendCredit, Window};
 use crate::code::Code;
 use crate::engine::codec::{self, Outcome};
-use crate::engine::wire::{self, Kind, SERVER_CREDITS, STREAM_ID_BIT};
+use crate::engine::rendezvous::ReadOp;
+use crate::engine::wire::{self, Descriptor, Kind, SERVER_CREDITS, STREAM_ID_BIT};
 use crate::engine::Transmit;
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -49,6 +51,9 @@ struct Stream {
     grant: u32,
     recv: Incoming,
     window: Window,
+    /// Trailers that arrived while messages by reference before them were still
+    /// being read: the call ends once they are delivered.
+    deferred_end: Option<Result<MetadataMap, Status>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +111,8 @@ pub struct ClientStreams {
     conn_awaiting: u32,
     /// The receives for the server's own frames: posted on the first stream.
     receives: ServerReceives,
+    /// Messages by reference, both ways.
+    by_ref: ByRef,
     /// Frames that did not fit the protocol.
     pub(crate) malformed: u64,
 }
@@ -123,6 +130,7 @@ impl ClientStreams {
             owed: 0,
             conn_awaiting: 0,
             receives: ServerReceives::None,
+            by_ref: ByRef::default(),
             malformed: 0,
         }
     }
@@ -175,6 +183,7 @@ impl ClientStreams {
                 grant: 0,
                 recv: Incoming::default(),
                 window: Window::default(),
+                deferred_end: None,
             },
         );
         (
@@ -232,6 +241,84 @@ impl ClientStreams {
             len: n,
             imm: wire::imm(Kind::Msg, id),
         })
+    }
+
+    /// Sends a message by reference on a reserved token: the driver encoded its
+    /// `desc.len` bytes into a region it lends at `desc` until
+    /// [`ClientStreams::poll_released`] names the address (or the connection ends).
+    /// On error nothing is sent and the region is free (a message over the max
+    /// message resets the call `RESOURCE_EXHAUSTED`, as [`ClientStreams::send_message`]).
+    pub(crate) fn send_message_by_ref(
+        &mut self,
+        id: u32,
+        desc: Descriptor,
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        let len = desc.len as usize;
+        if !self.can_send(id) {
+            return Err(Status::failed_precondition("stream cannot send now"));
+        }
+        if len > self.limits.max_send_message {
+            let s = Status::resource_exhausted(format!(
+                "stream message of {len} bytes exceeds the limit of {}",
+                self.limits.max_send_message
+            ));
+            self.reset(id, s.clone());
+            return Err(s);
+        }
+        let s = self.streams.get_mut(&id).expect("can_send");
+        s.send_credit.spend(len);
+        s.awaiting += 1;
+        self.by_ref.lend(id, desc.addr);
+        Ok(Transmit {
+            len: wire::write_msg_by_ref(out, &desc),
+            imm: wire::imm(Kind::Msg, id),
+        })
+    }
+
+    /// The next stream message to read by RDMA Read (then
+    /// [`ClientStreams::handle_read_done`] under its tag).
+    pub(crate) fn poll_read(&mut self) -> Option<ReadOp> {
+        self.by_ref.poll_read()
+    }
+
+    /// The next address of a stream message lent to the server that it is done with.
+    pub(crate) fn poll_released(&mut self) -> Option<u64> {
+        self.by_ref.poll_released()
+    }
+
+    /// Whether reads to start or lent regions to free wait for the driver.
+    pub(crate) fn by_ref_pending(&self) -> bool {
+        self.by_ref.pending()
+    }
+
+    /// Stream messages lent to the server and not yet released.
+    pub fn lent_messages(&self) -> usize {
+        self.by_ref.lent()
+    }
+
+    /// The read `tag` of a message by reference ended: the message takes its place
+    /// in its call (or the call ends with the error); the server hears `RDONE`.
+    pub(crate) fn handle_read_done(&mut self, tag: u32, result: Result<bytes::Bytes, Status>) {
+        let Some(id) = self.by_ref.finished(tag) else {
+            return;
+        };
+        let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) else {
+            return; // ended meanwhile: the message is dropped (its region with it)
+        };
+        match result {
+            Ok(m) => {
+                let events = &mut self.events;
+                s.recv
+                    .read_done(tag, m, |m| events.push_back((id, StreamEvent::Message(m))));
+                if !s.recv.holding() {
+                    if let Some(r) = s.deferred_end.take() {
+                        self.end(id, r);
+                    }
+                }
+            }
+            Err(st) => self.reset(id, st),
+        }
     }
 
     /// Sends a batch of whole messages the caller packed into `staged` (with
@@ -359,7 +446,7 @@ impl ClientStreams {
 
     /// Whether a frame waits for a token.
     pub(crate) fn wants_transmit(&self) -> bool {
-        !self.transmit.is_empty() || (self.owed >= SERVER_CREDITS / 2)
+        !self.transmit.is_empty() || (self.owed >= SERVER_CREDITS / 2) || self.by_ref.owes_rdone()
     }
 
     /// Writes the next queued frame (connection credits back, `RESET`, `CREDIT`,
@@ -376,6 +463,15 @@ impl ClientStreams {
             return Some(Transmit {
                 len: wire::write_credit(out, n),
                 imm: wire::imm(Kind::Credit, 0),
+            });
+        }
+        if let Some(addr) = self.by_ref.poll_rdone() {
+            // Answered at once (by `CR` on call id 0): frees the server's region.
+            *tokens -= 1;
+            self.conn_awaiting += 1;
+            return Some(Transmit {
+                len: wire::write_rdone(out, addr),
+                imm: wire::imm(Kind::Rdone, 0),
             });
         }
         let mut visits = self.transmit.len();
@@ -448,11 +544,12 @@ impl ClientStreams {
     pub(crate) fn handle_frame(&mut self, kind: Kind, id: u32, frame: &[u8]) {
         match kind {
             Kind::Cr | Kind::Resp => self.on_answer(kind, id, frame),
-            Kind::Msg | Kind::Trailers | Kind::Credit => {
+            Kind::Msg | Kind::Trailers | Kind::Credit | Kind::Rdone => {
                 self.unreposted += 1;
                 match kind {
                     Kind::Msg => self.on_message(id, frame),
                     Kind::Trailers => self.on_trailers(id, frame),
+                    Kind::Rdone => self.on_rdone(id, frame),
                     _ => self.on_credit(id, frame),
                 }
             }
@@ -513,22 +610,45 @@ impl ClientStreams {
         }
     }
 
+    fn on_rdone(&mut self, id: u32, frame: &[u8]) {
+        let known = id == 0 && wire::read_rdone(frame).is_ok_and(|a| self.by_ref.on_rdone(a));
+        if !known {
+            self.malformed += 1;
+        }
+    }
+
     fn on_message(&mut self, id: u32, frame: &[u8]) {
         let max = self.limits.max_recv_message;
+        // A message by reference not read here is released at once.
+        let by_ref = wire::msg_by_ref(frame);
         let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) else {
             // Ended here (reset, deadline) while messages were on their way.
+            if let Some(d) = by_ref {
+                self.by_ref.refuse(d);
+            }
             return;
         };
         if !s.headers {
             self.malformed += 1;
+            if let Some(d) = by_ref {
+                self.by_ref.refuse(d);
+            }
             return self.reset(id, Status::internal("stream message before headers"));
         }
         let events = &mut self.events;
         let r = s.recv.take(frame, max, &mut s.window, |m| {
             events.push_back((id, StreamEvent::Message(m)));
         });
+        if let Received::ByRef(desc) = r {
+            let tag = self.by_ref.read(id, desc);
+            s.recv.hold(tag);
+            return;
+        }
+        if let Some(d) = by_ref {
+            self.by_ref.refuse(d);
+        }
         match r {
-            Received::Ok => {}
+            Received::Ok | Received::ByRef(_) => {}
             Received::NoCredit => {
                 self.malformed += 1;
                 self.reset(id, Status::internal("server sent beyond its credit"));
@@ -547,9 +667,10 @@ impl ClientStreams {
     }
 
     fn on_trailers(&mut self, id: u32, frame: &[u8]) {
-        if !self.streams.get(&id).is_some_and(|s| s.open) {
+        let Some(s) = self.streams.get(&id).filter(|s| s.open) else {
             return;
-        }
+        };
+        let holding = s.recv.holding();
         let result = match codec::read_response(frame) {
             Ok(start) => match start.outcome {
                 Outcome::Ok(md) => Ok(md),
@@ -565,6 +686,13 @@ impl ClientStreams {
                 Err(s)
             }
         };
+        if holding {
+            // Messages by reference before the trailers are still being read.
+            if let Some(s) = self.streams.get_mut(&id) {
+                s.deferred_end = Some(result);
+            }
+            return;
+        }
         self.end(id, result);
     }
 
@@ -646,5 +774,6 @@ impl ClientStreams {
         }
         self.transmit.clear();
         self.deadlines.clear();
+        self.by_ref.clear();
     }
 }

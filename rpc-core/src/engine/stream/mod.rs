@@ -6,10 +6,13 @@
 //! share is here: a message going out in fragments, one coming in, and the window
 //! of message credits a receiver grants.
 
+mod by_ref;
 pub(crate) mod client;
 pub(crate) mod server;
 
-use crate::engine::wire::{self, MsgFrame, STREAM_GRANT_AT, STREAM_WINDOW};
+use std::collections::VecDeque;
+
+use crate::engine::wire::{self, Descriptor, MsgFrame, STREAM_GRANT_AT, STREAM_WINDOW};
 use crate::status::Status;
 use bytes::Bytes;
 
@@ -62,6 +65,16 @@ pub(crate) fn write_message(
 pub(crate) struct Incoming {
     /// The message being reassembled, and its total length.
     partial: Option<(Vec<u8>, usize)>,
+    /// From the first message by reference still being read on: messages in order
+    /// of arrival, held back until every one before them is here.
+    held: VecDeque<Held>,
+}
+
+#[derive(Debug)]
+enum Held {
+    /// Being read (the read's tag).
+    Reading(u32),
+    Ready(Bytes),
 }
 
 /// What one `MSG` frame did, beyond the whole messages it delivered.
@@ -69,6 +82,9 @@ pub(crate) struct Incoming {
 pub(crate) enum Received {
     /// Fine (a message may still be half received).
     Ok,
+    /// A message by reference, charged: the caller starts its read and
+    /// [`Incoming::hold`]s its place.
+    ByRef(Descriptor),
     /// A message began without credit (a protocol violation).
     NoCredit,
     /// A message longer than the receiver's max message: its length.
@@ -80,8 +96,9 @@ pub(crate) enum Received {
 
 impl Incoming {
     /// Takes one `MSG` frame, charging each message that begins to `window`; its
-    /// whole messages go to `deliver`, in order. `max` is the receiver's max
-    /// message. A malformed batch delivers nothing.
+    /// whole messages go to `deliver`, in order (behind messages by reference still
+    /// being read). `max` is the receiver's max message. A malformed batch delivers
+    /// nothing.
     pub(crate) fn take(
         &mut self,
         frame: &[u8],
@@ -89,6 +106,14 @@ impl Incoming {
         window: &mut Window,
         mut deliver: impl FnMut(Bytes),
     ) -> Received {
+        let Incoming { partial, held } = self;
+        let mut deliver = |m: Bytes| {
+            if held.is_empty() {
+                deliver(m);
+            } else {
+                held.push_back(Held::Ready(m));
+            }
+        };
         let (offset, total, chunk) = match wire::read_msg(frame) {
             Ok(MsgFrame::Chunk {
                 offset,
@@ -96,7 +121,7 @@ impl Incoming {
                 chunk,
             }) => (offset as usize, total as usize, chunk),
             Ok(MsgFrame::Batch(b)) => {
-                if self.partial.is_some() {
+                if partial.is_some() {
                     return Received::Malformed("message batch inside a message");
                 }
                 // One copy out of the slot for the whole batch; each message is a
@@ -113,9 +138,23 @@ impl Incoming {
                 }
                 return Received::Ok;
             }
+            Ok(MsgFrame::ByRef { total, desc }) => {
+                if partial.is_some() {
+                    return Received::Malformed("message by reference inside a message");
+                }
+                if total as usize > max {
+                    return Received::TooLong(total as usize);
+                }
+                // Charged as its body: the window bounds what a slow reader holds
+                // of the pool as it does inline messages.
+                if !window.arrived(wire::charge(total as usize)) {
+                    return Received::NoCredit;
+                }
+                return Received::ByRef(desc);
+            }
             Err(e) => return Received::Malformed(e.0),
         };
-        match &mut self.partial {
+        match partial {
             None => {
                 if offset != 0 {
                     return Received::Malformed("stream message chunk without its start");
@@ -132,7 +171,7 @@ impl Incoming {
                 }
                 let mut buf = Vec::with_capacity(total);
                 buf.extend_from_slice(chunk);
-                self.partial = Some((buf, total));
+                *partial = Some((buf, total));
                 Received::Ok
             }
             Some((buf, want)) => {
@@ -141,10 +180,38 @@ impl Incoming {
                 }
                 buf.extend_from_slice(chunk);
                 if buf.len() == *want {
-                    let (buf, _) = self.partial.take().expect("present");
+                    let (buf, _) = partial.take().expect("present");
                     deliver(Bytes::from(buf));
                 }
                 Received::Ok
+            }
+        }
+    }
+
+    /// Keeps the place of the message by reference that read `tag` fetches.
+    pub(crate) fn hold(&mut self, tag: u32) {
+        self.held.push_back(Held::Reading(tag));
+    }
+
+    /// Whether messages wait behind one still being read (an end of the stream
+    /// must wait for them too).
+    pub(crate) fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// The read `tag` brought its message: it and those behind it that are here go
+    /// to `deliver`, in order.
+    pub(crate) fn read_done(&mut self, tag: u32, m: Bytes, mut deliver: impl FnMut(Bytes)) {
+        if let Some(h) = self
+            .held
+            .iter_mut()
+            .find(|h| matches!(h, Held::Reading(t) if *t == tag))
+        {
+            *h = Held::Ready(m);
+        }
+        while let Some(Held::Ready(_)) = self.held.front() {
+            if let Some(Held::Ready(m)) = self.held.pop_front() {
+                deliver(m);
             }
         }
     }

@@ -5,9 +5,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::by_ref::ByRef;
 use super::{check_batch, write_message, Incoming, Outgoing, Received, SendCredit, Window};
 use crate::engine::codec::{self, StatusCuts};
-use crate::engine::wire::{self, Kind, SERVER_CREDITS};
+use crate::engine::rendezvous::ReadOp;
+use crate::engine::wire::{self, Descriptor, Kind, SERVER_CREDITS};
 use crate::engine::Transmit;
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -46,6 +48,9 @@ struct Stream {
     window: Window,
     /// When the call ends here `DEADLINE_EXCEEDED`, and the timeout it came from.
     deadline: Option<(Instant, Duration)>,
+    /// The client half-closed while messages by reference before it were still
+    /// being read: the handler hears so once they are delivered.
+    deferred_half_close: bool,
 }
 
 impl Stream {
@@ -68,6 +73,8 @@ pub struct ServerStreams {
     /// the call's status (answers need no connection credit).
     answers: VecDeque<(u32, Status)>,
     events: VecDeque<(u32, ServerStreamEvent)>,
+    /// Messages by reference, both ways.
+    by_ref: ByRef,
     pub(crate) malformed: u64,
 }
 
@@ -82,6 +89,7 @@ impl ServerStreams {
             transmit: VecDeque::new(),
             answers: VecDeque::new(),
             events: VecDeque::new(),
+            by_ref: ByRef::default(),
             malformed: 0,
         }
     }
@@ -116,6 +124,7 @@ impl ServerStreams {
                 recv: Incoming::default(),
                 window: Window::default(),
                 deadline,
+                deferred_half_close: false,
             },
         );
     }
@@ -279,6 +288,96 @@ impl ServerStreams {
         })
     }
 
+    /// Sends a message by reference into `out` (a free send slot), taking a
+    /// connection credit: the driver encoded its `desc.len` bytes into a region it
+    /// lends at `desc` until [`ServerStreams::poll_released`] names the address (or
+    /// the connection ends). On error nothing is sent and the region is free (a
+    /// message over the max message ends the call, as
+    /// [`ServerStreams::send_message`]).
+    pub(crate) fn send_message_by_ref(
+        &mut self,
+        id: u32,
+        desc: Descriptor,
+        out: &mut [u8],
+    ) -> Result<Transmit, Status> {
+        let len = desc.len as usize;
+        if !self.can_send(id) {
+            return Err(Status::failed_precondition("stream cannot send now"));
+        }
+        if len > self.max_send_message {
+            let st = Status::resource_exhausted(format!(
+                "stream message of {len} bytes exceeds the limit of {}",
+                self.max_send_message
+            ));
+            self.finish(id, Err(st.clone()));
+            self.events
+                .push_back((id, ServerStreamEvent::Reset(st.clone())));
+            return Err(st);
+        }
+        let s = self.streams.get_mut(&id).expect("can_send");
+        s.send_credit.spend(len);
+        self.credits -= 1;
+        self.by_ref.lend(id, desc.addr);
+        Ok(Transmit {
+            len: wire::write_msg_by_ref(out, &desc),
+            imm: wire::imm(Kind::Msg, id),
+        })
+    }
+
+    /// The next stream message to read by RDMA Read (then
+    /// [`ServerStreams::handle_read_done`] under its tag).
+    pub(crate) fn poll_read(&mut self) -> Option<ReadOp> {
+        self.by_ref.poll_read()
+    }
+
+    /// The next address of a stream message lent to the client that it is done with.
+    pub fn poll_released(&mut self) -> Option<u64> {
+        self.by_ref.poll_released()
+    }
+
+    /// Whether reads to start or lent regions to free wait for the driver.
+    pub(crate) fn by_ref_pending(&self) -> bool {
+        self.by_ref.pending()
+    }
+
+    /// Stream messages lent to the client and not yet released.
+    pub fn lent_messages(&self) -> usize {
+        self.by_ref.lent()
+    }
+
+    /// The client's `RDONE` of a stream message (call id 0, the address); `false`
+    /// if malformed or naming nothing lent.
+    pub(crate) fn on_rdone(&mut self, frame: &[u8]) -> bool {
+        let ok = wire::read_rdone(frame).is_ok_and(|a| self.by_ref.on_rdone(a));
+        if !ok {
+            self.malformed += 1;
+        }
+        ok
+    }
+
+    /// The read `tag` of a message by reference ended: the message takes its place
+    /// in its call (or the call ends with the error); the client hears `RDONE`.
+    pub(crate) fn handle_read_done(&mut self, tag: u32, result: Result<bytes::Bytes, Status>) {
+        let Some(id) = self.by_ref.finished(tag) else {
+            return;
+        };
+        let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) else {
+            return; // ended meanwhile: the message is dropped (its region with it)
+        };
+        match result {
+            Ok(m) => {
+                let events = &mut self.events;
+                s.recv.read_done(tag, m, |m| {
+                    events.push_back((id, ServerStreamEvent::Message(m)));
+                });
+                if !s.recv.holding() && std::mem::take(&mut s.deferred_half_close) {
+                    self.events.push_back((id, ServerStreamEvent::HalfClosed));
+                }
+            }
+            Err(st) => self.refuse(id, st),
+        }
+    }
+
     /// Sends a batch of whole messages the caller packed into `staged` (with
     /// [`wire::BatchWriter`], within [`ServerStreams::max_send_message`] and the
     /// call's [`ServerStreams::send_credit`]) as one `MSG` in `out`, taking a
@@ -359,7 +458,8 @@ impl ServerStreams {
 
     /// Whether a frame waits for a connection credit.
     pub(crate) fn wants_transmit(&self) -> bool {
-        !self.answers.is_empty() || (self.credits > 0 && !self.transmit.is_empty())
+        !self.answers.is_empty()
+            || (self.credits > 0 && (!self.transmit.is_empty() || self.by_ref.owes_rdone()))
     }
 
     /// Ends call `id` here before its handler answered: its `REQ` is answered now
@@ -385,6 +485,16 @@ impl ServerStreams {
                 len: f.len,
                 imm: wire::imm(Kind::Resp, id),
             });
+        }
+        if self.credits > 0 {
+            if let Some(addr) = self.by_ref.poll_rdone() {
+                // Ahead of the calls' frames: it frees the client's memory.
+                self.credits -= 1;
+                return Some(Transmit {
+                    len: wire::write_rdone(out, addr),
+                    imm: wire::imm(Kind::Rdone, 0),
+                });
+            }
         }
         let mut visits = self.transmit.len();
         while self.credits > 0 && visits > 0 {
@@ -457,15 +567,25 @@ impl ServerStreams {
             }
             return;
         }
+        // A message by reference not read here is released at once.
+        let by_ref = (kind == Kind::Msg)
+            .then(|| wire::msg_by_ref(frame))
+            .flatten();
         let Some(s) = self.streams.get_mut(&id).filter(|s| s.open) else {
             // Frames of a call that ended here (trailers sent, reset, refused) are
             // answered and dropped.
+            if let Some(d) = by_ref {
+                self.by_ref.refuse(d);
+            }
             return;
         };
         match kind {
             Kind::Msg => {
                 if s.half_closed {
                     self.malformed += 1;
+                    if let Some(d) = by_ref {
+                        self.by_ref.refuse(d);
+                    }
                     return;
                 }
                 let max = self.max_recv_message;
@@ -473,8 +593,16 @@ impl ServerStreams {
                 let r = s.recv.take(frame, max, &mut s.window, |m| {
                     events.push_back((id, ServerStreamEvent::Message(m)));
                 });
+                if let Received::ByRef(desc) = r {
+                    let tag = self.by_ref.read(id, desc);
+                    s.recv.hold(tag);
+                    return;
+                }
+                if let Some(d) = by_ref {
+                    self.by_ref.refuse(d);
+                }
                 match r {
-                    Received::Ok => {}
+                    Received::Ok | Received::ByRef(_) => {}
                     Received::NoCredit => {
                         self.malformed += 1;
                         self.refuse(id, Status::internal("client sent beyond its credit"));
@@ -495,7 +623,12 @@ impl ServerStreams {
                 if !s.half_closed {
                     s.half_closed = true;
                     s.grant = 0;
-                    self.events.push_back((id, ServerStreamEvent::HalfClosed));
+                    if s.recv.holding() {
+                        // Messages by reference before it are still being read.
+                        s.deferred_half_close = true;
+                    } else {
+                        self.events.push_back((id, ServerStreamEvent::HalfClosed));
+                    }
                 }
             }
             Kind::Reset => {

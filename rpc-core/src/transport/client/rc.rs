@@ -71,6 +71,8 @@ struct Rendezvous {
     reader: Reader,
     /// Request regions lent, by call id, until the `REQ`'s answer.
     lent: IdMap<u32, PooledRegion>,
+    /// Stream message regions lent, by address, until the server's `RDONE`.
+    lent_msgs: IdMap<u64, PooledRegion>,
     /// Kicks the driver when the pool has room for a read that waits.
     waker: std::task::Waker,
 }
@@ -185,6 +187,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
             lend_pool,
             reader: Reader::new(qp.clone(), read_pool, piece, READ_WRS),
             lent: IdMap::default(),
+            lent_msgs: IdMap::default(),
             waker: waker(move || kick.kick.notify_one()),
         }
     });
@@ -305,6 +308,9 @@ impl RcLink {
         while let Some(id) = self.engine.poll_released() {
             rdv.lent.remove(&id);
         }
+        while let Some(addr) = self.engine.poll_released_message() {
+            rdv.lent_msgs.remove(&addr);
+        }
         while let Some(op) = self.engine.poll_read() {
             let d = op.desc;
             rdv.reader.start(op.id, d.addr, d.rkey, d.len, &[]);
@@ -330,6 +336,13 @@ impl RcLink {
         if let Some(s) = broken {
             // A failed Read leaves the QP in error: every other call ends too.
             self.fail(s);
+        }
+    }
+
+    /// Keeps a stream message's region lent until the server's `RDONE` names it.
+    pub(super) fn lend_message(&mut self, region: PooledRegion) {
+        if let Some(rdv) = &mut self.rdv {
+            rdv.lent_msgs.insert(region.addr(), region);
         }
     }
 
@@ -542,6 +555,7 @@ impl Link for RcLink {
         if let Some(rdv) = &mut self.rdv {
             // The QP posts nothing more: regions lent or read into come back.
             rdv.lent.clear();
+            rdv.lent_msgs.clear();
             rdv.reader.abandon();
         }
         self.engine.handle_peer_lost(status);

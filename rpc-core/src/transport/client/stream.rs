@@ -25,7 +25,7 @@ use super::link::Link;
 use super::rc::RcLink;
 use super::stream_shared::StreamShared;
 use crate::client::{IncomingStream, OutgoingStream};
-use crate::engine::wire::{self, STREAM_GRANT_AT};
+use crate::engine::wire::{self, Descriptor, STREAM_GRANT_AT};
 use crate::engine::{CallHead, StreamEvent};
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
@@ -33,6 +33,7 @@ use crate::status::Status;
 use crate::stream::{BoxMessageSource, InboundMessages};
 use crate::transport::lock;
 use crate::transport::stream_batch::{Next, Staged};
+use rpc_transport::msg::PooledRegion;
 
 impl RcLink {
     /// Routes the engine's stream events to their calls.
@@ -96,6 +97,34 @@ impl RcLink {
             .send_stream_message(id, len, encode, self.ring.buf(&slot))
         {
             Ok(t) => {
+                let _ = self.post(slot, t.len, t.imm);
+            }
+            Err(_) => self.ring.release(slot),
+        }
+        self.send_queued();
+        self.route_stream_events();
+    }
+
+    /// Sends call `id`'s message of `len` bytes, encoded into `region`, by
+    /// reference on a reservation: the region stays lent until the server's `RDONE`.
+    fn send_message_by_ref(&mut self, id: u32, region: PooledRegion, len: usize) {
+        self.promised.redeem();
+        if self.engine.dead().is_some() {
+            return;
+        }
+        let slot = self.ring.acquire().expect("reserved");
+        let desc = Descriptor {
+            addr: region.addr(),
+            rkey: region.rkey(),
+            len: len as u32,
+        };
+        match self
+            .engine
+            .send_stream_message_by_ref(id, desc, self.ring.buf(&slot))
+        {
+            Ok(t) => {
+                // Lent before the frame leaves: its `RDONE` finds it.
+                self.lend_message(region);
                 let _ = self.post(slot, t.len, t.imm);
             }
             Err(_) => self.ring.release(slot),
@@ -270,6 +299,17 @@ async fn write_stream(
                 None => return end_source(&conn, id, Ok(MetadataMap::new())),
             },
         };
+        if conn.by_ref_above.is_some_and(|t| len > t) {
+            if let Some(region) = lend_region(&conn, len).await {
+                let mut region = region;
+                source.as_mut().encode_current(&mut region.buf_mut()[..len]);
+                if !reserve(&conn, id).await {
+                    return;
+                }
+                conn.lock().link.send_message_by_ref(id, region, len);
+                continue;
+            }
+        }
         let (frame, credit, max) = {
             let mut st = conn.lock();
             let frame = st.link.engine.frame_size();
@@ -284,20 +324,7 @@ async fn write_stream(
             Next::Nothing
         };
         // Then a token and a send slot, shared with the connection's other calls.
-        let room = poll_fn(|cx| {
-            conn.sig.ready.poll_reserve(cx, || {
-                let mut st = conn.lock();
-                if let Some(s) = st.link.dead() {
-                    return Some(Err(s.clone()));
-                }
-                if st.link.engine.streams().ended(id) {
-                    return Some(Err(Status::cancelled("the call ended")));
-                }
-                st.link.reserve().then_some(Ok(()))
-            })
-        })
-        .await;
-        if room.is_err() {
+        if !reserve(&conn, id).await {
             return;
         }
         if batched {
@@ -311,6 +338,33 @@ async fn write_stream(
             Next::End(r) => return end_source(&conn, id, r),
         }
     }
+}
+
+/// A token and a send slot for call `id`, shared with the connection's other
+/// calls; `false` once the call or the connection ended.
+async fn reserve(conn: &Conn<RcLink>, id: u32) -> bool {
+    let room = poll_fn(|cx| {
+        conn.sig.ready.poll_reserve(cx, || {
+            let mut st = conn.lock();
+            if let Some(s) = st.link.dead() {
+                return Some(Err(s.clone()));
+            }
+            if st.link.engine.streams().ended(id) {
+                return Some(Err(Status::cancelled("the call ended")));
+            }
+            st.link.reserve().then_some(Ok(()))
+        })
+    })
+    .await;
+    room.is_ok()
+}
+
+/// A region of the connection's pool for a message of `len` bytes by reference,
+/// waiting in line while the pool has no room; `None` if it goes in chunks (no
+/// RDMA Read, over the max message, larger than the whole pool).
+async fn lend_region(conn: &Conn<RcLink>, len: usize) -> Option<PooledRegion> {
+    let ticket = conn.lock().link.region_for(len)?.ok()?;
+    ticket.await.ok()
 }
 
 /// The caller's source ended: its end half-closes the call, its error resets it.

@@ -44,6 +44,17 @@ struct PeerRendezvous {
     waker: std::task::Waker,
     /// Response regions lent, by call id, until the client's `RDONE` or `CANCEL`.
     lent: IdMap<u32, PooledRegion>,
+    /// Stream message regions lent, by address, until the client's `RDONE`.
+    lent_msgs: IdMap<u64, PooledRegion>,
+}
+
+impl RcPeerState {
+    /// Keeps a stream message's region lent until the client's `RDONE` names it.
+    pub(super) fn lend_message(&mut self, region: PooledRegion) {
+        if let Some(rdv) = &mut self.rdv {
+            rdv.lent_msgs.insert(region.addr(), region);
+        }
+    }
 }
 
 /// A connection as the server sees it.
@@ -64,7 +75,7 @@ pub(crate) struct RcPeer {
     credit: PeerCredit,
     /// Responses longer than this go by reference (`None`: never); read without
     /// the lock, so a small reply pays one comparison.
-    by_ref_above: Option<usize>,
+    pub(super) by_ref_above: Option<usize>,
 }
 
 impl RcPeer {
@@ -90,6 +101,7 @@ impl RcPeer {
                     reader,
                     waker,
                     lent: IdMap::default(),
+                    lent_msgs: IdMap::default(),
                 }),
             }),
             slot_wait: Notify::new(),
@@ -130,6 +142,7 @@ impl RcPeer {
         if let Some(rdv) = &mut st.rdv {
             // Regions lent or read into come back to the server's pool.
             rdv.lent.clear();
+            rdv.lent_msgs.clear();
             rdv.reader.abandon();
         }
         drop(st);
@@ -180,7 +193,8 @@ impl RcPeer {
                 rdv.reader.handle_completion(wc);
             }
             let calls = self.drive_reads(&mut st);
-            Self::pump(&mut st);
+            // Stream messages read may be delivered (and their `RDONE`s sent).
+            self.route_stream_events(&mut st);
             return calls;
         }
         st.ring.handle_completion(wc);
@@ -198,7 +212,7 @@ impl RcPeer {
     pub(super) fn pump_reads(self: &Arc<Self>) -> Vec<Dispatch> {
         let mut st = lock(&self.state);
         let calls = self.drive_reads(&mut st);
-        Self::pump(&mut st);
+        self.route_stream_events(&mut st);
         calls
     }
 
@@ -214,6 +228,9 @@ impl RcPeer {
         };
         while let Some(id) = st.engine.poll_released() {
             rdv.lent.remove(&id);
+        }
+        while let Some(addr) = st.engine.poll_released_message() {
+            rdv.lent_msgs.remove(&addr);
         }
         if st.dead {
             return calls;
@@ -330,7 +347,7 @@ impl RcPeer {
     /// A region for a response body of `len` bytes that goes by reference, taken
     /// in line with the server's other responses and reads (waiting while the pool
     /// has no room); `None` when it goes inline or in fragments.
-    async fn response_region(&self, len: usize) -> Option<Result<PooledRegion, Status>> {
+    pub(super) async fn response_region(&self, len: usize) -> Option<Result<PooledRegion, Status>> {
         let ticket = {
             let st = lock(&self.state);
             let rdv = st.rdv.as_ref()?;

@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use super::rc_peer::{RcPeer, RcPeerState};
 use super::stream_inbound::InboundShared;
-use crate::engine::wire::{self, STREAM_GRANT_AT};
+use crate::engine::wire::{self, Descriptor, STREAM_GRANT_AT};
 use bytes::Bytes;
+use rpc_transport::msg::PooledRegion;
 
 use crate::engine::ServerStreamEvent;
 use crate::metadata::MetadataMap;
@@ -207,6 +208,18 @@ impl RcPeer {
                     None => return self.finish_stream(id, Ok(MetadataMap::new())),
                 },
             };
+            if self.by_ref_above.is_some_and(|t| len > t) {
+                // By reference: encoded once into a region the client reads; in
+                // chunks if the pool cannot ever hold it (or over the max message,
+                // which the engine refuses below).
+                if let Some(Ok(mut region)) = self.response_region(len).await {
+                    source.as_mut().encode_current(&mut region.buf_mut()[..len]);
+                    if !self.send_by_ref(id, region, len).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
             let (frame, credit, max) = {
                 let mut st = lock(&self.state);
                 let frame = st.engine.frame_size();
@@ -260,6 +273,43 @@ impl RcPeer {
             let encode = |out: &mut [u8]| source.as_mut().encode_current(out);
             match engine.send_stream_message(id, len, encode, ring.buf(&slot)) {
                 Ok(t) => {
+                    if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                        tracing::debug!(error = %e, "server post failed");
+                        st.dead = true;
+                    }
+                }
+                Err(_) => st.ring.release(slot),
+            }
+            self.route_stream_events(&mut st);
+            return true;
+        }
+    }
+
+    /// Sends a message of `len` bytes encoded into `region` by reference once the
+    /// call and the connection let it: the region stays lent until the client's
+    /// `RDONE`; `false` once the call is over here (the region is then free).
+    async fn send_by_ref(&self, id: u32, region: PooledRegion, len: usize) -> bool {
+        let mut region = Some(region);
+        loop {
+            if !self.wait_sendable(id).await {
+                return false;
+            }
+            let mut st = lock(&self.state);
+            let sendable = !st.dead && st.engine.streams().can_send(id);
+            let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
+                continue; // another call took it first
+            };
+            let r = region.take().expect("sent once");
+            let desc = Descriptor {
+                addr: r.addr(),
+                rkey: r.rkey(),
+                len: len as u32,
+            };
+            let RcPeerState { engine, ring, .. } = &mut *st;
+            match engine.send_stream_message_by_ref(id, desc, ring.buf(&slot)) {
+                Ok(t) => {
+                    // Lent before the frame leaves: its `RDONE` finds it.
+                    st.lend_message(r);
                     if let Err(e) = st.ring.post(slot, t.len, t.imm) {
                         tracing::debug!(error = %e, "server post failed");
                         st.dead = true;
