@@ -220,6 +220,7 @@ impl<W> ClientConn<W> {
     /// responses by reference are read ([`ClientConn::poll_read`]).
     pub fn with_rendezvous(mut self, threshold: usize) -> Self {
         self.rendezvous = Some(threshold);
+        self.streams.agree_by_ref();
         self
     }
 

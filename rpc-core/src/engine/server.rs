@@ -173,6 +173,7 @@ impl ServerConn {
     /// requests by reference are read ([`ServerConn::poll_read`]).
     pub fn set_rendezvous(&mut self, threshold: usize) {
         self.rendezvous = Some(threshold);
+        self.streams.agree_by_ref();
     }
 
     /// Whether Reads to start or released regions wait for the driver

@@ -113,6 +113,8 @@ pub struct ClientStreams {
     receives: ServerReceives,
     /// Messages by reference, both ways.
     by_ref: ByRef,
+    /// Both sides agreed on RDMA Read: a message by reference may be read here.
+    by_ref_agreed: bool,
     /// Frames that did not fit the protocol.
     pub(crate) malformed: u64,
 }
@@ -131,6 +133,7 @@ impl ClientStreams {
             conn_awaiting: 0,
             receives: ServerReceives::None,
             by_ref: ByRef::default(),
+            by_ref_agreed: false,
             malformed: 0,
         }
     }
@@ -274,6 +277,12 @@ impl ClientStreams {
             len: wire::write_msg_by_ref(out, &desc),
             imm: wire::imm(Kind::Msg, id),
         })
+    }
+
+    /// Both sides agreed on RDMA Read: messages by reference are read, not refused
+    /// as malformed.
+    pub(crate) fn agree_by_ref(&mut self) {
+        self.by_ref_agreed = true;
     }
 
     /// The next stream message to read by RDMA Read (then
@@ -634,6 +643,13 @@ impl ClientStreams {
                 self.by_ref.refuse(d);
             }
             return self.reset(id, Status::internal("stream message before headers"));
+        }
+        if by_ref.is_some() && !self.by_ref_agreed {
+            self.malformed += 1;
+            return self.reset(
+                id,
+                Status::internal("stream message by reference on a connection without RDMA Read"),
+            );
         }
         let events = &mut self.events;
         let r = s.recv.take(frame, max, &mut s.window, |m| {

@@ -75,6 +75,8 @@ pub struct ServerStreams {
     events: VecDeque<(u32, ServerStreamEvent)>,
     /// Messages by reference, both ways.
     by_ref: ByRef,
+    /// Both sides agreed on RDMA Read: a message by reference may be read here.
+    by_ref_agreed: bool,
     pub(crate) malformed: u64,
 }
 
@@ -90,6 +92,7 @@ impl ServerStreams {
             answers: VecDeque::new(),
             events: VecDeque::new(),
             by_ref: ByRef::default(),
+            by_ref_agreed: false,
             malformed: 0,
         }
     }
@@ -322,6 +325,12 @@ impl ServerStreams {
             len: wire::write_msg_by_ref(out, &desc),
             imm: wire::imm(Kind::Msg, id),
         })
+    }
+
+    /// Both sides agreed on RDMA Read: messages by reference are read, not refused
+    /// as malformed.
+    pub(crate) fn agree_by_ref(&mut self) {
+        self.by_ref_agreed = true;
     }
 
     /// The next stream message to read by RDMA Read (then
@@ -587,6 +596,15 @@ impl ServerStreams {
                         self.by_ref.refuse(d);
                     }
                     return;
+                }
+                if by_ref.is_some() && !self.by_ref_agreed {
+                    self.malformed += 1;
+                    return self.refuse(
+                        id,
+                        Status::internal(
+                            "stream message by reference on a connection without RDMA Read",
+                        ),
+                    );
                 }
                 let max = self.max_recv_message;
                 let events = &mut self.events;

@@ -2,6 +2,7 @@
 
 mod rendezvous;
 mod sim;
+mod stream_by_ref;
 mod streams;
 
 use std::time::Duration;
