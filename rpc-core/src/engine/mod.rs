@@ -49,7 +49,10 @@
 //! region and the engine writes its descriptor; the receiving engine queues a
 //! [`ReadOp`] (`poll_read`), its driver performs the RDMA Read and reports with
 //! `handle_read_done`; regions come back through `poll_released` (server) and the
-//! call's answer (client). Stream messages keep fragments for now.
+//! call's answer (client). Stream messages above the threshold go the same way
+//! (`send_stream_message_by_ref`; their reads come out of the same `poll_read`,
+//! tagged with [`rendezvous::STREAM_READ_TAG`], and their regions back through
+//! `poll_released_message`).
 
 mod client;
 pub mod codec;

@@ -289,10 +289,12 @@
 //!   `MSG`s carry it. **Bound:** per call and direction, a receiver buffers
 //!   charges of less than `STREAM_WINDOW` + one charge (a message begins only with
 //!   credit left), i.e. under 1 MiB + one max message of bytes: 16 messages of
-//!   64 KiB, 16,384 of 32 B. Stream messages are copied out of their receive slot,
-//!   which is reposted at once: a slow reader never holds the connection's receives.
+//!   64 KiB, 16,384 of 32 B, whether they came inline or by reference. Stream
+//!   messages are copied out of their receive slot (or read into the receiver's
+//!   pool), which is reposted at once: a slow reader never holds the connection's
+//!   receives.
 //! * **Connection credits (server).** Server frames other than answers (`MSG`,
-//!   `TRAILERS`, `CREDIT`) need receives the client posted for them. The server
+//!   `TRAILERS`, `CREDIT`, `RDONE`) need receives the client posted for them. The server
 //!   starts a connection with none: the client keeps [`SERVER_CREDITS`] receives
 //!   posted beyond its window only from its first streaming call on (until then
 //!   its receives follow its window alone), and grants them once posted with a
