@@ -47,7 +47,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = "unary")]
     pub(crate) workloads: Vec<Workload>,
     /// Message sizes of the streaming workloads (suffixes K and M).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "32,64K")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "32,64K,1M")]
     pub(crate) stream_sizes: Vec<usize>,
     /// Concurrent streams of `server_stream` (one connection); `bidi_pingpong` runs one.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
