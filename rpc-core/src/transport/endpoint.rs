@@ -187,8 +187,10 @@ impl Endpoint {
     /// Request bodies longer than `bytes` travel by reference on RC: encoded once
     /// into registered memory and pulled by the server with RDMA Read, instead of
     /// in 8 KiB fragments (default [`crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD`];
-    /// `usize::MAX`: never). Responses by reference are read whatever this says.
-    /// UD keeps one datagram per message. See `docs/large-messages.md`.
+    /// `usize::MAX`: never). The client's stream messages longer than `bytes` go
+    /// the same way, one frame each. Responses and server stream messages by
+    /// reference are read whatever this says. UD keeps one datagram per message.
+    /// See `docs/large-messages.md`.
     pub fn rendezvous_threshold(mut self, bytes: usize) -> Self {
         self.settings.rendezvous_threshold = bytes;
         self

@@ -246,8 +246,10 @@ impl<L> Server<L> {
     /// Response bodies longer than `bytes` travel by reference on RC: encoded once
     /// into registered memory and pulled by the client with RDMA Read, instead of in
     /// 8 KiB fragments (default [`crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD`];
-    /// `usize::MAX`: never). Requests by reference are read whatever this says. UD
-    /// keeps one datagram per message. See `docs/large-messages.md`.
+    /// `usize::MAX`: never). The server's stream messages longer than `bytes` go
+    /// the same way, one frame each. Requests and client stream messages by
+    /// reference are read whatever this says. UD keeps one datagram per message.
+    /// See `docs/large-messages.md`.
     pub fn rendezvous_threshold(mut self, bytes: usize) -> Self {
         self.settings.rendezvous_threshold = bytes;
         self
