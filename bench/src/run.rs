@@ -199,10 +199,13 @@ mod tests {
         assert!(cells
             .iter()
             .all(|c| matches!(c.3, System::RdmaRpc | System::Tonic)));
-        // server_stream: 2 sizes x 2 stream counts; bidi_pingpong: 2 sizes x 1 stream.
+        // server_stream: 3 sizes x 2 stream counts; bidi_pingpong: 3 sizes x 1 stream.
         let count = |w| cells.iter().filter(|c| c.0 == w).count();
-        assert_eq!(count(Workload::ServerStream), 2 * 2 * 2);
-        assert_eq!(count(Workload::BidiPingpong), 2 * 2);
+        assert_eq!(count(Workload::ServerStream), 3 * 2 * 2);
+        assert_eq!(count(Workload::BidiPingpong), 3 * 2);
+        assert!(cells
+            .iter()
+            .any(|c| c == &(Workload::ServerStream, 1 << 20, 1, System::RdmaRpc)));
         assert!(cells
             .iter()
             .any(|c| c == &(Workload::ServerStream, 65536, 16, System::Tonic)));
