@@ -1,15 +1,18 @@
 //! Arbitrary bytes into the decoders of bodies by reference (`engine::wire`, "Large
-//! messages by reference"): the descriptor, and `REQ`/`RESP` heads flagged `BY_REF`.
+//! messages by reference"): the descriptor, `REQ`/`RESP` heads flagged `BY_REF`, and
+//! stream `MSG`s flagged `RENDEZVOUS` with their `RDONE`s.
 //! They must never panic; an accepted descriptor re-encodes to the same bytes, has the
 //! announced length (never 0) and does not wrap the address space; a head accepted
 //! with `BY_REF` has exactly a descriptor of its body after its metadata, and the
-//! codec's readers hand out that same descriptor.
+//! codec's readers hand out that same descriptor. A `MSG` accepted by reference is
+//! exactly its head and a descriptor of its length, and re-encodes to the same bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rpc_core::fuzzing::codec::{read_request, read_response};
 use rpc_core::fuzzing::wire::{
-    request_is_by_ref, response_is_by_ref, Descriptor, RequestHead, ResponseHead, DESCRIPTOR_LEN,
+    msg_by_ref, read_msg, read_rdone, request_is_by_ref, response_is_by_ref, write_msg_by_ref,
+    write_rdone, Descriptor, MsgFrame, RequestHead, ResponseHead, DESCRIPTOR_LEN, MSG_HEAD_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -47,5 +50,19 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(r.by_ref, Some(d));
             }
         }
+    }
+
+    if let Ok(MsgFrame::ByRef { total, desc }) = read_msg(frame) {
+        assert_eq!(frame.len(), MSG_HEAD_LEN + DESCRIPTOR_LEN);
+        assert_eq!(desc.len, total);
+        assert_eq!(msg_by_ref(frame), Some(desc));
+        let mut out = [0u8; MSG_HEAD_LEN + DESCRIPTOR_LEN];
+        write_msg_by_ref(&mut out, &desc);
+        assert_eq!(&out[..], frame, "a MSG by reference re-encodes to the same bytes");
+    }
+    if let Ok(addr) = read_rdone(frame) {
+        let mut out = [0u8; 8];
+        write_rdone(&mut out, addr);
+        assert_eq!(&out[..], frame);
     }
 });
