@@ -2,22 +2,62 @@
 //! a time never has more than a window (`STREAM_WINDOW`, 1 MiB: 16 such messages) produced
 //! ahead of it, whichever side reads, while another stream on the same channel
 //! (the same connection) keeps moving. The producers count what they were asked
-//! for, so the bound is checked on counts, not on time.
+//! for, so the bound is checked on counts, not on time. Each test runs twice: with
+//! the messages by reference (above the rendezvous threshold, the default) and in
+//! chunks (the threshold out of reach): the window counts a message by reference
+//! as its body, so the bound is the same.
 
-use rpc_core::transport::{Channel, Server};
+use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
 use tests::raw_stream::{next, open, read_all, CountSource, Seen, StreamService, Witness};
 
 /// Messages a reader lets its peer send ahead: the engine's `STREAM_WINDOW` of
 /// 1 MiB counts each message as its length plus 32 B (`MESSAGE_CHARGE`), and a
 /// message begins while credit is left: 16 of 64 KiB.
 const WINDOW: u64 = 16;
-/// 64 KiB messages: larger than a slot, each travels as several `MSG` frames.
+/// 64 KiB messages: larger than a slot, and than the default rendezvous threshold
+/// (32 KiB): one `MSG` each by reference, or several in chunks.
 const KIB: u64 = 64;
 
-async fn channel() -> (Channel, tokio::sync::oneshot::Sender<()>) {
-    let (addr, stop) = tests::serve_router(Server::builder().add_service(StreamService)).await;
-    let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
-    (ch, stop)
+/// A channel to a `StreamService` whose messages of 64 KiB go `by_ref` or in
+/// chunks, both ways, and the client's pool occupancy.
+async fn channel(by_ref: bool) -> (Channel, RendezvousStats, tokio::sync::oneshot::Sender<()>) {
+    let threshold = if by_ref {
+        rpc_core::transport::DEFAULT_RENDEZVOUS_THRESHOLD
+    } else {
+        usize::MAX
+    };
+    let (addr, stop) = tests::serve_router(
+        Server::builder()
+            .rendezvous_threshold(threshold)
+            .add_service(StreamService),
+    )
+    .await;
+    let stats = RendezvousStats::new();
+    let ch = Endpoint::from_shared(format!("rdma://{addr}"))
+        .unwrap()
+        .rendezvous_threshold(threshold)
+        .rendezvous_stats(stats.clone())
+        .connect()
+        .await
+        .unwrap();
+    (ch, stats, stop)
+}
+
+/// Tags apart for the two variants of a test (they run at once, and a tag names
+/// one witness).
+fn tags(by_ref: bool) -> u64 {
+    if by_ref {
+        0
+    } else {
+        10
+    }
+}
+
+/// The messages went the way the test meant (regions are registered only for
+/// messages by reference).
+fn went(by_ref: bool, stats: &RendezvousStats) {
+    let s = stats.get();
+    assert_eq!(s.registrations > 0, by_ref, "by reference: {by_ref}; {s:?}");
 }
 
 /// The most messages a producer was asked for, among `seen` (0 if none).
@@ -45,10 +85,20 @@ async fn others_move(ch: &mut Channel, tag: u64, n: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_client_reader_holds_the_server_producer_to_a_window() {
-    let (mut ch, _stop) = channel().await;
-    let mut w = Witness::new(701);
+    slow_client_reader(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_reader_holds_the_server_producer_to_a_window_in_chunks() {
+    slow_client_reader(false).await;
+}
+
+async fn slow_client_reader(by_ref: bool) {
+    let t = tags(by_ref);
+    let (mut ch, stats, _stop) = channel(by_ref).await;
+    let mut w = Witness::new(701 + t);
     let nothing = CountSource::boxed(0, 0, 0, None);
-    let r = open(&mut ch, "Endless", 701, &[KIB], None, nothing)
+    let r = open(&mut ch, "Endless", 701 + t, &[KIB], None, nothing)
         .await
         .unwrap();
     let mut slow = r.messages;
@@ -56,7 +106,7 @@ async fn a_slow_client_reader_holds_the_server_producer_to_a_window() {
         .await;
     // Ten windows' worth on another stream of the connection while this one is
     // not read at all: that one moves, and this producer stays where it was.
-    others_move(&mut ch, 702, 10 * WINDOW).await;
+    others_move(&mut ch, 702 + t, 10 * WINDOW).await;
     let ahead = most_polled(&w.drain());
     assert!(
         ahead <= WINDOW,
@@ -78,25 +128,37 @@ async fn a_slow_client_reader_holds_the_server_producer_to_a_window() {
         *s == Seen::ProducerDropped
     })
     .await;
+    went(by_ref, &stats);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_handler_that_reads_nothing_holds_the_client_producer_to_a_window() {
-    let (mut ch, _stop) = channel().await;
-    let mut w = Witness::new(703);
+    handler_reading_nothing(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_handler_that_reads_nothing_holds_the_client_producer_to_a_window_in_chunks() {
+    handler_reading_nothing(false).await;
+}
+
+async fn handler_reading_nothing(by_ref: bool) {
+    let t = tags(by_ref);
+    let (mut ch, stats, _stop) = channel(by_ref).await;
+    let mut w = Witness::new(703 + t);
     // `Block` never reads its inbound: the client's writer stops at the window.
     let mut ch2 = ch.clone();
     let blocked = tokio::spawn(async move {
-        let source = CountSource::boxed(703, u64::MAX, (KIB * 1024) as usize, None);
-        open(&mut ch2, "Block", 703, &[], None, source).await
+        let source = CountSource::boxed(703 + t, u64::MAX, (KIB * 1024) as usize, None);
+        open(&mut ch2, "Block", 703 + t, &[], None, source).await
     });
     w.wait_for("a window's worth sent", |s| *s == Seen::Polled(WINDOW))
         .await;
-    others_move(&mut ch, 704, 10 * WINDOW).await;
+    others_move(&mut ch, 704 + t, 10 * WINDOW).await;
     let ahead = most_polled(&w.drain());
     assert!(
         ahead <= WINDOW,
         "{ahead} messages produced for a handler that took none"
     );
     blocked.abort();
+    went(by_ref, &stats);
 }
