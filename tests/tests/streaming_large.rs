@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
 use rpc_core::Code;
-use tests::raw_stream::{next, open, read_all, ChanSource, CountSource, StreamService};
+use tests::raw_stream::{
+    next, open, read_all, ChanSource, CountSource, Seen, StreamService, Witness,
+};
 use tests::{ChildTest, Echo};
 use tokio::io::AsyncReadExt;
 
@@ -183,6 +185,8 @@ async fn cancelling_mid_stream_returns_every_region_both_ways() {
         assert_eq!(m.data.len(), 512 << 10);
     }
     drop(inbound);
+    all_back("client, after the server stream's cancel", &cli).await;
+    all_back("server, after the server stream's cancel", &srv).await;
 
     // A client stream of 1 MiB messages to a handler that never reads: the server
     // reads what the window lets in and holds it; then the caller gives up.
@@ -264,14 +268,21 @@ async fn a_server_killed_mid_stream_ends_it_unavailable_with_the_clients_regions
         next(&mut reading).await.unwrap().unwrap().data.len(),
         1 << 20
     );
+    let mut w = Witness::new(7);
     let mut ch2 = ch.clone();
     let blocked = tokio::spawn(async move {
         let source = CountSource::boxed(7, u64::MAX, 1 << 20, None);
         open(&mut ch2, "Block", 7, &[], None, source).await
     });
+    // The client stream's first message is produced (to be lent), and the server
+    // stream's next one waits unread in the client's pool.
+    w.wait_for("the client stream's first message", |s| {
+        *s == Seen::Polled(1)
+    })
+    .await;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while cli.get().regions_in_use < 2 {
-        assert!(Instant::now() < deadline, "nothing lent or read: {cli:?}");
+    while cli.get().regions_in_use == 0 {
+        assert!(Instant::now() < deadline, "nothing read: {cli:?}");
         tokio::task::yield_now().await;
     }
 
