@@ -15,9 +15,11 @@ use prost::Message;
 use rpc_core::client::{IncomingStream, OutgoingStream};
 use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::stream::{BoxInbound, BoxMessageSource, MessageSource};
-use rpc_core::transport::Channel;
+use rpc_core::transport::{Channel, Server};
 use rpc_core::{Code, Extensions, MetadataMap, Response, Status};
+use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tower::{Service, ServiceExt};
 
 use crate::Echo;
@@ -466,4 +468,44 @@ impl tower::Service<ServerCall> for StreamService {
             }
         })
     }
+}
+
+/// A child process's server: serves [`StreamService`] on `server`'s settings until
+/// the parent closes stdin, printing `PORT n` first.
+pub async fn serve_stream_until_stdin_closes(server: Server) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    println!("PORT {}", listener.local_addr().unwrap().port());
+    server
+        .add_service(StreamService)
+        .serve_with_listener(listener, async {
+            let _ = tokio::io::stdin().read_to_end(&mut Vec::new()).await;
+        })
+        .await
+        .unwrap();
+}
+
+/// After the server died: the stream being read ends `UNAVAILABLE` (after whatever
+/// messages were already on their way), and so does the call `blocked` was making.
+pub async fn assert_both_end_unavailable(
+    reading: &mut BoxInbound,
+    blocked: JoinHandle<Result<IncomingStream, Status>>,
+) {
+    let end = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match next(reading).await {
+                Some(Ok(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the stream being read ends");
+    let e = end.expect("ends with a status").unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    let e = tokio::time::timeout(Duration::from_secs(10), blocked)
+        .await
+        .expect("the blocked call ends")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
 }

@@ -2,13 +2,12 @@
 //! re-executed with an environment variable); killing it must end every open
 //! stream `UNAVAILABLE` and wake a client writer blocked on the stream's credits.
 
-use std::time::Duration;
-
 use rpc_core::transport::{Channel, Server};
-use rpc_core::Code;
-use tests::raw_stream::{next, open, CountSource, Seen, StreamService, Witness};
+use tests::raw_stream::{
+    assert_both_end_unavailable, next, open, serve_stream_until_stdin_closes, CountSource, Seen,
+    Witness,
+};
 use tests::ChildTest;
-use tokio::io::AsyncReadExt;
 
 const CHILD: &str = "RDMA_RPC_TEST_CHILD_STREAM_SERVER";
 
@@ -20,16 +19,7 @@ async fn child_stream_server() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    println!("PORT {}", listener.local_addr().unwrap().port());
-    Server::builder()
-        .add_service(StreamService)
-        .serve_with_listener(listener, async {
-            let mut sink = Vec::new();
-            let _ = tokio::io::stdin().read_to_end(&mut sink).await;
-        })
-        .await
-        .unwrap();
+    serve_stream_until_stdin_closes(Server::builder()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,24 +62,7 @@ async fn killing_the_server_ends_every_open_stream_unavailable() {
         .await;
 
     child.child.kill().await.unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            match next(&mut reading).await {
-                Some(Ok(_)) => continue,
-                other => return other,
-            }
-        }
-    })
-    .await
-    .expect("the stream being read ends");
-    let e = end.unwrap().unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
-    let e = tokio::time::timeout(Duration::from_secs(10), blocked)
-        .await
-        .expect("the blocked call ends")
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert_both_end_unavailable(&mut reading, blocked).await;
     w.wait_for("the blocked client producer dropped", |s| {
         *s == Seen::ProducerDropped
     })

@@ -6,12 +6,11 @@
 use std::time::{Duration, Instant};
 
 use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
-use rpc_core::Code;
 use tests::raw_stream::{
-    next, open, read_all, ChanSource, CountSource, Seen, StreamService, Witness,
+    assert_both_end_unavailable, next, open, read_all, serve_stream_until_stdin_closes, ChanSource,
+    CountSource, Seen, StreamService, Witness,
 };
 use tests::{ChildTest, Echo};
-use tokio::io::AsyncReadExt;
 
 const THRESHOLD: usize = 32 * 1024;
 const MAX_MESSAGE: usize = 20 * 1024 * 1024;
@@ -230,18 +229,12 @@ async fn child_large_stream_server() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    println!("PORT {}", listener.local_addr().unwrap().port());
-    Server::builder()
-        .max_message_size(MAX_MESSAGE)
-        .rendezvous_threshold(THRESHOLD)
-        .add_service(StreamService)
-        .serve_with_listener(listener, async {
-            let mut sink = Vec::new();
-            let _ = tokio::io::stdin().read_to_end(&mut sink).await;
-        })
-        .await
-        .unwrap();
+    serve_stream_until_stdin_closes(
+        Server::builder()
+            .max_message_size(MAX_MESSAGE)
+            .rendezvous_threshold(THRESHOLD),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,24 +280,7 @@ async fn a_server_killed_mid_stream_ends_it_unavailable_with_the_clients_regions
     }
 
     child.child.kill().await.unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            match next(&mut reading).await {
-                Some(Ok(_)) => continue,
-                other => return other,
-            }
-        }
-    })
-    .await
-    .expect("the stream being read ends");
-    let e = end.unwrap().unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
-    let e = tokio::time::timeout(Duration::from_secs(10), blocked)
-        .await
-        .expect("the blocked call ends")
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert_both_end_unavailable(&mut reading, blocked).await;
     drop(reading);
     all_back("client", &cli).await;
 }
