@@ -10,9 +10,9 @@ use crate::provider::ProviderArg;
 use crate::system::System;
 use crate::workload::Workload;
 
-/// rdma-rpc against tonic (HTTP/2 on TCP) and a raw TCP loop: unary echo latency
-/// percentiles, calls/s, MB/s and CPU per call, every figure also a ratio against
-/// the baselines measured in the same run.
+/// rdma-rpc against tonic (HTTP/2 on TCP and on a Unix socket) and a raw TCP loop
+/// (sleeping and busy-polling): unary echo latency percentiles, calls/s, MB/s and CPU
+/// per call, every figure also a ratio against the baselines measured in the same run.
 #[derive(Debug, Parser)]
 #[command(name = "rpc-bench", args_conflicts_with_subcommands = true)]
 pub(crate) struct Cli {
@@ -36,8 +36,13 @@ pub(crate) enum Role {
 /// Options of a benchmark run.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Systems to run, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "rdma-rpc,tonic,tcp")]
+    /// Systems to run, comma separated: rdma-rpc, rdma-rpc-ud, tonic, tonic-uds (tonic
+    /// on a Unix socket), tcp, tcp-spin (the TCP loop busy-polling).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "rdma-rpc,tonic,tonic-uds,tcp,tcp-spin"
+    )]
     pub(crate) systems: Vec<System>,
     /// Also run rdma-rpc's UD transport (`rdma-rpc-ud`, 32 B and 1 KiB only).
     #[arg(long)]

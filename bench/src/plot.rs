@@ -21,7 +21,9 @@ fn colour(s: System) -> RGBColor {
         System::RdmaRpc => RGBColor(214, 39, 40),
         System::RdmaRpcUd => RGBColor(255, 127, 14),
         System::Tonic => RGBColor(31, 119, 180),
+        System::TonicUds => RGBColor(148, 103, 189),
         System::Tcp => RGBColor(44, 160, 44),
+        System::TcpSpin => RGBColor(127, 127, 127),
     }
 }
 

@@ -59,6 +59,11 @@ impl Provider {
         }
     }
 
+    /// Whether this is the built-in software provider.
+    pub(crate) fn is_soft(&self) -> bool {
+        self.kind == ProviderKind::Soft
+    }
+
     /// The device to open.
     pub(crate) fn device(&self) -> &str {
         &self.device

@@ -71,6 +71,9 @@ pub(crate) struct Report {
     pub(crate) warmup_s: f64,
     pub(crate) duration_s: f64,
     pub(crate) provider: String,
+    /// What carried rdma-rpc's queue pairs: the soft provider's link ("tcp"), or
+    /// "verbs" (see `link::rdma_link`).
+    pub(crate) link: String,
     pub(crate) wall_s: f64,
 }
 
@@ -318,7 +321,7 @@ pub(crate) fn skipped_note(workloads: &[Workload], systems: &[System]) -> String
         return String::new();
     }
     format!(
-        "skipped for {}: {} (no streaming calls: the TCP loop has none, UD carries none)\n",
+        "skipped for {}: {} (no streaming calls: the TCP loops have none, UD carries none, tonic-uds is a unary baseline)\n",
         streaming.join(", "),
         skipped.join(", ")
     )
@@ -376,13 +379,18 @@ mod tests {
 
     #[test]
     fn the_footer_names_systems_streaming_skipped() {
-        let all = [System::RdmaRpc, System::Tonic, System::Tcp];
+        let all = [
+            System::RdmaRpc,
+            System::Tonic,
+            System::TonicUds,
+            System::Tcp,
+            System::TcpSpin,
+        ];
         let note = skipped_note(&[Workload::Unary, Workload::ServerStream], &all);
         assert!(
-            note.contains("server_stream") && note.contains("tcp"),
+            note.starts_with("skipped for server_stream: tonic-uds, tcp, tcp-spin ("),
             "{note}"
         );
-        assert!(!note.contains("tonic"), "{note}");
         assert_eq!(skipped_note(&[Workload::Unary], &all), "");
     }
 

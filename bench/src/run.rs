@@ -16,7 +16,7 @@ use crate::report::{self, size_label, Failure, Report, Run};
 use crate::runner::{self, Measured, Window};
 use crate::system::System;
 use crate::workload::Workload;
-use crate::{rusage, systems};
+use crate::{link, rusage, systems};
 
 /// How long connecting a cell's clients may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -112,9 +112,13 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
         warmup_s: warmup.as_secs_f64(),
         duration_s: duration.as_secs_f64(),
         provider: provider.device().to_string(),
+        link: link::rdma_link(&provider),
         wall_s: started.elapsed().as_secs_f64(),
     };
-    println!("wall time {:.1} s", report.wall_s);
+    println!(
+        "rdma-rpc on {}, link {}; wall time {:.1} s",
+        report.provider, report.link, report.wall_s
+    );
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;
@@ -189,7 +193,10 @@ mod tests {
     #[test]
     fn default_workload_is_unary_only() {
         let cells = cells_of(&["--quick"]);
-        assert_eq!(cells.len(), 36);
+        // 4 sizes x 3 concurrencies x 5 systems (tonic-uds and tcp-spin included).
+        assert_eq!(cells.len(), 60);
+        assert!(cells.iter().any(|c| c.3 == System::TonicUds));
+        assert!(cells.iter().any(|c| c.3 == System::TcpSpin));
         assert!(cells.iter().all(|c| c.0 == Workload::Unary));
     }
 

@@ -17,19 +17,27 @@ pub(crate) enum System {
     /// tonic over HTTP/2 on TCP loopback.
     #[value(name = "tonic")]
     Tonic,
-    /// The floor: length-prefixed request/response on plain TCP, one connection per
-    /// call in flight.
+    /// tonic over HTTP/2 on a Unix domain socket: the fair same-host tonic.
+    #[value(name = "tonic-uds")]
+    TonicUds,
+    /// Length-prefixed request/response on plain TCP, one connection per call in
+    /// flight, each side sleeping in the kernel until its socket is readable.
     #[value(name = "tcp")]
     Tcp,
+    /// The same TCP loop busy-polling non-blocking sockets: the socket floor.
+    #[value(name = "tcp-spin")]
+    TcpSpin,
 }
 
 impl System {
     /// Every system, in the order tables list them.
-    pub(crate) const ALL: [System; 4] = [
+    pub(crate) const ALL: [System; 6] = [
         System::RdmaRpc,
         System::RdmaRpcUd,
         System::Tonic,
+        System::TonicUds,
         System::Tcp,
+        System::TcpSpin,
     ];
 
     /// The name used on the command line, in tables and in JSON.
@@ -38,7 +46,9 @@ impl System {
             System::RdmaRpc => "rdma-rpc",
             System::RdmaRpcUd => "rdma-rpc-ud",
             System::Tonic => "tonic",
+            System::TonicUds => "tonic-uds",
             System::Tcp => "tcp",
+            System::TcpSpin => "tcp-spin",
         }
     }
 
@@ -50,13 +60,15 @@ impl System {
         }
     }
 
-    /// The address a client of this system connects to.
+    /// The address a client of this system connects to, given the TCP address its
+    /// server printed (tonic-uds: the path of the socket that address names).
     pub(crate) fn url(self, addr: SocketAddr) -> String {
         match self {
             System::RdmaRpc => format!("rdma://{addr}"),
             System::RdmaRpcUd => format!("rdma+ud://{addr}"),
             System::Tonic => format!("http://{addr}"),
-            System::Tcp => addr.to_string(),
+            System::TonicUds => crate::systems::uds_socket_path(addr).display().to_string(),
+            System::Tcp | System::TcpSpin => addr.to_string(),
         }
     }
 

@@ -33,8 +33,9 @@ impl Workload {
         self != Workload::Unary
     }
 
-    /// Whether `system` can run this workload: the raw TCP loop has no streams, and
-    /// rdma-rpc carries streams over RC only (a UD channel opens RC for them).
+    /// Whether `system` can run this workload: the raw TCP loops have no streams,
+    /// rdma-rpc carries streams over RC only (a UD channel opens RC for them), and
+    /// tonic-uds is a unary baseline (tonic streams on TCP stand for tonic).
     pub(crate) fn runs_on(self, system: System) -> bool {
         !self.is_streaming() || matches!(system, System::RdmaRpc | System::Tonic)
     }

@@ -24,7 +24,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 #[test]
-fn one_cell_per_system_writes_every_field_and_ud_fails_cleanly() {
+fn one_cell_per_system_writes_every_field_and_the_link_and_ud_fails_cleanly() {
     let json = scratch("run.json");
     let plot = scratch("run.svg");
     let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
@@ -38,8 +38,15 @@ fn one_cell_per_system_writes_every_field_and_ud_fails_cleanly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rpc-bench failed: {stderr}");
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    // The link that carried rdma-rpc's queue pairs is named (soft: "tcp" unless forced).
+    let link = report["link"].as_str().expect("link is a string");
+    assert!(!link.is_empty(), "{report}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("link {link}")),
+        "the table names the link"
+    );
     let runs = report["runs"].as_array().expect("runs is a list");
-    for system in ["rdma-rpc", "tonic", "tcp"] {
+    for system in ["rdma-rpc", "tonic", "tonic-uds", "tcp", "tcp-spin"] {
         let run = runs
             .iter()
             .find(|r| r["system"] == system)
@@ -117,7 +124,7 @@ fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip
     }
     assert_eq!(runs.len(), 4, "only rdma-rpc and tonic stream: {report}");
     assert!(
-        stdout.contains("skipped for server_stream, bidi_pingpong: tcp"),
+        stdout.contains("skipped for server_stream, bidi_pingpong: tonic-uds, tcp, tcp-spin"),
         "{stdout}"
     );
     let _ = std::fs::remove_file(json);

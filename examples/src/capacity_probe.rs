@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use examples::child::{rss_kib, serve_until_stdin_closes, ServerChild};
+use examples::child::{rss_kib, serve_until_stdin_closes, settled_rss, ServerChild};
 use examples::greeter::MyGreeter;
 use examples::hello_world::greeter_client::GreeterClient;
 use examples::hello_world::greeter_server::GreeterServer;
@@ -60,20 +60,6 @@ async fn call(ch: &Channel) -> Result<(), Box<dyn std::error::Error>> {
     c.say_hello(Request::new(HelloRequest { name: "p".into() }))
         .await?;
     Ok(())
-}
-
-/// Waits until the server's RSS stops falling (2 s without a drop of 1 %), 20 s at most.
-async fn settled_rss(pid: u32) -> u64 {
-    let t0 = Instant::now();
-    let mut last = rss_kib(pid).expect("server's /proc status");
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = rss_kib(pid).expect("server's /proc status");
-        if now * 100 >= last * 99 || t0.elapsed() > Duration::from_secs(20) {
-            return now;
-        }
-        last = now;
-    }
 }
 
 #[tokio::main]

@@ -1,9 +1,11 @@
 //! A server in a child process of its own (this program run again), so that the
 //! footprint read from `/proc` is the server's alone: the soak, slow-consumer and
-//! capacity-probe examples measure their servers this way.
+//! capacity-probe examples measure their servers this way (and client-probe its
+//! client), with [`rss_kib`] and [`settled_rss`].
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use rpc_core::transport::Router;
 
@@ -82,4 +84,19 @@ pub fn rss_kib(pid: u32) -> std::io::Result<u64> {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("no VmRSS in /proc/{pid}/status")))
+}
+
+/// The RSS of `pid` once it stops falling (2 s without a drop of 1 %), 20 s at most:
+/// what a process keeps after it has freed what it will free.
+pub async fn settled_rss(pid: u32) -> u64 {
+    let t0 = Instant::now();
+    let mut last = rss_kib(pid).expect("the process's /proc status");
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = rss_kib(pid).expect("the process's /proc status");
+        if now * 100 >= last * 99 || t0.elapsed() > Duration::from_secs(20) {
+            return now;
+        }
+        last = now;
+    }
 }

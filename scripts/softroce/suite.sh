@@ -80,6 +80,18 @@ for d in "$DEV" "$SIW"; do
   ibv_devinfo -d "$d" | grep -E 'hca_id|transport|fw_ver|state|active_mtu|link_layer' | sed 's/^/  /'
 done
 
+# The e2e-* binaries the rpc parts run: those SOFTROCE_RPC_TESTS names (comma list of
+# test targets; a name not staged is run anyway and so fails as "not built"), or every
+# staged one.
+RPC_TESTS=${SOFTROCE_RPC_TESTS:-}
+e2e_binaries() {
+  if [ -n "$RPC_TESTS" ]; then
+    for n in $(echo "$RPC_TESTS" | tr ',' ' '); do echo "./e2e-$n"; done
+  else
+    for b in ./e2e-*; do echo "$b"; done
+  fi
+}
+
 # skips NAME REASON...: libtest --skip arguments for the named tests, each printed
 # with its reason (the host does not count them).
 SKIPS=
@@ -102,20 +114,24 @@ fi
 if part rpc; then
   # Every e2e-* binary staged by the host (tests/tests/*.rs built with rdma): unary calls,
   # errors, large messages, malformed frames, dead peers, a server killed and restarted
-  # (e2e-reconnect), serve_with_shutdown with calls in flight, streaming calls on RC
+  # (e2e-reconnect), serve_with_shutdown with calls in flight, a server process paused
+  # by SIGSTOP with calls in flight and keepalive finding it (e2e-stall), silent
+  # handshakes timed out and evicted (e2e-handshake_faults), streaming calls on RC
   # (their semantics, teardown, a killed server), UD sessions (e2e-ud: its
   # fault-injection tests open soft devices, the rest run on rxe0), over verbs on rxe0.
   # e2e-ud opens a thousand UD sessions (a TCP connection each way and a completion
   # channel per client): more descriptors than the default soft limit of 1024.
   ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-  for b in ./e2e-*; do
-    [ -x "$b" ] || { bad "rpc (no e2e-* test binary staged)"; break; }
+  for b in $(e2e_binaries); do
+    [ -e "$b" ] || [ -n "$RPC_TESTS" ] || { bad "rpc (no e2e-* test binary staged)"; break; }
     libtest "${b#./}" 900 "$b" --test-threads=1
   done
   # The route guide's generated stubs, all four call shapes, server and client in one
   # process over rxe0 (streaming runs on RC; it exits 0 when every answer was right).
   echo "---- rpc-route-guide: ./route-guide"
-  if [ ! -x ./route-guide ]; then
+  if [ -n "$RPC_TESTS" ]; then
+    echo "(not run: SOFTROCE_RPC_TESTS names the test binaries to run)"
+  elif [ ! -x ./route-guide ]; then
     bad "rpc-route-guide (binary not built)"
   elif timeout -s KILL 300 ./route-guide > /tmp/route-guide.out 2>&1; then
     cat /tmp/route-guide.out; ok rpc-route-guide
@@ -208,7 +224,9 @@ if part figures; then
   echo "---- figures-rpc-bench: ./rpc-bench --provider verbs --device $DEV ..."
   # The guest has no jq: the table is read with awk ("32 B 1 rdma-rpc P50 ..." rows,
   # "FAILED ..." lines for cells that could not run).
-  if timeout -s KILL 600 ./rpc-bench --provider verbs --device "$DEV" --ud \
+  # The same-host baselines (tonic-uds, tcp-spin) stay out: the guest's CPU is
+  # emulated, and a busy-polling loop on its two vCPUs says nothing about sockets.
+  if timeout -s KILL 600 ./rpc-bench --provider verbs --device "$DEV" --ud --systems rdma-rpc,tonic,tcp \
        --sizes 32,1K --concurrency 1,16 --duration 1 --warmup 0.2 \
        --json /tmp/rpc-bench.json > /tmp/figures-rpc-bench.out 2>&1 \
      && ! grep -q '^FAILED' /tmp/figures-rpc-bench.out \
@@ -296,15 +314,17 @@ if part siw-rpc; then
   # on rxe0 and on the soft provider); well-formed bodies by reference pass on siw0.
   skip a_hostile_descriptor_closes_only_its_connection \
     "on siw0 the raw client's first by-reference REQ gets no answer; not yet diagnosed"
-  for b in ./e2e-*; do
-    [ -x "$b" ] || { bad "siw-rpc (no e2e-* test binary staged)"; break; }
+  for b in $(e2e_binaries); do
+    [ -e "$b" ] || [ -n "$RPC_TESTS" ] || { bad "siw-rpc (no e2e-* test binary staged)"; break; }
     extra=
     [ "$b" = ./e2e-large_messages ] && extra=$SKIPS
     # shellcheck disable=SC2086
     RDMA_RPC_DEVICE=$SIW RDMA_RPC_TEST_DEVICE=$SIW libtest "siw-${b#./}" 900 "$b" --test-threads=1 $extra
   done
   echo "---- siw-rpc-route-guide: RDMA_RPC_DEVICE=$SIW ./route-guide"
-  if RDMA_RPC_DEVICE=$SIW timeout -s KILL 300 ./route-guide > /tmp/siw-route-guide.out 2>&1; then
+  if [ -n "$RPC_TESTS" ]; then
+    echo "(not run: SOFTROCE_RPC_TESTS names the test binaries to run)"
+  elif RDMA_RPC_DEVICE=$SIW timeout -s KILL 300 ./route-guide > /tmp/siw-route-guide.out 2>&1; then
     cat /tmp/siw-route-guide.out; ok siw-rpc-route-guide
   else
     cat /tmp/siw-route-guide.out; bad siw-rpc-route-guide
@@ -315,7 +335,7 @@ if part siw-figures; then
   # rdma-rpc unary calls over siw0 (header framing, rdma_cm connections), 32 B and
   # 4 MiB, one call in flight, beside tonic and raw TCP on the guest's loopback.
   echo "---- siw-figures-rpc-bench: ./rpc-bench --provider verbs --device $SIW ..."
-  if timeout -s KILL 600 ./rpc-bench --provider verbs --device "$SIW" \
+  if timeout -s KILL 600 ./rpc-bench --provider verbs --device "$SIW" --systems rdma-rpc,tonic,tcp \
        --sizes 32,4M --concurrency 1 --duration 1 --warmup 0.2 \
        > /tmp/siw-figures-rpc-bench.out 2>&1 \
      && ! grep -q '^FAILED' /tmp/siw-figures-rpc-bench.out \

@@ -25,6 +25,7 @@ pub mod kv {
     rpc_core::include_proto!("kv");
 }
 
+pub mod raw_rc;
 pub mod raw_stream;
 
 static ABORTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());

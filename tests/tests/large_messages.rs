@@ -14,6 +14,7 @@ use rpc_core::client::Grpc;
 use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
 use rpc_core::{Code, Request};
 use rpc_transport::ProviderKind;
+use tests::raw_rc::RawRcClient;
 use tests::{init_tracing, path, serve_echo, Echo};
 use tokio::sync::oneshot;
 
@@ -248,121 +249,29 @@ async fn a_body_larger_than_the_pool_fails_naming_the_limit() {
     );
 }
 
-/// A raw client over the message layer that speaks the handshake (offering RDMA
-/// Read) and then sends what a test wants.
-struct RawClient {
-    _dev: rpc_transport::Device,
-    pd: rpc_transport::ProtectionDomain,
-    cq: rpc_transport::CompletionQueue,
-    qp: std::sync::Arc<rpc_transport::QueuePair>,
-    pool: rpc_transport::msg::RecvPool,
-    ring: rpc_transport::msg::SendRing,
-    tcp: tokio::net::TcpStream,
+/// A raw client (`tests::raw_rc`) that lends bodies by reference: the server
+/// offered RDMA Read and may read what it lends.
+async fn raw_client(addr: std::net::SocketAddr) -> RawRcClient {
+    use rpc_core::fuzzing::handshake::Capabilities;
+    let raw = RawRcClient::connect(addr, 4, rpc_transport::AccessFlags::REMOTE_READ).await;
+    assert!(raw.grant.capabilities.contains(Capabilities::RDMA_READ));
+    raw
 }
 
-impl RawClient {
-    async fn connect(addr: std::net::SocketAddr) -> RawClient {
-        use rpc_core::fuzzing::handshake::device::imm_mode;
-        use rpc_core::fuzzing::handshake::{check_rc, Capabilities, ClientHello, RcAsk};
-        use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing};
-        use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType};
-        let dev = rpc_transport::msg::open_device(None).unwrap();
-        let pd = dev.alloc_pd().unwrap();
-        let cq = dev.create_cq(64).unwrap();
-        let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
-        init.cap = QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        };
-        let qp = std::sync::Arc::new(pd.create_qp(&init).unwrap());
-        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let hello = ClientHello::new(RcAsk {
-            credits: 8,
-            slot_size: 8192,
-            max_message: 1 << 20,
-        })
-        .with_device(dev.caps());
-        handshake::send(&mut tcp, &qp.endpoint(5).unwrap(), &hello.encode())
-            .await
-            .unwrap();
-        let reply = handshake::recv(&mut tcp).await.unwrap();
-        let grant = check_rc(&hello, &reply.payload).unwrap();
-        assert!(grant.capabilities.contains(Capabilities::RDMA_READ));
-        qp.connect_rc(&reply.endpoint, 5, AccessFlags::REMOTE_READ)
-            .unwrap();
-        let slot = grant.slot_size as usize;
-        let mode = imm_mode(&dev.caps(), grant.device);
-        let pool =
-            RecvPool::with_mode(&pd, RecvTarget::Qp(qp.clone()), 8, slot, None, mode).unwrap();
-        let ring = SendRing::with_mode(&pd, qp.clone(), 4, slot, mode).unwrap();
-        RawClient {
-            _dev: dev,
-            pd,
-            cq,
-            qp,
-            pool,
-            ring,
-            tcp,
-        }
-    }
-
-    /// Sends a `REQ` for `Echo` whose body is by reference at `desc`.
-    fn send_by_ref(&mut self, id: u32, desc: rpc_core::fuzzing::wire::Descriptor) {
-        use rpc_core::fuzzing::codec::write_request;
-        use rpc_core::fuzzing::wire::{imm, set_request_by_ref, Kind, DESCRIPTOR_LEN};
-        let md = rpc_core::MetadataMap::new();
-        let slot = self.ring.acquire().expect("a free slot");
-        let buf = self.ring.buf(&slot);
-        let head = rpc_core::fuzzing::CallHead::new(path("Echo"), &md, None);
-        let n = write_request(&head, desc.len as usize, buf).unwrap();
-        set_request_by_ref(buf);
-        desc.write(&mut buf[n..]);
-        self.ring
-            .post(slot, n + DESCRIPTOR_LEN, imm(Kind::Req, id))
-            .unwrap();
-    }
-
-    /// The next received frame (its immediate and bytes), or the first error
-    /// completion's status, within 20 s.
-    async fn next_frame(&mut self) -> Result<(u32, Vec<u8>), rpc_transport::WcStatus> {
-        use rpc_transport::{WcOpcode, WorkCompletion};
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let mut wc = [WorkCompletion::default(); 1];
-            if self.cq.poll(&mut wc).unwrap() == 1 {
-                let w = wc[0];
-                if !w.is_ok() {
-                    return Err(w.status);
-                }
-                if w.opcode == WcOpcode::Recv {
-                    let s = self.pool.complete(&w).unwrap();
-                    return Ok((s.imm().unwrap_or(0), s.bytes().to_vec()));
-                }
-                self.ring.handle_completion(&w);
-            }
-            assert!(Instant::now() < deadline, "nothing came back");
-            tokio::task::yield_now().await;
-        }
-    }
-
-    /// Waits for the server to close the handshake connection (EOF), within 20 s.
-    async fn closed_by_server(&mut self) {
-        use tokio::io::AsyncReadExt;
-        let mut buf = [0u8; 64];
-        let eof = tokio::time::timeout(Duration::from_secs(20), async {
-            loop {
-                match self.tcp.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-            }
-        });
-        eof.await
-            .expect("the server closed the offending connection");
-    }
+/// Sends a `REQ` for `Echo` whose body is by reference at `desc`.
+fn send_by_ref(raw: &mut RawRcClient, id: u32, desc: rpc_core::fuzzing::wire::Descriptor) {
+    use rpc_core::fuzzing::codec::write_request;
+    use rpc_core::fuzzing::wire::{imm, set_request_by_ref, Kind, DESCRIPTOR_LEN};
+    let md = rpc_core::MetadataMap::new();
+    let slot = raw.ring.acquire().expect("a free slot");
+    let buf = raw.ring.buf(&slot);
+    let head = rpc_core::fuzzing::CallHead::new(path("Echo"), &md, None);
+    let n = write_request(&head, desc.len as usize, buf).unwrap();
+    set_request_by_ref(buf);
+    desc.write(&mut buf[n..]);
+    raw.ring
+        .post(slot, n + DESCRIPTOR_LEN, imm(Kind::Req, id))
+        .unwrap();
 }
 
 /// Polls `stats` until its regions are all back, within 20 s (the server reclaims a
@@ -395,8 +304,9 @@ async fn a_hostile_descriptor_closes_only_its_connection() {
 
     // A length beyond the server's limit: refused with a status, nothing read, and
     // the connection goes on.
-    let mut raw = RawClient::connect(addr).await;
-    raw.send_by_ref(
+    let mut raw = raw_client(addr).await;
+    send_by_ref(
+        &mut raw,
         1,
         Descriptor {
             addr: 0x1000,
@@ -440,12 +350,8 @@ async fn a_hostile_descriptor_closes_only_its_connection() {
         },
     ];
     for (k, lie) in lies.into_iter().enumerate() {
-        let mut offender = if k == 0 {
-            raw
-        } else {
-            RawClient::connect(addr).await
-        };
-        offender.send_by_ref(2, lie);
+        let mut offender = if k == 0 { raw } else { raw_client(addr).await };
+        send_by_ref(&mut offender, 2, lie);
         // The Read fails at the server (REM_ACCESS_ERR) and both QPs go to error:
         // the offender's QP flushes its receives, and the server closes it.
         let r = offender.next_frame().await;
@@ -545,7 +451,7 @@ async fn a_client_that_dies_holding_a_lent_response_gives_the_server_its_region_
         let _ = rx.await;
     })
     .await;
-    let mut raw = RawClient::connect(addr).await;
+    let mut raw = raw_client(addr).await;
     // A well-formed request by reference: an Echo of 200 KB in a region it lends.
     let msg = Echo {
         id: 5,
@@ -560,7 +466,8 @@ async fn a_client_that_dies_holding_a_lent_response_gives_the_server_its_region_
         )
         .unwrap();
     mr.write(0, &body);
-    raw.send_by_ref(
+    send_by_ref(
+        &mut raw,
         1,
         Descriptor {
             addr: mr.addr(),

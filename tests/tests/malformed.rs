@@ -3,15 +3,12 @@
 //! balanced), never crash, and keep serving everyone else. And handshakes across
 //! protocol versions or with strangers fail with a message that says so.
 
-use std::time::{Duration, Instant};
-
 use rpc_core::client::Grpc;
-use rpc_core::fuzzing::handshake::device::imm_mode;
-use rpc_core::fuzzing::handshake::{check_rc, ClientHello, RcAsk};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::Request;
-use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing};
-use rpc_transport::{AccessFlags, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion};
+use rpc_transport::msg::handshake;
+use rpc_transport::AccessFlags;
+use tests::raw_rc::RawRcClient;
 use tests::{path, serve_echo, Echo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -31,57 +28,16 @@ async fn garbage_frames_are_answered_and_crash_nothing() {
     })
     .await;
 
-    // A raw client over the message layer, on the device the server uses (the default:
-    // soft here, rxe0 in the SoftRoCE VM).
-    let dev = rpc_transport::msg::open_device(None).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(64).unwrap();
-    let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
-    init.cap = QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 64,
-    };
-    let qp = std::sync::Arc::new(pd.create_qp(&init).unwrap());
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let hello = ClientHello::new(RcAsk {
-        credits: 8,
-        slot_size: 8192,
-        max_message: 1 << 20,
-    })
-    .with_device(dev.caps());
-    handshake::send(&mut tcp, &qp.endpoint(5).unwrap(), &hello.encode())
-        .await
-        .unwrap();
-    let reply = handshake::recv(&mut tcp).await.unwrap();
-    let grant = check_rc(&hello, &reply.payload).unwrap();
-    qp.connect_rc(&reply.endpoint, 5, AccessFlags::empty())
-        .unwrap();
-    let slot = grant.slot_size as usize;
-    // Framed as the server's device and this one agree (docs/fabrics.md).
-    let mode = imm_mode(&dev.caps(), grant.device);
-    let pool = RecvPool::with_mode(&pd, RecvTarget::Qp(qp.clone()), 8, slot, None, mode).unwrap();
-    let mut ring = SendRing::with_mode(&pd, qp.clone(), 8, slot, mode).unwrap();
+    // A raw client (`tests::raw_rc`) on the device the server uses.
+    let mut raw = RawRcClient::connect(addr, 8, AccessFlags::empty()).await;
 
     let mut seed = 0x5eed_u64;
     for i in 0..300 {
         // One frame at a time: random kind and call id, random bytes, sometimes a
         // plausible request head with lying lengths.
-        let s = loop {
-            if let Some(s) = ring.acquire() {
-                break s;
-            }
-            let mut wc = [WorkCompletion::default(); 8];
-            let n = cq.poll(&mut wc).unwrap();
-            for w in &wc[..n] {
-                ring.handle_completion(w);
-            }
-            tokio::task::yield_now().await;
-        };
+        let s = raw.free_slot().await;
         let len = (rng(&mut seed) % 300) as usize;
-        let buf = ring.buf(&s);
+        let buf = raw.ring.buf(&s);
         for b in &mut buf[..len] {
             *b = rng(&mut seed) as u8;
         }
@@ -90,24 +46,11 @@ async fn garbage_frames_are_answered_and_crash_nothing() {
             buf[13] = (rng(&mut seed) % 40) as u8;
         }
         let imm = ((rng(&mut seed) % 16) as u32) << 28 | (i as u32 % 5);
-        ring.post(s, len, imm).unwrap();
+        raw.ring.post(s, len, imm).unwrap();
 
         // Exactly one answer comes back for it.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut wc = [WorkCompletion::default(); 1];
-            if cq.poll(&mut wc).unwrap() == 1 {
-                let w = wc[0];
-                assert!(w.is_ok(), "frame {i}: {w:?}");
-                if w.opcode == WcOpcode::Recv {
-                    drop(pool.complete(&w).unwrap());
-                    break;
-                }
-                ring.handle_completion(&w);
-            }
-            assert!(Instant::now() < deadline, "frame {i} got no answer");
-            tokio::task::yield_now().await;
-        }
+        let answer = raw.next_frame().await;
+        assert!(answer.is_ok(), "frame {i}: {answer:?}");
     }
 
     // The server still serves a well-behaved client.

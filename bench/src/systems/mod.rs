@@ -4,8 +4,10 @@
 mod rdma;
 mod rdma_stream;
 mod tcp;
+mod tcp_spin;
 mod tonic;
 mod tonic_stream;
+mod tonic_uds;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,6 +19,8 @@ use crate::provider::Provider;
 use crate::system::System;
 use crate::workload::Workload;
 
+pub(crate) use tonic_uds::socket_path as uds_socket_path;
+
 /// Largest message any system is configured to carry each way (rdma-rpc's default
 /// maximum; tonic's and the TCP loop's are raised to it).
 pub(crate) const MAX_MESSAGE: usize = 64 * 1024 * 1024;
@@ -25,10 +29,13 @@ pub(crate) const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 pub(crate) enum Caller {
     /// A clone of one rdma-rpc client (clones share the connection).
     Rdma(rdma::Caller),
-    /// A clone of one tonic client (clones share the HTTP/2 connection).
+    /// A clone of one tonic client (clones share the HTTP/2 connection, on TCP or
+    /// on a Unix socket).
     Tonic(tonic::Caller),
     /// Its own TCP connection.
     Tcp(tcp::Caller),
+    /// Its own busy-polled TCP connection.
+    TcpSpin(tcp_spin::Caller),
     /// One rdma-rpc stream (server or bidirectional) on the cell's shared connection
     /// (boxed: a stream's state is large; one box per caller per cell).
     RdmaStream(Box<rdma_stream::Caller>),
@@ -44,6 +51,7 @@ impl Caller {
             Caller::Rdma(c) => c.call(payload).await?,
             Caller::Tonic(c) => c.call(payload).await?,
             Caller::Tcp(c) => c.call(payload).await?,
+            Caller::TcpSpin(c) => c.call(payload).await?,
             Caller::RdmaStream(c) => c.call(payload).await?,
             Caller::TonicStream(c) => c.call(payload).await?,
         };
@@ -104,10 +112,20 @@ pub(crate) async fn connect(
             .into_iter()
             .map(Caller::Tonic)
             .collect(),
+        System::TonicUds => tonic_uds::connect(&url, concurrency)
+            .await?
+            .into_iter()
+            .map(Caller::Tonic)
+            .collect(),
         System::Tcp => tcp::connect(&url, concurrency)
             .await?
             .into_iter()
             .map(Caller::Tcp)
+            .collect(),
+        System::TcpSpin => tcp_spin::connect(&url, concurrency)
+            .await?
+            .into_iter()
+            .map(Caller::TcpSpin)
             .collect(),
     };
     Ok(callers)
@@ -123,6 +141,8 @@ pub(crate) async fn serve(
     match system.server() {
         System::RdmaRpc | System::RdmaRpcUd => rdma::serve(listener, provider, stop).await,
         System::Tonic => tonic::serve(listener, stop).await,
+        System::TonicUds => tonic_uds::serve(listener, stop).await,
         System::Tcp => tcp::serve(listener, stop).await,
+        System::TcpSpin => tcp_spin::serve(listener, stop).await,
     }
 }

@@ -5,8 +5,10 @@
 use std::future::Future;
 
 use bytes::Bytes;
+use futures_util::Stream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{Connected, TcpIncoming};
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
 
@@ -29,10 +31,15 @@ impl Caller {
 }
 
 pub(crate) async fn connect(url: &str, concurrency: usize) -> Result<Vec<Caller>, String> {
-    let client = EchoClient::new(channel(url).await?)
+    Ok(callers(channel(url).await?, concurrency))
+}
+
+/// `concurrency` clones of one client on `channel`.
+pub(super) fn callers(channel: Channel, concurrency: usize) -> Vec<Caller> {
+    let client = EchoClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    Ok((0..concurrency).map(|_| Caller(client.clone())).collect())
+    (0..concurrency).map(|_| Caller(client.clone())).collect()
 }
 
 /// One HTTP/2 connection to `url`.
@@ -64,7 +71,20 @@ pub(crate) async fn serve(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     // `Server::serve` sets TCP_NODELAY on accepted connections; do the same here.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    serve_incoming(TcpIncoming::from(listener).with_nodelay(Some(true)), stop).await
+}
+
+/// The echo server (unary and streaming) on any stream of accepted connections: TCP
+/// here, a Unix socket for `tonic-uds`.
+pub(super) async fn serve_incoming<I, IO, IE>(
+    incoming: I,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String>
+where
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let svc = EchoServer::new(EchoService)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);

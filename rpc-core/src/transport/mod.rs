@@ -82,6 +82,7 @@ mod channel_stream;
 mod client;
 mod completion;
 mod endpoint;
+mod heap_release;
 mod limit;
 mod ready;
 pub(crate) mod rendezvous;

@@ -195,6 +195,14 @@ impl<L: Link> Conn<L> {
     }
 }
 
+impl<L> Drop for Conn<L> {
+    /// The connection's memory (receive pool, rings, queue pair) is freed now: the
+    /// process trims its heap a little later, once for a burst of such ends.
+    fn drop(&mut self) {
+        crate::transport::heap_release::connection_closed();
+    }
+}
+
 /// What the driver does after a step.
 enum Next {
     /// Waits for completions, or until the engine's timer at this instant.

@@ -14,7 +14,6 @@
 mod builder;
 mod credit_pool;
 mod handler;
-mod heap_release;
 mod liveness;
 mod log_limit;
 mod pending;

@@ -15,7 +15,6 @@ use tower::Layer;
 
 use super::credit_pool::CreditPool;
 use super::handler::Served;
-use super::heap_release;
 use super::log_limit::RateLimit;
 use super::pending::PendingHandshakes;
 use super::rc_peer::RcPeer;
@@ -25,6 +24,7 @@ use super::ud_side::{UdSide, UdSideConfig};
 use crate::id_map::IdMap;
 use crate::server::{CallService, RoutableService};
 use crate::service::Routes;
+use crate::transport::heap_release;
 use crate::transport::{lock, Error};
 
 /// A server with services added; `L` is its stack of
