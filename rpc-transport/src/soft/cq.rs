@@ -26,6 +26,7 @@ use crate::wc::{WcStatus, WorkCompletion};
 
 use super::device::{next_object_id, Device};
 use super::qp::Qp;
+use super::rc::WRITE_PER_POLL;
 use super::sys::{self, Epoll, EventFd};
 
 /// Up to this many QPs, a poll tries every QP directly instead of asking epoll.
@@ -168,7 +169,7 @@ impl Cq {
             }
             for w in m.qps.values() {
                 if let Some(qp) = w.upgrade() {
-                    qp.progress(now, true);
+                    qp.progress(now, true, WRITE_PER_POLL);
                 }
             }
             return;
@@ -181,7 +182,7 @@ impl Cq {
                 token => {
                     let qp = m.qps.get(&(token as u32)).and_then(Weak::upgrade);
                     if let Some(qp) = qp {
-                        if qp.progress(now, true) {
+                        if qp.progress(now, true, WRITE_PER_POLL) {
                             self.defer(qp.qpn);
                         }
                     }
@@ -197,7 +198,7 @@ impl Cq {
             );
             for qpn in list.drain(..) {
                 if let Some(qp) = m.qps.get(&qpn).and_then(Weak::upgrade) {
-                    if qp.progress(now, false) {
+                    if qp.progress(now, false, WRITE_PER_POLL) {
                         self.defer(qpn);
                     }
                 }
@@ -207,7 +208,7 @@ impl Cq {
         if sweep {
             for w in m.qps.values() {
                 if let Some(qp) = w.upgrade() {
-                    if qp.progress(now, false) {
+                    if qp.progress(now, false, WRITE_PER_POLL) {
                         self.defer(qp.qpn);
                     }
                 }

@@ -243,7 +243,7 @@ fn service(dev: &Device, sh: &Shared, l: &mut Local) {
             continue;
         }
         // Read only if the socket said so; otherwise just timers and output.
-        qp.progress(now, fired);
+        qp.progress(now, fired, rc::WRITE_PER_HELPER_PASS);
         if fired {
             l.disarmed.remove(&qp.qpn);
             if let Some(fd) = qp.rc_fd() {

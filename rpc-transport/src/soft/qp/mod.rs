@@ -331,7 +331,7 @@ impl Qp {
             self.push_send(w.wr_id, st, wc_opcode(&w.op), 0);
         }
         if let Some(rc) = g.rc.as_mut() {
-            if let Some(w) = rc.st.abort() {
+            if let Some(w) = rc.abort() {
                 self.push_recv_error(w.wr_id, WcStatus::WrFlushErr);
             }
         }
@@ -360,12 +360,13 @@ impl Qp {
     /// Makes progress; `true` if the QP wants to be visited again soon even without
     /// socket readiness (pending output, an owed ACK, a timer).
     /// `read`: also read the socket (else only timers and pending output).
-    pub(crate) fn progress(&self, now: u64, read: bool) -> bool {
+    /// `budget`: bytes an RC QP may write in this pass (see `rc::WRITE_PER_POLL`).
+    pub(crate) fn progress(&self, now: u64, read: bool, budget: usize) -> bool {
         let mut g = self.lock();
         self.check_cqs(&mut g);
         match self.qp_type {
             QpType::Rc => {
-                let needs = rc::progress(self, &mut g, now, read);
+                let needs = rc::progress(self, &mut g, now, read, budget);
                 self.set_busy(needs || g.sq.len() > 0);
                 needs
             }
