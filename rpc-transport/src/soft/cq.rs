@@ -93,6 +93,12 @@ pub(crate) struct Cq {
     watches_ud: AtomicBool,
     last_poll: AtomicU64,
     next_sweep: AtomicU64,
+    /// Polls so far, and their count when the CQ was last armed: together they tell
+    /// whether the poller sleeps (see [`Cq::asleep`]).
+    polls: AtomicU64,
+    armed_at: AtomicU64,
+    /// Member QPs whose output waits for their socket (see `Qp::set_stalled`).
+    pub(crate) stalled: AtomicU32,
 }
 
 impl Cq {
@@ -121,12 +127,19 @@ impl Cq {
             watches_ud: AtomicBool::new(false),
             last_poll: AtomicU64::new(0),
             next_sweep: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
+            armed_at: AtomicU64::new(0),
+            stalled: AtomicU32::new(0),
         })
     }
 
     pub(crate) fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         let now = self.dev.now_ns();
         self.last_poll.store(now, Ordering::Relaxed);
+        // Load and store, not an atomic add: one poller is the rule, and a count off
+        // by one under concurrent polls only delays the helper to its next tick.
+        let polls = self.polls.load(Ordering::Relaxed);
+        self.polls.store(polls + 1, Ordering::Relaxed);
         let outer = POLLING.with(|p| p.replace((self.id, None)));
         self.progress(now);
         let (_, skipped) = POLLING.with(|p| p.replace(outer));
@@ -295,8 +308,28 @@ impl Cq {
         } else {
             ARM_ANY
         };
-        self.armed.store(v, Ordering::Release);
+        self.armed_at
+            .store(self.polls.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.armed.store(v, Ordering::SeqCst);
+        // The poller is about to sleep: output a member QP could not finish (a Read
+        // response behind a full socket) is the helper's from now on.
+        if self.stalled.load(Ordering::SeqCst) > 0 {
+            self.dev.helper.poke();
+        }
         Ok(())
+    }
+
+    /// Whether the poller sleeps on the event descriptor: the CQ is armed and was
+    /// polled at most once since (the poll that follows arming, before the sleep).
+    pub(crate) fn asleep(&self) -> bool {
+        self.armed.load(Ordering::SeqCst) != ARM_NONE
+            && self.polls.load(Ordering::Relaxed) <= self.armed_at.load(Ordering::Relaxed) + 1
+    }
+
+    /// Nobody makes progress through this CQ: its poller sleeps, or has not polled
+    /// for `idle_ns`.
+    pub(crate) fn neglected(&self, now: u64, idle_ns: u64) -> bool {
+        self.asleep() || now.saturating_sub(self.last_poll()) >= idle_ns
     }
 
     pub(crate) fn event_fd(&self) -> RawFd {

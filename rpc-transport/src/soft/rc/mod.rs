@@ -65,10 +65,9 @@ const MAX_READ_PER_PASS: usize = 1 << 20;
 /// transfer leaves the socket time to the other QPs of its CQ after this much (each
 /// poll visits them in turn), and the poller gets back to its completions.
 pub(crate) const WRITE_PER_POLL: usize = 1 << 20;
-/// The same for a pass of the helper thread, which comes back only at its next tick
-/// (1 ms): large enough that a transfer it drives (the Read responses of a server
-/// whose application sleeps) is limited by the socket, not by the tick.
-pub(crate) const WRITE_PER_HELPER_PASS: usize = 8 << 20;
+/// The same for a pass of the helper thread. It comes back as soon as the socket has
+/// room again (see `helper`), so the cap only shares its time among QPs.
+pub(crate) const WRITE_PER_HELPER_PASS: usize = 1 << 20;
 /// How long one connection attempt may take before it is abandoned (and retried).
 const CONNECT_TIMEOUT_NS: u64 = 1_000_000_000;
 /// How often a connect under way is looked at.
@@ -113,6 +112,8 @@ pub(crate) struct RcProtocol {
     /// Which half encodes first in the next round of output (they alternate, so
     /// that Read responses and requests share the connection chunk by chunk).
     resp_first: bool,
+    /// The last pass stopped writing at its byte budget with more to send.
+    budget_cut: bool,
 }
 
 impl RcProtocol {
@@ -194,6 +195,7 @@ impl RcConn {
                 resps: VecDeque::with_capacity(16),
                 failed: false,
                 resp_first: false,
+                budget_cut: false,
             },
         }
     }
@@ -325,6 +327,14 @@ pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usi
     finish(qp, g, r)
 }
 
+/// Whether output waits for the socket: the last flush found it full, or the last
+/// pass stopped at its budget. Either way a writable socket is the moment to go on
+/// (and only then is there anything to do, so waiting for it cannot spin).
+pub(crate) fn output_waits(g: &Inner) -> bool {
+    g.rc.as_deref()
+        .is_some_and(|rc| rc.sock.is_some() && (!rc.tx.is_empty() || rc.st.budget_cut))
+}
+
 /// Progress right after a post: send what was posted, without reading. Returns
 /// whether the QP wants another visit.
 pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) -> bool {
@@ -372,6 +382,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
     let Some(rc) = rc.as_deref_mut() else {
         return (Ok(()), false);
     };
+    rc.st.budget_cut = false;
     if matches!(state, QpState::Reset | QpState::Init) {
         return (Ok(()), false);
     }
@@ -542,6 +553,7 @@ fn run(
         let more = !cx.st.resps.is_empty()
             || (cx.sq.tx < cx.sq.len() && !cx.st.halted && cx.st.rnr_until.is_none());
         if !cx.tx.is_empty() || !more || written >= budget {
+            cx.st.budget_cut = cx.tx.is_empty() && more;
             break;
         }
     }

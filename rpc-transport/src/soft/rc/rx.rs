@@ -64,9 +64,12 @@ pub(crate) struct RxBuf {
     end: usize,
     cur: Option<Current>,
     sink: Pieces,
-    /// The last payload was large (read directly): until a small one comes, heads are
-    /// read [`LOOKAHEAD`] bytes at a time, so that a read for the next head does not
-    /// pull the next chunk's payload into the buffer (to be copied out).
+    /// The last payload was large: until a small one comes, heads are read
+    /// [`LOOKAHEAD`] bytes at a time, so that a read for the next head does not pull
+    /// the next chunk's payload into the buffer (to be copied out). Measured: with
+    /// bulk reset by every payload-less head (the ACKs and Read requests that
+    /// interleave with bulk data), most Read response payloads of rpc-bench's 4 MiB
+    /// calls were read into the buffer and copied out (12% of all CPU samples).
     bulk: bool,
 }
 
@@ -140,7 +143,11 @@ impl RxBuf {
                         self.start += used;
                         self.sink.clear();
                         h.head(&head, &mut self.sink)?;
-                        if (head.len as usize) < DIRECT_MIN {
+                        // Heads without payload (ACKs, Read requests) interleave with
+                        // bulk data and say nothing about the next payload's size.
+                        if head.len as usize >= DIRECT_MIN {
+                            self.bulk = true;
+                        } else if head.len > 0 {
                             self.bulk = false;
                         }
                         if head.len == 0 {
