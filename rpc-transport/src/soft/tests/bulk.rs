@@ -366,3 +366,104 @@ fn payloads_around_the_chunk_size_arrive_intact() {
         assert!(src.to_vec(0, len) == data, "Read of {len} differs");
     }
 }
+
+/// Fairness among connections and within one: two 64 MiB Reads in flight on two QPs
+/// between the same devices, and small Sends both on one of those QPs (behind its
+/// Read response) and on a third QP that carries nothing else. Every small Send
+/// arrives while neither Read has got past its first half: each waited behind at
+/// most a chunk and what the (shrunk) socket buffers hold, not behind a transfer.
+#[test]
+fn small_sends_keep_moving_beside_two_64_mib_reads() {
+    const LEN: usize = 64 << 20;
+    const SMALL: u64 = 4;
+    let (a1, b1) = rc_pair();
+    let (a2, b2, a3, b3) = (
+        second_qp(&a1),
+        second_qp(&b1),
+        second_qp(&a1),
+        second_qp(&b1),
+    );
+    for (s, peer) in [(&a2, &b2), (&b2, &a2), (&a3, &b3), (&b3, &a3)] {
+        connect(s, peer, 7, 1, 14);
+    }
+    for (s, peer) in [(&b1, &a1), (&a1, &b1), (&b2, &a2), (&a2, &b2)] {
+        let fd = rc_socket(s, peer);
+        set_buf(fd, libc::SO_SNDBUF, 40_000);
+        set_buf(fd, libc::SO_RCVBUF, 40_000);
+    }
+    let all_cqs = [&a1.cq, &b1.cq, &a2.cq, &b2.cq, &a3.cq, &b3.cq];
+    let data: Vec<Vec<u8>> = (0..2).map(|k| pattern(LEN, 40 + k)).collect();
+    let mut locals = Vec::new();
+    for (k, (a, b)) in [(&a1, &b1), (&a2, &b2)].into_iter().enumerate() {
+        let local = a.pd.alloc_mr(LEN, ALL).unwrap();
+        let remote = b.pd.alloc_mr(LEN, ALL).unwrap();
+        remote.write(0, &data[k]);
+        let r = remote.remote();
+        let op = SendOp::RdmaRead {
+            remote_addr: r.addr,
+            rkey: r.rkey,
+        };
+        post(a, SendWr::new(1, op, &[local.sge(0, LEN as u32)]));
+        locals.push((local, remote));
+    }
+    for a in [&a1, &a3] {
+        for i in 0..SMALL {
+            post_recv(a, 100 + i, 64 * i as usize, 64);
+        }
+    }
+    // Both responders have taken their Read requests and are answering them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for b in [&b1, &b2] {
+        while soft_qp(&b.qp).lock().rc.as_ref().unwrap().expected() == 0 {
+            for cq in all_cqs {
+                let _ = cq.poll(&mut []);
+            }
+            assert!(Instant::now() < deadline, "a Read request did not arrive");
+            std::thread::yield_now();
+        }
+    }
+    for b in [&b1, &b3] {
+        for i in 0..SMALL {
+            b.mr.write(i as usize * 8, &i.to_be_bytes());
+            post(
+                b,
+                SendWr::new(10 + i, SendOp::Send, &[b.mr.sge(i as usize * 8, 8)]),
+            );
+        }
+    }
+    let others = |me: &CompletionQueue| -> Vec<&CompletionQueue> {
+        all_cqs
+            .into_iter()
+            .filter(|c| !std::ptr::eq(*c, me))
+            .collect()
+    };
+    // The small Sends on the Read's own QP, then those on the quiet QP.
+    let mut got1 = wait_n(&a1.cq, &others(&a1.cq), SMALL as usize);
+    let got3 = wait_n(&a3.cq, &others(&a3.cq), SMALL as usize);
+    for (k, (local, _)) in locals.iter().enumerate() {
+        assert!(
+            local.to_vec(LEN / 2, LEN / 2) != data[k][LEN / 2..],
+            "the small Sends arrived only after half of Read {k}"
+        );
+    }
+    got1.extend(wait_n(&a1.cq, &others(&a1.cq), 1));
+    let got2 = wait_n(&a2.cq, &others(&a2.cq), 1);
+    let order = |got: &[WorkCompletion]| -> Vec<(u64, WcOpcode)> {
+        assert!(got.iter().all(|w| w.is_ok()), "{got:?}");
+        got.iter().map(|w| (w.wr_id, w.opcode)).collect()
+    };
+    let recvs: Vec<(u64, WcOpcode)> = (0..SMALL).map(|i| (100 + i, WcOpcode::Recv)).collect();
+    let mut then_read = recvs.clone();
+    then_read.push((1, WcOpcode::RdmaRead));
+    assert_eq!(order(&got1), then_read);
+    assert_eq!(order(&got2), [(1, WcOpcode::RdmaRead)]);
+    assert_eq!(order(&got3), recvs);
+    for a in [&a1, &a3] {
+        for i in 0..SMALL {
+            assert_eq!(a.mr.to_vec(64 * i as usize, 8), i.to_be_bytes());
+        }
+    }
+    for (k, (local, _)) in locals.iter().enumerate() {
+        assert!(local.to_vec(0, LEN) == data[k], "Read {k} data differs");
+    }
+}
