@@ -390,7 +390,10 @@ impl Qp {
     /// helper at once, which then writes whenever the socket has room; a poller that
     /// arms its CQ later does the same (`Cq::req_notify`).
     fn set_stalled(&self, stalled: bool) {
-        if self.stalled.swap(stalled, Ordering::SeqCst) == stalled {
+        // A plain load first: this runs after every progress pass, and rarely changes.
+        if self.stalled.load(Ordering::Relaxed) == stalled
+            || self.stalled.swap(stalled, Ordering::SeqCst) == stalled
+        {
             return;
         }
         for cq in self.cqs() {
