@@ -26,6 +26,7 @@ use crate::wc::{WcStatus, WorkCompletion};
 
 use super::device::{next_object_id, Device};
 use super::qp::Qp;
+use super::rc::WRITE_PER_POLL;
 use super::sys::{self, Epoll, EventFd};
 
 /// Up to this many QPs, a poll tries every QP directly instead of asking epoll.
@@ -92,6 +93,12 @@ pub(crate) struct Cq {
     watches_ud: AtomicBool,
     last_poll: AtomicU64,
     next_sweep: AtomicU64,
+    /// Polls so far, and their count when the CQ was last armed: together they tell
+    /// whether the poller sleeps (see [`Cq::asleep`]).
+    polls: AtomicU64,
+    armed_at: AtomicU64,
+    /// Member QPs whose output waits for their socket (see `Qp::set_stalled`).
+    pub(crate) stalled: AtomicU32,
 }
 
 impl Cq {
@@ -120,12 +127,19 @@ impl Cq {
             watches_ud: AtomicBool::new(false),
             last_poll: AtomicU64::new(0),
             next_sweep: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
+            armed_at: AtomicU64::new(0),
+            stalled: AtomicU32::new(0),
         })
     }
 
     pub(crate) fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
         let now = self.dev.now_ns();
         self.last_poll.store(now, Ordering::Relaxed);
+        // Load and store, not an atomic add: one poller is the rule, and a count off
+        // by one under concurrent polls only delays the helper to its next tick.
+        let polls = self.polls.load(Ordering::Relaxed);
+        self.polls.store(polls + 1, Ordering::Relaxed);
         let outer = POLLING.with(|p| p.replace((self.id, None)));
         self.progress(now);
         let (_, skipped) = POLLING.with(|p| p.replace(outer));
@@ -168,7 +182,7 @@ impl Cq {
             }
             for w in m.qps.values() {
                 if let Some(qp) = w.upgrade() {
-                    qp.progress(now, true);
+                    qp.progress(now, true, WRITE_PER_POLL);
                 }
             }
             return;
@@ -181,7 +195,7 @@ impl Cq {
                 token => {
                     let qp = m.qps.get(&(token as u32)).and_then(Weak::upgrade);
                     if let Some(qp) = qp {
-                        if qp.progress(now, true) {
+                        if qp.progress(now, true, WRITE_PER_POLL) {
                             self.defer(qp.qpn);
                         }
                     }
@@ -197,7 +211,7 @@ impl Cq {
             );
             for qpn in list.drain(..) {
                 if let Some(qp) = m.qps.get(&qpn).and_then(Weak::upgrade) {
-                    if qp.progress(now, false) {
+                    if qp.progress(now, false, WRITE_PER_POLL) {
                         self.defer(qpn);
                     }
                 }
@@ -207,7 +221,7 @@ impl Cq {
         if sweep {
             for w in m.qps.values() {
                 if let Some(qp) = w.upgrade() {
-                    if qp.progress(now, false) {
+                    if qp.progress(now, false, WRITE_PER_POLL) {
                         self.defer(qp.qpn);
                     }
                 }
@@ -294,8 +308,28 @@ impl Cq {
         } else {
             ARM_ANY
         };
-        self.armed.store(v, Ordering::Release);
+        self.armed_at
+            .store(self.polls.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.armed.store(v, Ordering::SeqCst);
+        // The poller is about to sleep: output a member QP could not finish (a Read
+        // response behind a full socket) is the helper's from now on.
+        if self.stalled.load(Ordering::SeqCst) > 0 {
+            self.dev.helper.poke();
+        }
         Ok(())
+    }
+
+    /// Whether the poller sleeps on the event descriptor: the CQ is armed and was
+    /// polled at most once since (the poll that follows arming, before the sleep).
+    pub(crate) fn asleep(&self) -> bool {
+        self.armed.load(Ordering::SeqCst) != ARM_NONE
+            && self.polls.load(Ordering::Relaxed) <= self.armed_at.load(Ordering::Relaxed) + 1
+    }
+
+    /// Nobody makes progress through this CQ: its poller sleeps, or has not polled
+    /// for `idle_ns`.
+    pub(crate) fn neglected(&self, now: u64, idle_ns: u64) -> bool {
+        self.asleep() || now.saturating_sub(self.last_poll()) >= idle_ns
     }
 
     pub(crate) fn event_fd(&self) -> RawFd {

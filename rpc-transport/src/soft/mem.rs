@@ -1,5 +1,6 @@
 //! Copies between registered memory (named by SGE lists) and the provider's private
-//! buffers, with the key checks hardware makes on every DMA.
+//! buffers, with the key checks hardware makes on every DMA. UD and atomics use them;
+//! RC payloads move between the socket and registered memory directly (`pieces`).
 //!
 //! Registered memory is only touched through raw pointers: the peer (or the
 //! application) may access it concurrently, exactly as with a NIC, so no `&[u8]` over
@@ -44,34 +45,6 @@ fn walk<E>(
         skip = 0;
     }
     Ok(done)
-}
-
-/// Appends bytes `[offset, offset + len)` of the SGE list to `out`, checking each SGE
-/// it touches as [`gather`] does; on error `out` may hold a prefix (the caller
-/// truncates). Appending spares the zero-fill a `resize` then copy would cost.
-pub(crate) fn gather_append(
-    keys: &KeyTable,
-    pd: u32,
-    sges: &[Sge],
-    offset: u64,
-    len: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), KeyError> {
-    walk(sges, offset, len, |sge, start, n, _| {
-        let r = keys.resolve(
-            sge.lkey,
-            pd,
-            sge.addr,
-            u64::from(sge.length),
-            AccessFlags::empty(),
-        )?;
-        // SAFETY: `[r.ptr + start, + n)` lies inside the SGE, which `resolve` checked is
-        // inside a live registered buffer held by `r.buf` for this scope.
-        let src = unsafe { std::slice::from_raw_parts(r.ptr.add(start as usize), n) };
-        out.extend_from_slice(src);
-        Ok(())
-    })?;
-    Ok(())
 }
 
 /// Copies bytes `[offset, offset + out.len())` of the SGE list into `out`, checking
@@ -135,25 +108,6 @@ pub(crate) fn scatter(
         return Err(ScatterError::Len);
     }
     Ok(())
-}
-
-/// Copies `data` to `dst`, which must be a range a key check has validated and whose
-/// buffer the caller holds.
-///
-/// # Safety
-/// `dst..dst + data.len()` must be inside live registered memory.
-pub(crate) unsafe fn copy_in(dst: *mut u8, data: &[u8]) {
-    // SAFETY: forwarded contract; `data` is provider-private, so no overlap.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
-}
-
-/// Copies `out.len()` bytes from `src` into `out`.
-///
-/// # Safety
-/// `src..src + out.len()` must be inside live registered memory.
-pub(crate) unsafe fn copy_out(src: *const u8, out: &mut [u8]) {
-    // SAFETY: forwarded contract; `out` is provider-private, so no overlap.
-    unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) }
 }
 
 #[cfg(test)]

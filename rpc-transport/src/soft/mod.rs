@@ -6,6 +6,16 @@
 //! access, RNR, flushes, CQ overrun) and reports the same completion statuses as
 //! ibverbs (rxe where IBA leaves a choice).
 //!
+//! How RC payloads move: once. A Send, Write or Read response goes from the
+//! registered memory into the socket with its frame head in one `sendmsg` (payloads
+//! of at most 1 KiB are copied next to their head instead: cheaper, measured); an
+//! incoming payload is read with `readv` straight into its destination (the posted
+//! receive, the Write's target, the Read's local memory) once the head has passed the
+//! key, bounds and rights checks; a refused payload is read off the stream and
+//! dropped. Messages are cut into chunks (`rc::tx::CHUNK`) so that a small message on
+//! the same connection waits behind at most one chunk of a large one. UD keeps one
+//! copy each way (a datagram is built in, and received into, a provider buffer).
+//!
 //! Where the work happens: `post_send` encodes frames and writes them at once;
 //! `CompletionQueue::poll` reads the sockets of that CQ's QPs, processes frames and
 //! flushes output before popping completions (manual progress). One helper thread per
@@ -17,9 +27,10 @@
 //! | [`wire`] | the wire format (versioned), encode and decode |
 //! | `device`, `pd` | the device, PDs, MRs, AHs, counters |
 //! | `keys`, `mem` | the key table and checked copies to and from registered memory |
+//! | `pieces` | checked ranges of registered memory a payload is read into or sent from |
 //! | `cq`, `srq`, `events` | completion queues (and progress), SRQs, async events |
 //! | `qp` | QP state, posting, flushes |
-//! | `rc` | RC over TCP: connection, requester, responder |
+//! | `rc` | RC over TCP: connection, requester, responder, input (`rx`), output (`tx`) |
 //! | `ud` | UD over UDP |
 //! | `faults` | deterministic UD fault injection |
 //! | `helper` | the helper thread |
@@ -38,6 +49,7 @@ mod keys;
 mod lid;
 mod mem;
 mod pd;
+mod pieces;
 mod profile;
 mod qp;
 mod rc;

@@ -78,9 +78,25 @@ impl Epoll {
         let _ = self.ctl(libc::EPOLL_CTL_MOD, fd, token);
     }
 
+    /// Re-enables a one-shot watch for readability or writability, whichever comes
+    /// first.
+    pub(crate) fn rearm_writable(&self, fd: RawFd, token: u64) {
+        let _ = self.ctl_events(libc::EPOLL_CTL_MOD, fd, token, libc::EPOLLOUT);
+    }
+
     fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl_events(op, fd, token, 0)
+    }
+
+    fn ctl_events(
+        &self,
+        op: libc::c_int,
+        fd: RawFd,
+        token: u64,
+        extra: libc::c_int,
+    ) -> io::Result<()> {
         let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
+            events: (libc::EPOLLIN | libc::EPOLLONESHOT | extra) as u32,
             u64: token,
         };
         // SAFETY: `ev` is a live local; the kernel validates both descriptors.

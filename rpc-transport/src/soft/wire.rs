@@ -1,4 +1,4 @@
-//! The soft provider's wire format, version 1: the only place it is defined.
+//! The soft provider's wire format, version 2: the only place it is defined.
 //!
 //! # RC frames (over one TCP connection per connected QP pair, both directions)
 //!
@@ -20,8 +20,8 @@
 //!   acknowledgements ride on whatever goes the other way; a bare `ACK` frame is only
 //!   sent when nothing else is going out.
 //! * `flags`: `FIRST`/`LAST` delimit the segments of one message (payloads are cut at
-//!   [`MAX_SEG`]), `IMM` says the extension's immediate is present, `SOLICITED` is
-//!   the solicited-event bit.
+//!   the sender's chunk size, at most [`MAX_SEG`]), `IMM` says the extension's
+//!   immediate is present, `SOLICITED` is the solicited-event bit.
 //!
 //! | opcode | extension | payload |
 //! | --- | --- | --- |
@@ -48,6 +48,9 @@
 //!
 //! Decoders validate every field and length and return [`WireError`]; they never panic.
 //!
+//! Version 2 raised [`MAX_SEG`] from 32 KiB to 1 MiB (a version-1 peer would refuse
+//! the larger frames, so it is refused at its `HELLO` instead).
+//!
 //! Versioning: every frame and datagram starts with [`VERSION`]. A peer speaking
 //! another version is refused, not misread: its `HELLO` fails to decode and the
 //! connection is dropped (the connecting QP sees a dead peer and moves to ERR), and
@@ -56,17 +59,16 @@
 use std::fmt;
 
 /// Wire format version carried in every frame and datagram.
-pub(crate) const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 2;
 /// Length of the common RC frame header.
 pub(crate) const HDR_LEN: usize = 16;
-/// Largest payload of one RC frame; longer messages are segmented.
-pub(crate) const MAX_SEG: usize = 32 * 1024;
+/// Largest payload of one RC frame a receiver accepts; senders cut messages into
+/// frames of at most their chunk size (which must not exceed this).
+pub(crate) const MAX_SEG: usize = 1024 * 1024;
 /// Length of the UD datagram header.
 pub(crate) const UD_HDR_LEN: usize = 24;
 /// Largest extension of any opcode.
 pub(crate) const MAX_EXT: usize = 32;
-/// Largest RC frame.
-pub(crate) const MAX_FRAME: usize = HDR_LEN + MAX_EXT + MAX_SEG;
 /// Size of a `HELLO` frame.
 pub(crate) const HELLO_LEN: usize = HDR_LEN + 24;
 /// Sequence numbers (and QPNs) use 24 bits.
@@ -197,6 +199,21 @@ pub(crate) struct Frame<'a> {
     pub payload: &'a [u8],
 }
 
+/// A decoded RC frame header and extension; `len` payload bytes follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head {
+    /// `FIRST`, `LAST`, `IMM`, `SOLICITED`.
+    pub flags: u8,
+    /// Message sequence number.
+    pub seq: u32,
+    /// Cumulative acknowledgement.
+    pub ack: u32,
+    /// Opcode and extension.
+    pub body: Body,
+    /// Payload bytes that follow.
+    pub len: u32,
+}
+
 /// A decoded UD datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Datagram<'a> {
@@ -287,12 +304,14 @@ fn be64(b: &[u8], at: usize) -> u64 {
     (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
 }
 
-/// Decodes the frame at the head of `buf`.
+/// Decodes the header and extension at the head of `buf`, without waiting for the
+/// payload: the receiver decides where the payload goes (straight into registered
+/// memory, or nowhere) before reading it.
 ///
-/// `Ok(None)`: more bytes are needed. `Ok(Some((frame, n)))`: a frame of `n` bytes.
-/// The header is validated as soon as it is complete, so a bad length is reported
-/// before waiting for a payload that will never fit.
-pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError> {
+/// `Ok(None)`: more bytes are needed. `Ok(Some((head, n)))`: a head of `n` bytes,
+/// followed by `head.len` payload bytes. The fixed header is validated as soon as it
+/// is complete, so a bad length is reported before waiting for anything more.
+pub(crate) fn decode_head(buf: &[u8]) -> Result<Option<(Head, usize)>, WireError> {
     if buf.len() < HDR_LEN {
         return Ok(None);
     }
@@ -318,8 +337,7 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError
     if len as usize > max {
         return Err(WireError::Length(len));
     }
-    let total = HDR_LEN + ext + len as usize;
-    if buf.len() < total {
+    if buf.len() < HDR_LEN + ext {
         return Ok(None);
     }
     let e = &buf[HDR_LEN..HDR_LEN + ext];
@@ -386,12 +404,35 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError
         _ => return Err(WireError::Opcode(op)),
     };
     Ok(Some((
-        Frame {
+        Head {
             flags,
             seq,
             ack,
             body,
-            payload: &buf[HDR_LEN + ext..total],
+            len,
+        },
+        HDR_LEN + ext,
+    )))
+}
+
+/// Decodes the whole frame at the head of `buf` (header, extension and payload).
+///
+/// `Ok(None)`: more bytes are needed. `Ok(Some((frame, n)))`: a frame of `n` bytes.
+pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, WireError> {
+    let Some((h, at)) = decode_head(buf)? else {
+        return Ok(None);
+    };
+    let total = at + h.len as usize;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    Ok(Some((
+        Frame {
+            flags: h.flags,
+            seq: h.seq,
+            ack: h.ack,
+            body: h.body,
+            payload: &buf[at..total],
         },
         total,
     )))
@@ -534,12 +575,34 @@ pub(crate) fn decode_ud(buf: &[u8]) -> Result<Datagram<'_>, WireError> {
 }
 
 /// Fuzzing entry point: decodes `data` as an RC byte stream and as a UD datagram,
-/// and checks that every frame it accepts re-encodes to the same bytes.
+/// checks that every frame it accepts re-encodes to the same bytes, and that the head
+/// decoder (which the receiver uses, before the payload arrives) agrees with the
+/// whole-frame decoder on every input.
 #[doc(hidden)]
 pub fn fuzz_one(data: &[u8]) {
     let mut rest = data;
     let mut out = Vec::new();
-    while let Ok(Some((f, n))) = decode(rest) {
+    loop {
+        let whole = decode(rest);
+        match (decode_head(rest), &whole) {
+            (Err(a), Err(b)) => assert_eq!(a, *b, "decoders disagree on the error"),
+            (Ok(None), Ok(None)) => {}
+            (Ok(Some((h, at))), Ok(None)) => {
+                assert!(
+                    rest.len() < at + h.len as usize,
+                    "complete frame not decoded"
+                )
+            }
+            (Ok(Some((h, at))), Ok(Some((f, n)))) => {
+                assert_eq!(at + h.len as usize, *n, "head length differs");
+                assert_eq!(
+                    (h.flags, h.seq, h.ack, h.body),
+                    (f.flags, f.seq, f.ack, f.body)
+                );
+            }
+            (h, w) => panic!("decoders disagree: head {h:?}, frame {w:?}"),
+        }
+        let Ok(Some((f, n))) = whole else { break };
         out.clear();
         encode(&mut out, f.flags, f.seq, f.ack, &f.body, f.payload.len());
         out.extend_from_slice(f.payload);
@@ -659,7 +722,9 @@ mod tests {
             b[i] = v;
             decode(&b).map(|o| o.map(|(_, n)| n))
         };
-        assert_eq!(bad(0, 2), Err(WireError::Version(2)));
+        // Version 1 (32 KiB frames) is refused as any other version is.
+        assert_eq!(bad(0, 1), Err(WireError::Version(1)));
+        assert_eq!(bad(0, 3), Err(WireError::Version(3)));
         assert_eq!(bad(1, 99), Err(WireError::Opcode(99)));
         assert_eq!(bad(2, 0x80), Err(WireError::Flags(0x80)));
         assert_eq!(bad(3, 1), Err(WireError::Reserved));

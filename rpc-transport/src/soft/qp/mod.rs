@@ -21,6 +21,7 @@ use crate::wr::SendOp;
 
 use super::cq::Cq;
 use super::device::{Device, MAX_INLINE, MAX_SGE, MAX_WR};
+use super::helper;
 use super::pd::Pd;
 use super::rc::{self, RcConn};
 use super::srq::Srq;
@@ -105,6 +106,8 @@ pub(crate) struct Qp {
     state: AtomicU8,
     /// Something a timer must look after (see `helper`).
     busy: AtomicBool,
+    /// Output waits for the socket (`rc::output_waits`); counted in the CQs' `stalled`.
+    stalled: AtomicBool,
     // One lock per QP: taken by the thread posting to it and by whoever makes progress
     // on it (the poller of one of its CQs, or the helper when nobody polls); in the
     // common case both are the same thread, so it is uncontended.
@@ -171,6 +174,7 @@ impl Pd {
             sq_sig_all,
             state: AtomicU8::new(QpState::Reset as u8),
             busy: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 state: QpState::Reset,
                 attr: Attrs::default(),
@@ -257,6 +261,7 @@ impl Qp {
                 g.sq.clear();
                 g.rq.clear();
                 self.set_busy(false);
+                self.set_stalled(false);
             }
             QpState::Err => {
                 g.attr = attrs;
@@ -331,7 +336,7 @@ impl Qp {
             self.push_send(w.wr_id, st, wc_opcode(&w.op), 0);
         }
         if let Some(rc) = g.rc.as_mut() {
-            if let Some(w) = rc.st.abort() {
+            if let Some(w) = rc.abort() {
                 self.push_recv_error(w.wr_id, WcStatus::WrFlushErr);
             }
         }
@@ -360,17 +365,62 @@ impl Qp {
     /// Makes progress; `true` if the QP wants to be visited again soon even without
     /// socket readiness (pending output, an owed ACK, a timer).
     /// `read`: also read the socket (else only timers and pending output).
-    pub(crate) fn progress(&self, now: u64, read: bool) -> bool {
+    /// `budget`: bytes an RC QP may write in this pass (see `rc::WRITE_PER_POLL`).
+    pub(crate) fn progress(&self, now: u64, read: bool, budget: usize) -> bool {
         let mut g = self.lock();
         self.check_cqs(&mut g);
         match self.qp_type {
             QpType::Rc => {
-                let needs = rc::progress(self, &mut g, now, read);
-                self.set_busy(needs || g.sq.len() > 0);
+                let needs = rc::progress(self, &mut g, now, read, budget);
+                self.after_rc_pass(&g, needs);
                 needs
             }
             QpType::Ud => false,
         }
+    }
+
+    /// Records what an RC progress pass left behind.
+    pub(crate) fn after_rc_pass(&self, g: &Inner, needs: bool) {
+        self.set_busy(needs || g.sq.len() > 0);
+        self.set_stalled(rc::output_waits(g));
+    }
+
+    /// Records whether output waits for the socket. A QP that stalls while nobody
+    /// makes progress through its CQs (their pollers sleep) hands the output to the
+    /// helper at once, which then writes whenever the socket has room; a poller that
+    /// arms its CQ later does the same (`Cq::req_notify`).
+    fn set_stalled(&self, stalled: bool) {
+        // A plain load first: this runs after every progress pass, and rarely changes.
+        if self.stalled.load(Ordering::Relaxed) == stalled
+            || self.stalled.swap(stalled, Ordering::SeqCst) == stalled
+        {
+            return;
+        }
+        for cq in self.cqs() {
+            if stalled {
+                cq.stalled.fetch_add(1, Ordering::SeqCst);
+            } else {
+                cq.stalled.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        if stalled && self.neglected(self.dev.now_ns()) {
+            self.dev.helper.poke();
+        }
+    }
+
+    pub(crate) fn is_stalled(&self) -> bool {
+        self.stalled.load(Ordering::Relaxed)
+    }
+
+    /// Its CQs: one, or two distinct ones.
+    fn cqs(&self) -> impl Iterator<Item = &Arc<Cq>> {
+        let two = !Arc::ptr_eq(&self.send_cq, &self.recv_cq);
+        std::iter::once(&self.send_cq).chain(two.then_some(&self.recv_cq))
+    }
+
+    /// Nobody makes progress on it through its CQs (see `Cq::neglected`).
+    pub(crate) fn neglected(&self, now: u64) -> bool {
+        self.cqs().all(|cq| cq.neglected(now, helper::IDLE_NS))
     }
 
     /// Records whether a timer must look after this QP, telling the helper on change.
@@ -419,6 +469,7 @@ impl Drop for Qp {
         if self.busy.load(Ordering::SeqCst) {
             self.dev.helper.set_busy(false);
         }
+        self.set_stalled(false);
         if self.qp_type == QpType::Ud {
             self.send_cq.ud_detach();
             if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {

@@ -65,7 +65,7 @@ impl Qp {
         }
         if self.qp_type == QpType::Rc {
             let needs = rc::kick(self, &mut g, now);
-            self.set_busy(needs || g.sq.len() > 0);
+            self.after_rc_pass(&g, needs);
         }
         result
     }

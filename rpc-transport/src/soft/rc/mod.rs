@@ -8,10 +8,19 @@
 //! peer goes silent. ACKs ride on any frame going the other way; a bare ACK is sent
 //! only once one has been owed for [`ACK_DELAY_NS`] (a request's reply normally
 //! carries it), so a request/response exchange costs one write per message per side.
+//!
+//! Bytes: [`rx`] reads heads into a small buffer and payloads straight into their
+//! destination; [`tx`] sends heads and payloads (by reference) with one `sendmsg`.
+//!
+//! Sharing the socket: within a connection, the requester and responder halves take
+//! turns at filling the one-chunk output queue; among the QPs of a CQ, each progress
+//! pass reads and writes at most a MiB ([`MAX_READ_PER_PASS`], [`WRITE_PER_POLL`]), so
+//! that a poll visiting every QP in turn gives each the same share.
 
-mod io;
 mod requester;
 mod responder;
+mod rx;
+mod tx;
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
@@ -25,11 +34,15 @@ use crate::wc::WcStatus;
 
 use super::device::bump;
 use super::helper;
+use super::pieces::Pieces;
 use super::qp::wqe::{RecvWqe, SendQueue};
 use super::qp::{Attrs, Inner, Qp};
-use super::wire::{self, Body, Nak};
-pub(crate) use io::{RxBuf, TxBuf};
+use super::wire::{self, Body, Head, Nak, WireError};
 use responder::{InMsg, Resp};
+use rx::{RxBuf, Stop};
+pub(crate) use tx::TxBuf;
+#[cfg(test)]
+pub(crate) use tx::CHUNK;
 
 /// Wait between connection attempts.
 const CONNECT_RETRY_NS: u64 = 10_000_000;
@@ -45,8 +58,16 @@ const ACK_EVERY: u32 = 8;
 /// its host unreachable); on a loaded machine a live peer can be descheduled for a
 /// long while, which must not look like death.
 const MIN_BUDGET_NS: u64 = 1_000_000_000;
-/// Bytes read per progress pass at most (then ACKs and output get their turn).
+/// Bytes read per progress pass at most (then ACKs and output get their turn, and
+/// the next QP of the CQ).
 const MAX_READ_PER_PASS: usize = 1 << 20;
+/// Bytes written per progress pass of a poller (or a post) at most: a QP with a long
+/// transfer leaves the socket time to the other QPs of its CQ after this much (each
+/// poll visits them in turn), and the poller gets back to its completions.
+pub(crate) const WRITE_PER_POLL: usize = 1 << 20;
+/// The same for a pass of the helper thread. It comes back as soon as the socket has
+/// room again (see `helper`), so the cap only shares its time among QPs.
+pub(crate) const WRITE_PER_HELPER_PASS: usize = 1 << 20;
 /// How long one connection attempt may take before it is abandoned (and retried).
 const CONNECT_TIMEOUT_NS: u64 = 1_000_000_000;
 /// How often a connect under way is looked at.
@@ -88,6 +109,11 @@ pub(crate) struct RcProtocol {
     write_open: bool,
     resps: VecDeque<Resp>,
     failed: bool,
+    /// Which half encodes first in the next round of output (they alternate, so
+    /// that Read responses and requests share the connection chunk by chunk).
+    resp_first: bool,
+    /// The last pass stopped writing at its byte budget with more to send.
+    budget_cut: bool,
 }
 
 impl RcProtocol {
@@ -104,6 +130,21 @@ impl RcProtocol {
         self.write_open = false;
         self.rnr_until = None;
         self.in_msg.take().map(|m| m.wqe)
+    }
+}
+
+impl RcConn {
+    /// Requests this responder has executed (its next expected sequence number).
+    #[cfg(test)]
+    pub(crate) fn expected(&self) -> u32 {
+        self.st.expected
+    }
+
+    /// [`RcProtocol::abort`], and the payload being received lands nowhere any more
+    /// (its receive or Read WQE is about to be flushed).
+    pub(crate) fn abort(&mut self) -> Option<RecvWqe> {
+        self.rx.discard_current();
+        self.st.abort()
     }
 }
 
@@ -153,6 +194,8 @@ impl RcConn {
                 write_open: false,
                 resps: VecDeque::with_capacity(16),
                 failed: false,
+                resp_first: false,
+                budget_cut: false,
             },
         }
     }
@@ -278,15 +321,24 @@ impl FrameContext<'_> {
 
 /// Progress from a poll (or the helper): read, process, send. `true` if the QP wants
 /// to be visited again without socket readiness.
-pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> bool {
-    let r = drive(qp, g, now, read);
+/// `budget`: bytes it may write ([`WRITE_PER_POLL`] or [`WRITE_PER_HELPER_PASS`]).
+pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> bool {
+    let r = drive(qp, g, now, read, budget);
     finish(qp, g, r)
+}
+
+/// Whether output waits for the socket: the last flush found it full, or the last
+/// pass stopped at its budget. Either way a writable socket is the moment to go on
+/// (and only then is there anything to do, so waiting for it cannot spin).
+pub(crate) fn output_waits(g: &Inner) -> bool {
+    g.rc.as_deref()
+        .is_some_and(|rc| rc.sock.is_some() && (!rc.tx.is_empty() || rc.st.budget_cut))
 }
 
 /// Progress right after a post: send what was posted, without reading. Returns
 /// whether the QP wants another visit.
 pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) -> bool {
-    let r = drive(qp, g, now, false);
+    let r = drive(qp, g, now, false, WRITE_PER_POLL);
     let needs = finish(qp, g, r);
     if needs {
         qp.defer();
@@ -317,7 +369,7 @@ fn finish(qp: &Qp, g: &mut Inner, r: (Result<(), Fault>, bool)) -> bool {
     }
 }
 
-fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bool) {
+fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result<(), Fault>, bool) {
     let Inner {
         state,
         attr,
@@ -330,6 +382,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
     let Some(rc) = rc.as_deref_mut() else {
         return (Ok(()), false);
     };
+    rc.st.budget_cut = false;
     if matches!(state, QpState::Reset | QpState::Init) {
         return (Ok(()), false);
     }
@@ -381,7 +434,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool) -> (Result<(), Fault>, bo
         tx,
         now,
     };
-    let r = run(&mut cx, sock, rx, read);
+    let r = run(&mut cx, sock, rx, read, budget);
     if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
         cx.st.owed_since = Some(now);
     }
@@ -404,44 +457,16 @@ fn err_state(
     st: &mut RcProtocol,
     read: bool,
 ) -> (Result<(), Fault>, bool) {
-    let mut nak = None;
+    let mut drain = ErrDrain { nak: None };
     let mut eof = false;
-    while read && !eof {
-        let (n, full) = match rx.fill(sock) {
-            Ok(Some(r)) => r,
-            Ok(None) => break,
-            Err(_) => (0, false),
-        };
-        if n == 0 {
-            eof = true;
-            break;
-        }
-        loop {
-            match wire::decode(rx.data()) {
-                Ok(Some((f, used))) => {
-                    if matches!(
-                        f.body,
-                        Body::Send { .. }
-                            | Body::Write { .. }
-                            | Body::ReadReq { .. }
-                            | Body::AtomicReq { .. }
-                    ) {
-                        nak = Some(f.seq);
-                    }
-                    rx.start += used;
-                }
-                Ok(None) => break,
-                Err(_) => {
-                    eof = true;
-                    break;
-                }
-            }
-        }
-        if !full {
-            break;
-        }
+    if read {
+        rx.discard_current();
+        eof = !matches!(
+            rx.receive(sock, MAX_READ_PER_PASS, &mut drain),
+            Ok(Stop::Drained | Stop::Budget)
+        );
     }
-    if let Some(seq) = nak.filter(|_| tx.has_room()) {
+    if let Some(seq) = drain.nak.filter(|_| tx.has_room()) {
         wire::encode(
             &mut tx.buf,
             0,
@@ -458,46 +483,58 @@ fn err_state(
     (Ok(()), !tx.is_empty())
 }
 
+/// Reads an ERR QP's input, writing no payload anywhere, and notes the last request.
+struct ErrDrain {
+    nak: Option<u32>,
+}
+
+impl rx::Handler for ErrDrain {
+    fn head(&mut self, h: &Head, _into: &mut Pieces) -> Result<(), Fault> {
+        if matches!(
+            h.body,
+            Body::Send { .. } | Body::Write { .. } | Body::ReadReq { .. } | Body::AtomicReq { .. }
+        ) {
+            self.nak = Some(h.seq);
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, _h: &Head) -> Result<(), Fault> {
+        Ok(())
+    }
+
+    fn malformed(&mut self, _e: WireError) {}
+}
+
 fn run(
     cx: &mut FrameContext<'_>,
     sock: &mut TcpStream,
     rx: &mut RxBuf,
     read: bool,
+    budget: usize,
 ) -> Result<(), Fault> {
-    if read {
-        // Bounded, so that one busy connection cannot hold a poll call for long; what
-        // is left stays readable for the next pass.
-        let mut total = 0;
-        while total < MAX_READ_PER_PASS {
-            let got = rx.fill(sock).map_err(|_| Fault::Broken)?;
-            let Some((n, full)) = got else { break };
-            total += n;
-            loop {
-                match wire::decode(rx.data()) {
-                    Ok(Some((f, used))) => {
-                        on_frame(cx, &f)?;
-                        rx.start += used;
-                    }
-                    Ok(None) => break,
-                    Err(_) => {
-                        bump(&cx.qp.dev.stats.rc_frames_malformed);
-                        return Err(Fault::Broken);
-                    }
-                }
-            }
-            if n == 0 {
-                return Err(Fault::Broken);
-            }
-            if !full {
-                break;
-            }
-        }
+    // Bounded, so that one busy connection cannot hold a poll call for long; what is
+    // left stays readable for the next pass.
+    if read && rx.receive(sock, MAX_READ_PER_PASS, cx)? == Stop::Eof {
+        return Err(Fault::Broken);
     }
     requester::complete(cx)?;
     requester::timers(cx)?;
+    let mut written = 0;
     loop {
-        let fatal = responder::pump(cx);
-        requester::pump(cx);
+        // The halves take turns at encoding first: with the queue bounded to a chunk,
+        // a Send waits behind at most one chunk of a Read response, and vice versa.
+        let fatal = if cx.st.resp_first {
+            let f = responder::pump(cx);
+            if !f {
+                requester::pump(cx);
+            }
+            f
+        } else {
+            requester::pump(cx);
+            responder::pump(cx)
+        };
+        cx.st.resp_first = !cx.st.resp_first;
         // A fresh clock: a long pass (bulk data) must still ACK at its end. Read only
         // when a lone ACK is in question (outgoing frames carry the ACK anyway).
         let owed_long = || {
@@ -509,13 +546,14 @@ fn run(
         if unacked != 0 && cx.tx.is_empty() && (unacked >= ACK_EVERY || owed_long()) {
             cx.frame(0, 0, &Body::Ack, 0);
         }
-        let drained = cx.tx.flush(sock).map_err(|_| Fault::Broken)?;
+        written += cx.tx.flush(sock).map_err(|_| Fault::Broken)?;
         if fatal {
             return Err(Fault::Err);
         }
         let more = !cx.st.resps.is_empty()
             || (cx.sq.tx < cx.sq.len() && !cx.st.halted && cx.st.rnr_until.is_none());
-        if !drained || !more {
+        if !cx.tx.is_empty() || !more || written >= budget {
+            cx.st.budget_cut = cx.tx.is_empty() && more;
             break;
         }
     }
@@ -523,24 +561,39 @@ fn run(
     requester::complete(cx)
 }
 
-fn on_frame(cx: &mut FrameContext<'_>, f: &wire::Frame<'_>) -> Result<(), Fault> {
-    cx.st.progress_at = cx.now;
-    requester::on_ack(cx, f.ack);
-    match f.body {
-        Body::Hello { .. } => {
-            bump(&cx.qp.dev.stats.rc_frames_malformed);
-            Err(Fault::Broken)
+impl rx::Handler for FrameContext<'_> {
+    fn head(&mut self, h: &Head, into: &mut Pieces) -> Result<(), Fault> {
+        self.st.progress_at = self.now;
+        requester::on_ack(self, h.ack);
+        match h.body {
+            Body::Hello { .. } => {
+                bump(&self.qp.dev.stats.rc_frames_malformed);
+                Err(Fault::Broken)
+            }
+            Body::Send { .. } => responder::send_head(self, h, into),
+            Body::Write { va, rkey, .. } => responder::write_head(self, h, va, rkey, into),
+            Body::ReadReq { va, rkey, len } => responder::on_read_req(self, h.seq, va, rkey, len),
+            Body::AtomicReq { va, rkey, op } => responder::on_atomic(self, h.seq, va, rkey, op),
+            Body::ReadResp => requester::read_resp_head(self, h, into),
+            Body::AtomicResp { orig } => requester::on_atomic_resp(self, h.seq, orig),
+            Body::Ack => Ok(()),
+            Body::Nak(n) => {
+                requester::on_nak(self, h.seq, n);
+                Ok(())
+            }
         }
-        Body::Send { imm } => responder::on_send(cx, f, imm),
-        Body::Write { va, rkey, imm } => responder::on_write(cx, f, va, rkey, imm),
-        Body::ReadReq { va, rkey, len } => responder::on_read_req(cx, f.seq, va, rkey, len),
-        Body::AtomicReq { va, rkey, op } => responder::on_atomic(cx, f.seq, va, rkey, op),
-        Body::ReadResp => requester::on_read_resp(cx, f),
-        Body::AtomicResp { orig } => requester::on_atomic_resp(cx, f.seq, orig),
-        Body::Ack => Ok(()),
-        Body::Nak(n) => {
-            requester::on_nak(cx, f.seq, n);
-            Ok(())
+    }
+
+    fn end(&mut self, h: &Head) -> Result<(), Fault> {
+        match h.body {
+            Body::Send { imm } => responder::send_end(self, h, imm),
+            Body::Write { imm, .. } => responder::write_end(self, h, imm),
+            Body::ReadResp => requester::read_resp_end(self, h),
+            _ => Ok(()),
         }
+    }
+
+    fn malformed(&mut self, _e: WireError) {
+        bump(&self.qp.dev.stats.rc_frames_malformed);
     }
 }

@@ -5,10 +5,14 @@ use crate::qp_state::rnr_timer_us;
 use crate::wc::{WcStatus, WorkCompletion};
 use crate::wr::{SendFlags, SendOp};
 
+use crate::access::AccessFlags;
+
 use super::super::mem::{self, ScatterError};
+use super::super::pieces::{Pieces, PlanError};
 use super::super::qp::wc_opcode;
 use super::super::qp::wqe::TxState;
-use super::super::wire::{self, seq_lt, Atomic, Body, Nak, MAX_SEG, SEQ_MASK};
+use super::super::wire::{self, seq_lt, Atomic, Body, Nak, SEQ_MASK};
+use super::tx::{CHUNK, COPY_MAX};
 use super::{Fault, FrameContext};
 
 /// `rnr_retry` 7 means retry forever.
@@ -78,29 +82,43 @@ fn fail(cx: &mut FrameContext<'_>, i: usize, status: WcStatus) {
     cx.st.halted = true;
 }
 
-pub(super) fn on_read_resp(cx: &mut FrameContext<'_>, f: &wire::Frame<'_>) -> Result<(), Fault> {
-    let Some(i) = find(cx, f.seq) else {
+/// The head of a Read response segment: finds the Read, checks its local SGEs for
+/// the segment's bytes and points `into` at them.
+pub(super) fn read_resp_head(
+    cx: &mut FrameContext<'_>,
+    h: &wire::Head,
+    into: &mut Pieces,
+) -> Result<(), Fault> {
+    let Some(i) = find(cx, h.seq) else {
         return Ok(()); // a response to a WQE that already failed
     };
     let w = *cx.sq.get(i);
     if w.state != TxState::Sent || !matches!(w.op, SendOp::RdmaRead { .. }) {
         return Err(Fault::Broken);
     }
-    if w.done_bytes + f.payload.len() as u64 > w.len {
+    if w.done_bytes + u64::from(h.len) > w.len {
         return Err(Fault::Broken);
     }
-    let pd = cx.qp.pd.id;
-    match mem::scatter(&cx.qp.dev.keys, pd, w.sges(), w.done_bytes, f.payload) {
-        Ok(()) => {}
-        Err(ScatterError::Prot(_)) => {
+    let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);
+    let need = AccessFlags::LOCAL_WRITE;
+    match into.resolve(keys, pd, w.sges(), w.done_bytes, h.len as usize, need) {
+        Ok(()) => Ok(()),
+        Err(PlanError::Prot(_)) => {
             fail(cx, i, WcStatus::LocProtErr);
-            return Ok(());
+            Ok(())
         }
-        Err(ScatterError::Len) => return Err(Fault::Broken),
+        Err(PlanError::Len) => Err(Fault::Broken),
     }
+}
+
+/// A Read response segment has landed.
+pub(super) fn read_resp_end(cx: &mut FrameContext<'_>, h: &wire::Head) -> Result<(), Fault> {
+    let Some(i) = find(cx, h.seq) else {
+        return Ok(());
+    };
     let w = cx.sq.get_mut(i);
-    w.done_bytes += f.payload.len() as u64;
-    if f.flags & wire::LAST != 0 {
+    w.done_bytes += u64::from(h.len);
+    if h.flags & wire::LAST != 0 {
         if w.done_bytes != w.len {
             return Err(Fault::Broken);
         }
@@ -279,7 +297,11 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
                 continue;
             }
         };
-        let seg = (w.len - w.done_bytes).min(MAX_SEG as u64) as usize;
+        let want = ((w.len - w.done_bytes) as usize).min(CHUNK);
+        let seg = cx.tx.room_for(want);
+        if seg < want.min(1) {
+            break; // no room for a useful piece: after the next flush
+        }
         let last = w.done_bytes + seg as u64 == w.len;
         let mut flags = sol;
         if w.done_bytes == 0 {
@@ -291,25 +313,37 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
         if imm {
             flags |= wire::IMM;
         }
-        let at = cx.tx.buf.len();
-        cx.frame(flags, seq, &body, seg);
         let off = w.done_bytes;
         if w.inline {
+            // Inline payloads were copied at post time; they are small, so they are
+            // copied once more rather than referenced (the ring may move them).
+            cx.frame(flags, seq, &body, seg);
             let src = &cx.sq.inline_data(i)[off as usize..off as usize + seg];
             cx.tx.buf.extend_from_slice(src);
-        } else if mem::gather_append(
-            &cx.qp.dev.keys,
-            cx.qp.pd.id,
-            w.sges(),
-            off,
-            seg,
-            &mut cx.tx.buf,
-        )
-        .is_err()
-        {
-            cx.tx.buf.truncate(at);
-            fail(cx, i, WcStatus::LocProtErr);
-            return;
+        } else if seg <= COPY_MAX {
+            // Small: copied next to the head (cheaper than a reference; see COPY_MAX).
+            let at = cx.tx.buf.len();
+            cx.frame(flags, seq, &body, seg);
+            let p = cx.tx.buf.len();
+            cx.tx.buf.resize(p + seg, 0);
+            let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);
+            if mem::gather(keys, pd, w.sges(), off, &mut cx.tx.buf[p..]).is_err() {
+                cx.tx.buf.truncate(at);
+                fail(cx, i, WcStatus::LocProtErr);
+                return;
+            }
+        } else {
+            let mut from = Pieces::discard();
+            let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);
+            let need = AccessFlags::empty();
+            if from.resolve(keys, pd, w.sges(), off, seg, need).is_err() {
+                fail(cx, i, WcStatus::LocProtErr);
+                return;
+            }
+            cx.frame(flags, seq, &body, seg);
+            let tx = &mut *cx.tx;
+            // SAFETY: each piece is a checked range inside the buffer handed with it.
+            from.take_each(|ptr, len, keep| unsafe { tx.push_ref(ptr, len, keep) });
         }
         cx.sq.get_mut(i).done_bytes += seg as u64;
         if last {

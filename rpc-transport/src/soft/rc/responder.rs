@@ -14,9 +14,10 @@ use crate::access::AccessFlags;
 use crate::mr_buffer::MrBuffer;
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 
-use super::super::mem::{self, ScatterError};
+use super::super::pieces::{Pieces, PlanError};
 use super::super::qp::wqe::RecvWqe;
-use super::super::wire::{self, Atomic, Body, Nak, MAX_SEG, SEQ_MASK};
+use super::super::wire::{self, Atomic, Body, Nak, SEQ_MASK};
+use super::tx::{CHUNK, COPY_MAX};
 use super::{Fault, FrameContext};
 
 /// A message being received into a receive WQE (Send, or Write with immediate).
@@ -33,7 +34,7 @@ pub(crate) enum Resp {
         ptr: *const u8,
         len: u64,
         off: u64,
-        _buf: Option<Arc<MrBuffer>>,
+        buf: Option<Arc<MrBuffer>>,
     },
     Atomic {
         seq: u32,
@@ -117,69 +118,89 @@ fn fail_recv(cx: &mut FrameContext<'_>, seq: u32, status: WcStatus, nak: Nak) ->
     Ok(())
 }
 
-pub(super) fn on_send(
+/// The head of a Send segment: takes the receive (FIRST), checks the receive's SGEs
+/// for the segment's bytes and points `into` at them. Every check is made before any
+/// byte of the payload is read.
+pub(super) fn send_head(
     cx: &mut FrameContext<'_>,
-    f: &wire::Frame<'_>,
-    imm: u32,
+    h: &wire::Head,
+    into: &mut Pieces,
 ) -> Result<(), Fault> {
-    if !in_order(cx, f.seq) {
+    if !in_order(cx, h.seq) {
         return Ok(());
     }
-    if f.flags & wire::FIRST != 0 {
+    if h.flags & wire::FIRST != 0 {
         if cx.st.in_msg.is_some() || cx.st.write_open {
             return Err(Fault::Broken);
         }
         let Some((wqe, pd)) = cx.qp.take_recv(cx.rq) else {
             // Everything up to the retransmission of this message (a FIRST segment
             // with the same sequence number) is now dropped by `in_order`/`in_msg`.
-            rnr(cx, f.seq);
+            rnr(cx, h.seq);
             return Ok(());
         };
         cx.st.in_msg = Some(InMsg { wqe, pd, off: 0 });
     }
-    let Some(m) = cx.st.in_msg.as_mut() else {
+    let Some(m) = cx.st.in_msg.as_ref() else {
         return Ok(()); // the rest of a message that was NAKed
     };
-    match mem::scatter(&cx.qp.dev.keys, m.pd, m.wqe.sges(), m.off, f.payload) {
-        Ok(()) => m.off += f.payload.len() as u64,
-        Err(ScatterError::Len) => {
-            return fail_recv(cx, f.seq, WcStatus::LocLenErr, Nak::InvalidRequest)
-        }
-        Err(ScatterError::Prot(_)) => {
-            return fail_recv(cx, f.seq, WcStatus::LocProtErr, Nak::RemoteOp)
-        }
+    let keys = &cx.qp.dev.keys;
+    match into.resolve(
+        keys,
+        m.pd,
+        m.wqe.sges(),
+        m.off,
+        h.len as usize,
+        AccessFlags::LOCAL_WRITE,
+    ) {
+        Ok(()) => Ok(()),
+        Err(PlanError::Len) => fail_recv(cx, h.seq, WcStatus::LocLenErr, Nak::InvalidRequest),
+        Err(PlanError::Prot(_)) => fail_recv(cx, h.seq, WcStatus::LocProtErr, Nak::RemoteOp),
     }
-    if f.flags & wire::LAST != 0 {
+}
+
+/// A Send segment's payload has landed.
+pub(super) fn send_end(cx: &mut FrameContext<'_>, h: &wire::Head, imm: u32) -> Result<(), Fault> {
+    if !in_order(cx, h.seq) {
+        return Ok(());
+    }
+    let Some(m) = cx.st.in_msg.as_mut() else {
+        return Ok(());
+    };
+    m.off += u64::from(h.len);
+    if h.flags & wire::LAST != 0 {
         let m = cx.st.in_msg.take().expect("checked above");
-        let imm = (f.flags & wire::IMM != 0).then_some(imm);
-        complete_recv(cx, &m, WcOpcode::Recv, imm, f.flags & wire::SOLICITED != 0)?;
+        let imm = (h.flags & wire::IMM != 0).then_some(imm);
+        complete_recv(cx, &m, WcOpcode::Recv, imm, h.flags & wire::SOLICITED != 0)?;
         advance(cx);
     }
     Ok(())
 }
 
-pub(super) fn on_write(
+/// The head of a Write segment: checks the QP's rights (FIRST), takes the receive of
+/// a Write with immediate, checks the rkey, range and rights for the segment's bytes
+/// and points `into` at them.
+pub(super) fn write_head(
     cx: &mut FrameContext<'_>,
-    f: &wire::Frame<'_>,
+    h: &wire::Head,
     va: u64,
     rkey: u32,
-    imm: u32,
+    into: &mut Pieces,
 ) -> Result<(), Fault> {
-    if !in_order(cx, f.seq) {
+    if !in_order(cx, h.seq) {
         return Ok(());
     }
-    let with_imm = f.flags & wire::IMM != 0;
-    if f.flags & wire::FIRST != 0 {
+    if h.flags & wire::FIRST != 0 {
         if cx.st.in_msg.is_some() || cx.st.write_open {
             return Err(Fault::Broken);
         }
         if !cx.attr.access.contains(AccessFlags::REMOTE_WRITE) {
-            fatal(cx, f.seq, Nak::InvalidRequest);
+            fatal(cx, h.seq, Nak::InvalidRequest);
             return Ok(());
         }
-        if with_imm {
+        if h.flags & wire::IMM != 0 {
             let Some((wqe, pd)) = cx.qp.take_recv(cx.rq) else {
-                rnr(cx, f.seq);
+                rnr(cx, h.seq);
                 return Ok(());
             };
             cx.st.in_msg = Some(InMsg { wqe, pd, off: 0 });
@@ -188,26 +209,27 @@ pub(super) fn on_write(
     } else if !cx.st.write_open {
         return Ok(()); // the rest of a message that was NAKed
     }
-    if !f.payload.is_empty() {
+    if h.len > 0 {
         let need = AccessFlags::REMOTE_WRITE;
-        match cx
-            .qp
-            .dev
-            .keys
-            .resolve(rkey, cx.qp.pd.id, va, f.payload.len() as u64, need)
-        {
-            // SAFETY: `resolve` checked the range lies inside the live buffer `r.buf`.
-            Ok(r) => unsafe { mem::copy_in(r.ptr, f.payload) },
-            Err(_) => {
-                // A receive taken by a Write with immediate is flushed.
-                return fail_recv(cx, f.seq, WcStatus::WrFlushErr, Nak::RemoteAccess);
-            }
+        let len = u64::from(h.len);
+        match cx.qp.dev.keys.resolve(rkey, cx.qp.pd.id, va, len, need) {
+            Ok(r) => into.set_one(r.ptr, h.len as usize, r.buf),
+            // A receive taken by a Write with immediate is flushed.
+            Err(_) => return fail_recv(cx, h.seq, WcStatus::WrFlushErr, Nak::RemoteAccess),
         }
     }
-    if let Some(m) = cx.st.in_msg.as_mut() {
-        m.off += f.payload.len() as u64;
+    Ok(())
+}
+
+/// A Write segment's payload has landed.
+pub(super) fn write_end(cx: &mut FrameContext<'_>, h: &wire::Head, imm: u32) -> Result<(), Fault> {
+    if !in_order(cx, h.seq) || !cx.st.write_open {
+        return Ok(());
     }
-    if f.flags & wire::LAST != 0 {
+    if let Some(m) = cx.st.in_msg.as_mut() {
+        m.off += u64::from(h.len);
+    }
+    if h.flags & wire::LAST != 0 {
         cx.st.write_open = false;
         if let Some(m) = cx.st.in_msg.take() {
             complete_recv(
@@ -215,7 +237,7 @@ pub(super) fn on_write(
                 &m,
                 WcOpcode::RecvRdmaWithImm,
                 Some(imm),
-                f.flags & wire::SOLICITED != 0,
+                h.flags & wire::SOLICITED != 0,
             )?;
         }
         advance(cx);
@@ -259,7 +281,7 @@ pub(super) fn on_read_req(
         ptr,
         len: u64::from(len),
         off: 0,
-        _buf: buf,
+        buf,
     });
     advance(cx);
     Ok(())
@@ -331,10 +353,20 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> bool {
                 cx.frame(0, seq, &Body::AtomicResp { orig }, 0);
             }
             Resp::Read {
-                seq, ptr, len, off, ..
+                seq,
+                ptr,
+                len,
+                off,
+                buf,
             } => {
                 let (seq, ptr, len, start) = (*seq, *ptr, *len, *off);
-                let seg = (len - start).min(MAX_SEG as u64) as usize;
+                let want = ((len - start) as usize).min(CHUNK);
+                let seg = cx.tx.room_for(want);
+                if seg < want.min(1) {
+                    break; // no room for a useful piece: after the next flush
+                }
+                let keep = buf.clone();
+                *off += seg as u64;
                 let mut flags = 0;
                 if start == 0 {
                     flags |= wire::FIRST;
@@ -342,20 +374,26 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> bool {
                 let last = start + seg as u64 == len;
                 if last {
                     flags |= wire::LAST;
-                }
-                if let Some(Resp::Read { off, .. }) = cx.st.resps.front_mut() {
-                    *off += seg as u64;
+                    cx.st.resps.pop_front();
                 }
                 cx.frame(flags, seq, &Body::ReadResp, seg);
-                let p = cx.tx.buf.len();
-                cx.tx.buf.resize(p + seg, 0);
-                if seg > 0 {
+                if seg <= COPY_MAX {
+                    let p = cx.tx.buf.len();
+                    cx.tx.buf.resize(p + seg, 0);
                     // SAFETY: `[ptr + start, + seg)` is inside the range checked at
-                    // request time, in a buffer the `Resp` keeps alive.
-                    unsafe { mem::copy_out(ptr.add(start as usize), &mut cx.tx.buf[p..]) };
-                }
-                if last {
-                    cx.st.resps.pop_front();
+                    // request time, in the buffer `keep` holds; the head buffer is
+                    // provider-private, so the two cannot overlap.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            ptr.add(start as usize),
+                            cx.tx.buf[p..].as_mut_ptr(),
+                            seg,
+                        )
+                    };
+                } else if let Some(keep) = keep {
+                    // SAFETY: `[ptr + start, + seg)` is inside the range checked at
+                    // request time, in the buffer `keep` holds.
+                    unsafe { cx.tx.push_ref(ptr.add(start as usize), seg, keep) };
                 }
             }
         }

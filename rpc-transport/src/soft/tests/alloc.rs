@@ -78,3 +78,46 @@ fn a_warm_ping_pong_allocates_nothing() {
     assert_eq!(allocs() - before, 1);
     drop(v);
 }
+
+/// One 1 MiB Send a → b and one 1 MiB Read of b's memory by a, every completion reaped.
+fn bulk_round(a: &Side, b: &Side, src: &MemoryRegion, dst: &MemoryRegion, i: u64) {
+    const LEN: u32 = 1 << 20;
+    let rsge = [dst.sge(0, LEN)];
+    // SAFETY: the MRs outlive the QPs' use of them.
+    unsafe {
+        b.qp.post_recv(&[RecvWr {
+            wr_id: i,
+            sg_list: &rsge,
+        }])
+    }
+    .unwrap();
+    let sge = [src.sge(0, LEN)];
+    // SAFETY: as above.
+    unsafe { a.qp.post_send(&[SendWr::new(i, SendOp::Send, &sge)]) }.unwrap();
+    assert_eq!(wait(&b.cq, &[&a.cq]).byte_len, LEN);
+    assert!(wait(&a.cq, &[&b.cq]).is_ok());
+    let r = dst.remote();
+    let op = SendOp::RdmaRead {
+        remote_addr: r.addr,
+        rkey: r.rkey,
+    };
+    // SAFETY: as above.
+    unsafe { a.qp.post_send(&[SendWr::new(i, op, &sge)]) }.unwrap();
+    let w = wait(&a.cq, &[&b.cq]);
+    assert_eq!((w.opcode, w.byte_len), (WcOpcode::RdmaRead, LEN));
+}
+
+#[test]
+fn warm_large_sends_and_reads_allocate_nothing() {
+    let (a, b) = rc_pair();
+    let src = a.pd.alloc_mr(1 << 20, ALL).unwrap();
+    let dst = b.pd.alloc_mr(1 << 20, ALL).unwrap();
+    for i in 0..10 {
+        bulk_round(&a, &b, &src, &dst, i);
+    }
+    let before = allocs();
+    for i in 0..50 {
+        bulk_round(&a, &b, &src, &dst, i);
+    }
+    assert_eq!(allocs() - before, 0, "allocations on the bulk path");
+}

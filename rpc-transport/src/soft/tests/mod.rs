@@ -9,6 +9,7 @@ use crate::{
 };
 
 mod alloc;
+mod bulk;
 mod errors;
 mod ib;
 mod rc;
