@@ -62,7 +62,9 @@ pub use qp::{QpCap, QpInitAttr, QueuePair, RcRetry};
 pub use qp_state::{
     ack_timeout_us, rnr_timer_us, transition_allowed, Mtu, QpAttr, QpState, QpType,
 };
-pub use soft::{SoftConfig, SoftProfile, SoftStats, UdFaults, SOFT_PROFILE_ENV};
+pub use soft::{
+    SoftConfig, SoftLink, SoftProfile, SoftStats, UdFaults, SOFT_LINK_ENV, SOFT_PROFILE_ENV,
+};
 pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
