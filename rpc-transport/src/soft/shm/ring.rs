@@ -248,6 +248,13 @@ impl Producer {
         Ok(n)
     }
 
+    /// Tests only: publishes `tail` as given, to play a misbehaving peer.
+    #[cfg(test)]
+    pub(crate) fn poke_tail(&mut self, v: u64) {
+        self.map.u64_at(OFF_TAIL).store(v, Ordering::Release);
+        self.ring_bell();
+    }
+
     /// The producer's half of the Dekker handshake (see the module docs).
     fn ring_bell(&self) {
         fence(Ordering::SeqCst);
