@@ -69,10 +69,12 @@ pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
-/// The soft provider's wire decoders, for the fuzz target `fuzz/fuzz_targets/soft_wire.rs`.
+/// The soft provider's wire decoders and shared-memory ring, for the fuzz targets
+/// `fuzz/fuzz_targets/soft_wire.rs` and `shm_ring.rs`.
 /// Not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::soft::shm::ring::fuzz_ring as shm_ring;
     pub use crate::soft::wire::fuzz_one as soft_wire;
 }
 

@@ -54,7 +54,8 @@ mod pieces;
 mod profile;
 mod qp;
 mod rc;
-mod shm;
+#[doc(hidden)]
+pub(crate) mod shm;
 mod srq;
 mod sys;
 #[cfg(test)]

@@ -248,8 +248,7 @@ impl Producer {
         Ok(n)
     }
 
-    /// Tests only: publishes `tail` as given, to play a misbehaving peer.
-    #[cfg(test)]
+    /// Tests and fuzzing only: publishes `tail` as given, as a misbehaving peer would.
     pub(crate) fn poke_tail(&mut self, v: u64) {
         self.map.u64_at(OFF_TAIL).store(v, Ordering::Release);
         self.ring_bell();
@@ -350,6 +349,52 @@ impl Inbox {
     }
 }
 
+/// Fuzz entry (`fuzz/fuzz_targets/shm_ring.rs`): bytes through a ring in pieces, with
+/// the peer's `tail` possibly lying, then decoded as RC frames. Reads never panic nor
+/// leave the mapping; an honest ring delivers exactly what was written; the frames
+/// decode as `wire::fuzz_one` requires.
+///
+/// `data`: byte 0 picks the piece sizes, byte 1 whether (and bytes 2..10 what) `tail`
+/// lies, the rest is the stream.
+#[doc(hidden)]
+pub fn fuzz_ring(data: &[u8]) {
+    if data.len() < 10 {
+        return;
+    }
+    let (inbox, memfd) = Inbox::create().expect("memfd");
+    let bell = EventFd::from_owned(inbox.bell().try_clone_owned().expect("dup"));
+    let mut p = Producer::open(&memfd, bell).expect("map");
+    let piece = usize::from(data[0]) * 97 + 1;
+    let stream = &data[10..];
+    let mut got = Vec::with_capacity(stream.len());
+    let mut sent = 0;
+    let mut buf = vec![0u8; piece];
+    let mut lie =
+        (data[1] & 1 == 1).then(|| u64::from_le_bytes(data[2..10].try_into().expect("8")));
+    loop {
+        let end = (sent + piece).min(stream.len());
+        sent += p
+            .write(&[&stream[sent..end]])
+            .expect("the reader keeps its indices");
+        if let Some(t) = lie.take() {
+            p.poke_tail(t);
+        }
+        let (a, b) = buf.split_at_mut(piece / 2);
+        match inbox.read(&mut [a, b]) {
+            Ok(0) if sent == stream.len() => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(Corrupt) => return,
+        }
+        if got.len() > 4 * RING_BYTES {
+            return; // a lie that passed the check: bounded, then stop
+        }
+    }
+    if data[1] & 1 == 0 {
+        assert!(got == stream, "the ring changed the stream");
+    }
+    super::super::wire::fuzz_one(&got);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,6 +477,21 @@ mod tests {
     }
 
     /// A memfd that could shrink under the mapper is refused.
+    /// The fuzz entry on a few inputs: honest, lying, and frames split across pieces.
+    #[test]
+    fn fuzz_entry_runs() {
+        let mut d = vec![3u8, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut f = Vec::new();
+        crate::soft::wire::encode(&mut f, 0, 1, 2, &crate::soft::wire::Body::Ack, 0);
+        for _ in 0..100 {
+            d.extend_from_slice(&f);
+        }
+        fuzz_ring(&d);
+        d[1] = 1;
+        d[2..10].copy_from_slice(&(RING_BYTES as u64 * 3).to_le_bytes());
+        fuzz_ring(&d);
+    }
+
     #[test]
     fn unsealed_memfd_is_refused() {
         // SAFETY: plain syscall, result checked.
