@@ -16,6 +16,13 @@
 //! the same connection waits behind at most one chunk of a large one. UD keeps one
 //! copy each way (a datagram is built in, and received into, a provider buffer).
 //!
+//! On one host (same boot, network namespace and user, checked by the kernel), an RC
+//! connection starts on TCP and then moves its frames onto shared-memory rings
+//! (`shm`): a payload is copied into the ring and out of it (two copies, as through
+//! the kernel), and no system call is made per message while both sides poll; the TCP
+//! socket stays as the liveness signal. [`SoftLink::Tcp`] or `RDMA_RPC_SOFT_LINK=tcp`
+//! keeps TCP; [`SoftStats::rc_shm_links`] counts the connections that moved.
+//!
 //! Where the work happens: `post_send` encodes frames and writes them at once;
 //! `CompletionQueue::poll` reads the sockets of that CQ's QPs, processes frames and
 //! flushes output before popping completions (manual progress). One helper thread per
