@@ -145,7 +145,13 @@ impl Link {
             return unsafe { readv(&self.sock, iov) };
         }
         let inbox = self.inbox.as_ref().expect("reading_ring implies an inbox");
-        let n = ring_read(inbox, iov)?;
+        let (n, wanted) = ring_read(inbox, iov)?;
+        if wanted {
+            // The peer's writer waits for this space: its inbox bell wakes it.
+            if let Out::Ready(p) | Out::Switching(p, _) | Out::Ring(p) = &self.out {
+                p.nudge();
+            }
+        }
         if n > 0 {
             return Ok(Some(n));
         }
@@ -156,7 +162,7 @@ impl Link {
         self.next_probe = now + PROBE_EVERY;
         match peek(&self.sock) {
             // Gone: but what it published before dying is still read first.
-            PeekResult::Eof => Ok(Some(ring_read(inbox, iov)?)),
+            PeekResult::Eof => Ok(Some(ring_read(inbox, iov)?.0)),
             PeekResult::Alive => Ok(None),
             // Bytes on TCP after SHM_SWITCH (or a socket error): not a valid peer.
             PeekResult::Broken => Err(Fault::Broken),
@@ -317,7 +323,7 @@ pub(crate) fn serve_handshakes(dev: &Device) {
 /// Iovecs per ring write (as per `sendmsg` in `tx`).
 const MAX_IOV: usize = 64;
 
-fn ring_read(inbox: &Inbox, iov: &mut [libc::iovec]) -> Result<usize, Fault> {
+fn ring_read(inbox: &Inbox, iov: &mut [libc::iovec]) -> Result<(usize, bool), Fault> {
     let mut slices: [&mut [u8]; 17] = Default::default();
     let k = iov.len().min(slices.len());
     for (s, v) in slices.iter_mut().zip(iov[..k].iter()) {

@@ -10,6 +10,7 @@
 //! | 128 | `head`: bytes ever consumed | the consumer |
 //! | 192 | `waiting`: the reader may sleep; ring the bell | the reader sets, the producer clears |
 //! | 256 | `rung`: the bell was rung and is still readable | the producer sets, the reader clears |
+//! | 320 | `space`: the ring was full; ring the writer's bell when space frees | the producer sets, the reader clears |
 //!
 //! `tail` and `head` are on their own cache lines so that each side writes only its
 //! own line on the fast path. Both count bytes forever (64 bits do not wrap); the
@@ -27,6 +28,12 @@
 //! (Dekker): either the reader finds the new bytes and does not sleep, or the producer
 //! sees `waiting`, clears it and writes the eventfd. The reader drains the eventfd
 //! when it finds `rung` set, so a level-triggered epoll set does not keep reporting it.
+//!
+//! The same handshake runs the other way for a writer that found the ring full: it
+//! stores `space = 1`, fences, and looks at `head` once more; the reader stores
+//! `head`, fences, and reads `space`. A reader that freed space for such a writer
+//! tells its link, which rings the writer's own inbox bell (its link holds it), so a
+//! large transfer is paced by the reader rather than by the writer's next poll.
 //!
 //! Trust: the peer can write anything into the shared page. Indices are checked on
 //! every use (`tail - head` must not exceed the capacity; a violation is
@@ -56,6 +63,7 @@ const OFF_TAIL: usize = 64;
 const OFF_HEAD: usize = 128;
 const OFF_WAITING: usize = 192;
 const OFF_RUNG: usize = 256;
+const OFF_SPACE: usize = 320;
 
 /// The peer broke the ring's invariants (indices out of range).
 #[derive(Debug, PartialEq, Eq)]
@@ -221,21 +229,27 @@ impl Producer {
     /// Copies as much of `bufs` (in order) as fits, publishes it, and rings the bell if
     /// the reader said it may sleep. Returns the bytes taken (0: the ring is full).
     pub(crate) fn write(&mut self, bufs: &[&[u8]]) -> Result<usize, Corrupt> {
-        let head = self.map.u64_at(OFF_HEAD).load(Ordering::Acquire);
-        let used = self.tail.wrapping_sub(head);
-        if used > RING_BYTES as u64 {
-            return Err(Corrupt);
-        }
-        let mut free = RING_BYTES - used as usize;
+        let want: usize = bufs.iter().map(|b| b.len()).sum();
         let mut n = 0;
-        for b in bufs {
-            if free == 0 {
+        let mut asked = false;
+        loop {
+            let head = self.map.u64_at(OFF_HEAD).load(Ordering::Acquire);
+            let used = (self.tail + n as u64).wrapping_sub(head);
+            if used > RING_BYTES as u64 {
+                return Err(Corrupt);
+            }
+            let free = RING_BYTES - used as usize;
+            let k = (want - n).min(free);
+            self.copy_from(bufs, n, k);
+            n += k;
+            if n == want || asked {
                 break;
             }
-            let k = b.len().min(free);
-            copy_in(&self.map, self.tail + n as u64, &b[..k]);
-            n += k;
-            free -= k;
+            // Full: ask the reader to ring when it frees space, then look once more
+            // (the writer's half of the second Dekker handshake).
+            self.map.u32_at(OFF_SPACE).store(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            asked = true;
         }
         if n == 0 {
             return Ok(0);
@@ -246,6 +260,33 @@ impl Producer {
             .store(self.tail, Ordering::Release);
         self.ring_bell();
         Ok(n)
+    }
+
+    /// Copies `len` bytes of the concatenation of `bufs`, from offset `from`, to the
+    /// ring at `tail + from`.
+    fn copy_from(&self, bufs: &[&[u8]], from: usize, len: usize) {
+        let (mut skip, mut left, mut at) = (from, len, self.tail + from as u64);
+        for b in bufs {
+            if left == 0 {
+                break;
+            }
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            let k = (b.len() - skip).min(left);
+            copy_in(&self.map, at, &b[skip..skip + k]);
+            at += k as u64;
+            left -= k;
+            skip = 0;
+        }
+    }
+
+    /// Rings the peer's bell regardless of `waiting`: its writer waits for space in
+    /// the ring this side reads (see [`Inbox::read`]).
+    pub(crate) fn nudge(&self) {
+        self.bell.signal();
+        self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
     }
 
     /// Tests and fuzzing only: publishes `tail` as given, as a misbehaving peer would.
@@ -302,8 +343,10 @@ impl Inbox {
         self.map.u64_at(OFF_TAIL).load(Ordering::Acquire) != self.head.load(Ordering::Relaxed)
     }
 
-    /// Copies available bytes into `bufs` in order; returns how many (0: empty).
-    pub(crate) fn read(&self, bufs: &mut [&mut [u8]]) -> Result<usize, Corrupt> {
+    /// Copies available bytes into `bufs` in order; returns how many (0: empty) and
+    /// whether the writer waits for the space they freed (ring its bell: see
+    /// [`Producer::nudge`]).
+    pub(crate) fn read(&self, bufs: &mut [&mut [u8]]) -> Result<(usize, bool), Corrupt> {
         let rung = self.map.u32_at(OFF_RUNG);
         if rung.load(Ordering::Relaxed) != 0 && rung.swap(0, Ordering::AcqRel) != 0 {
             self.bell.drain();
@@ -324,11 +367,16 @@ impl Inbox {
             n += k as u64;
             avail -= k as u64;
         }
-        if n > 0 {
-            self.head.store(head + n, Ordering::Relaxed);
-            self.map.u64_at(OFF_HEAD).store(head + n, Ordering::Release);
+        if n == 0 {
+            return Ok((0, false));
         }
-        Ok(n as usize)
+        self.head.store(head + n, Ordering::Relaxed);
+        self.map.u64_at(OFF_HEAD).store(head + n, Ordering::Release);
+        // The reader's half of the second Dekker handshake (see the module docs).
+        fence(Ordering::SeqCst);
+        let space = self.map.u32_at(OFF_SPACE);
+        let wanted = space.load(Ordering::Relaxed) != 0 && space.swap(0, Ordering::AcqRel) != 0;
+        Ok((n as usize, wanted))
     }
 
     /// The reader may sleep from now on: the producer's next publish rings the bell.
@@ -381,8 +429,8 @@ pub fn fuzz_ring(data: &[u8]) {
         }
         let (a, b) = buf.split_at_mut(piece / 2);
         match inbox.read(&mut [a, b]) {
-            Ok(0) if sent == stream.len() => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Ok((0, _)) if sent == stream.len() => break,
+            Ok((n, _)) => got.extend_from_slice(&buf[..n]),
             Err(Corrupt) => return,
         }
         if got.len() > 4 * RING_BYTES {
@@ -418,7 +466,7 @@ mod tests {
             let end = (sent + 300_007).min(total);
             sent += p.write(&[&src[sent..end]]).unwrap();
             let mut want = [&mut buf[..]];
-            let n = c.read(&mut want).unwrap();
+            let n = c.read(&mut want).unwrap().0;
             got.extend_from_slice(&buf[..n]);
         }
         assert!(got == src);
@@ -432,8 +480,15 @@ mod tests {
         assert_eq!(p.write(&[&big]).unwrap(), RING_BYTES);
         assert_eq!(p.write(&[b"x"]).unwrap(), 0);
         let mut b = [0u8; 10];
-        assert_eq!(c.read(&mut [&mut b[..]]).unwrap(), 10);
+        // The writer found it full: the read that frees space says to ring it.
+        assert_eq!(c.read(&mut [&mut b[..]]).unwrap(), (10, true));
         assert_eq!(p.write(&[&big]).unwrap(), 10);
+        assert_eq!(c.read(&mut [&mut b[..]]).unwrap(), (10, true));
+        assert_eq!(
+            c.read(&mut [&mut b[..]]).unwrap(),
+            (10, false),
+            "asked once, rung once"
+        );
     }
 
     /// The bell rings only after the reader announced sleep, once per announcement,
