@@ -249,7 +249,9 @@ impl Link {
     fn install_inbox(&mut self, qp: &Qp, inbox: Arc<Inbox>) {
         watch(qp, inbox.bell().raw());
         qp.send_cq.watch_inbox(qp.qpn, &inbox);
-        qp.recv_cq.watch_inbox(qp.qpn, &inbox);
+        if !Arc::ptr_eq(&qp.send_cq, &qp.recv_cq) {
+            qp.recv_cq.watch_inbox(qp.qpn, &inbox);
+        }
         // The helper's watch is armed: it must hear of bytes while nobody polls.
         inbox.announce_sleep();
         self.inbox = Some(inbox);
