@@ -191,7 +191,13 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
                 T_WAKE => sh.wake.drain(),
                 T_LISTEN | T_PENDING => hellos = true,
                 T_UD => l.ud_disarmed = true,
-                T_SHM => rc::link::serve_handshakes(&dev),
+                // Out of descriptors: stop watching rather than spin on it.
+                T_SHM if !rc::link::serve_handshakes(&dev) => {
+                    if let Some(l) = dev.shm.as_ref() {
+                        sh.epoll.remove(l.raw());
+                    }
+                }
+                T_SHM => {}
                 T_QP => {
                     l.disarmed.insert((t & 0x00ff_ffff) as u32);
                 }

@@ -275,12 +275,16 @@ fn watch(qp: &Qp, fd: RawFd) {
 }
 
 /// The connecting device's side of handshakes: answers every request waiting at its
-/// listener (run by the helper when the listener is readable).
-pub(crate) fn serve_handshakes(dev: &Device) {
-    let Some(l) = dev.shm.as_ref() else { return };
+/// listener (run by the helper when the listener is readable). `false`: accepting
+/// failed (out of descriptors): the caller stops watching the listener, whose later
+/// handshakes then go unanswered and their QPs stay on TCP, rather than spin on it.
+pub(crate) fn serve_handshakes(dev: &Device) -> bool {
+    let Some(l) = dev.shm.as_ref() else {
+        return true;
+    };
     loop {
         let req = match l.accept() {
-            Ok(None) => return,
+            Ok(None) => return true,
             Ok(Some(Ok(r))) => r,
             Ok(Some(Err(e))) => {
                 bump(&dev.stats.rc_frames_malformed);
@@ -288,8 +292,8 @@ pub(crate) fn serve_handshakes(dev: &Device) {
                 continue;
             }
             Err(e) => {
-                tracing::debug!(error = %e, "shared-memory listener: accept failed");
-                return;
+                tracing::warn!(error = %e, "shared-memory listener: accept failed; new QPs keep to TCP");
+                return false;
             }
         };
         let Some(qp) = dev.lookup_qp(req.dst_qpn) else {

@@ -20,7 +20,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::ring::{Inbox, Producer};
 use super::unix;
@@ -35,6 +35,10 @@ const REPLY_LEN: usize = 8 + 4;
 /// requester sends right after connecting, so this bounds only a requester that died
 /// in between (the helper is blocked meanwhile).
 const REQUEST_WAIT: Duration = Duration::from_millis(100);
+/// How long an offer waits for its answer before the pair settles on TCP (a helper
+/// that stopped serving its listener never answers; each wait costs a `recvmsg` per
+/// progress pass).
+const ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// A device's abstract Unix listener, which handshakes arrive at.
 pub(crate) struct Listener {
@@ -156,6 +160,7 @@ pub(crate) struct Offer {
     /// The inbox this side offered (it reads it once the peer switches).
     pub(crate) inbox: Option<Inbox>,
     qpn: u32,
+    since: Instant,
 }
 
 /// What an [`Offer`] became.
@@ -199,6 +204,7 @@ impl Offer {
             sock,
             inbox: Some(inbox),
             qpn,
+            since: Instant::now(),
         })
     }
 
@@ -212,7 +218,8 @@ impl Offer {
         let mut buf = [0u8; REPLY_LEN];
         let (n, mut fds) = match unix::recv_with_fds(self.sock.as_raw_fd(), &mut buf) {
             Ok(Some(r)) => r,
-            Ok(None) => return Answer::Pending,
+            Ok(None) if self.since.elapsed() < ANSWER_WAIT => return Answer::Pending,
+            Ok(None) => return Answer::Refused(bad("no answer in time")),
             Err(e) => return Answer::Refused(e),
         };
         if n == 0 {
