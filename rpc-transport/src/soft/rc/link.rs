@@ -15,7 +15,6 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use crate::soft::device::{bump, Device};
 use crate::soft::qp::Qp;
@@ -26,7 +25,7 @@ use super::Fault;
 
 /// How often a reader with an empty ring asks the TCP socket whether the peer is gone
 /// (one `recv` with `MSG_PEEK`); the socket's readiness also wakes pollers at once.
-const PROBE_EVERY: Duration = Duration::from_millis(1);
+const PROBE_EVERY_NS: u64 = 1_000_000;
 
 /// Where this side's output goes.
 enum Out {
@@ -47,7 +46,10 @@ pub(crate) struct Link {
     reading_ring: bool,
     /// The accepting side's handshake under way.
     offer: Option<Offer>,
-    next_probe: Instant,
+    /// The device clock of the current progress pass ([`Link::set_now`]), and when the
+    /// socket is next looked at.
+    now: u64,
+    next_probe: u64,
 }
 
 /// The bytes of an `SHM_SWITCH` frame.
@@ -67,8 +69,15 @@ impl Link {
             inbox: None,
             reading_ring: false,
             offer: None,
-            next_probe: Instant::now(),
+            now: 0,
+            next_probe: 0,
         }
+    }
+
+    /// The device clock of this progress pass (reading the clock per empty poll would
+    /// cost more than the poll).
+    pub(crate) fn set_now(&mut self, now: u64) {
+        self.now = now;
     }
 
     pub(crate) fn tcp_fd(&self) -> RawFd {
@@ -155,11 +164,10 @@ impl Link {
         if n > 0 {
             return Ok(Some(n));
         }
-        let now = Instant::now();
-        if now < self.next_probe {
+        if self.now < self.next_probe {
             return Ok(None);
         }
-        self.next_probe = now + PROBE_EVERY;
+        self.next_probe = self.now + PROBE_EVERY_NS;
         match peek(&self.sock) {
             // Gone: but what it published before dying is still read first.
             PeekResult::Eof => Ok(Some(ring_read(inbox, iov)?.0)),

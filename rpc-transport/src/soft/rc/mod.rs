@@ -440,6 +440,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
     let Some(sock) = link.as_mut() else {
         return (Ok(()), false);
     };
+    sock.set_now(now);
     sock.poll_offer(qp);
     if tx.is_empty() {
         sock.output_idle();
