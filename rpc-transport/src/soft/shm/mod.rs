@@ -20,15 +20,17 @@
 //! Liveness. The TCP connection stays open and carries nothing more; its end (the peer
 //! process died or dropped the QP) is read as before and moves the QP to ERR with the
 //! same completions as on TCP. A reader with an empty ring looks at the socket at
-//! most once a millisecond (`recv` with `MSG_PEEK`), and every time the socket wakes a
-//! poller or the helper.
+//! most once a millisecond (`recv` with `MSG_PEEK`); the socket's end also wakes a
+//! sleeping poller or the helper (it stays in their epoll sets), whose next pass looks.
 //!
 //! Limits. A malicious peer of the same uid can put any bytes into a ring it writes:
 //! they are decoded exactly as bytes from a TCP peer are (a malformed frame breaks the
 //! connection), and out-of-range indices are [`ring::Corrupt`]; it cannot make this
 //! side read or write outside the mapping, nor shrink it (seals). It can stop
 //! consuming, which blocks this side's output exactly as a full TCP window would (the
-//! retry budget applies). Payloads are copied through the ring (bulk transfers with a
+//! retry budget applies). A writer that finds the ring full asks to be woken when space
+//! frees (see [`ring`]). Each QP pair maps two rings of 1 MiB ([`ring::RING_BYTES`]),
+//! touched as traffic wraps them: memory a many-connection server should count. Payloads are copied through the ring (bulk transfers with a
 //! single copy, by mapping registered memory into the peer, are not implemented).
 //! `RDMA_RPC_SOFT_LINK=tcp` or [`crate::SoftLink::Tcp`] keeps every QP of a device
 //! on TCP.
