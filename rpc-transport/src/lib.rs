@@ -62,15 +62,19 @@ pub use qp::{QpCap, QpInitAttr, QueuePair, RcRetry};
 pub use qp_state::{
     ack_timeout_us, rnr_timer_us, transition_allowed, Mtu, QpAttr, QpState, QpType,
 };
-pub use soft::{SoftConfig, SoftProfile, SoftStats, UdFaults, SOFT_PROFILE_ENV};
+pub use soft::{
+    SoftConfig, SoftLink, SoftProfile, SoftStats, UdFaults, SOFT_LINK_ENV, SOFT_PROFILE_ENV,
+};
 pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
-/// The soft provider's wire decoders, for the fuzz target `fuzz/fuzz_targets/soft_wire.rs`.
+/// The soft provider's wire decoders and shared-memory ring, for the fuzz targets
+/// `fuzz/fuzz_targets/soft_wire.rs` and `shm_ring.rs`.
 /// Not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::soft::shm::ring::fuzz_ring as shm_ring;
     pub use crate::soft::wire::fuzz_one as soft_wire;
 }
 

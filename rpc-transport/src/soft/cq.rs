@@ -11,6 +11,11 @@
 //! device's UDP socket when UD QPs complete here, and an eventfd signalled when a
 //! completion lands in an armed CQ from outside its own poll. Readable means "poll now".
 //!
+//! Shared-memory QPs (`shm`) have no socket to wake on while both sides poll: in
+//! epoll mode a poll also visits every member whose inbox holds bytes (one atomic
+//! load each), and arming the CQ asks their peers to ring the inboxes' doorbells
+//! (eventfds in the epoll set) for the next bytes.
+//!
 //! Overrun: a push into a full ring puts the CQ in error (`poll` returns
 //! `CqOverrun`, `CqErr` is raised); its QPs see it and move to ERR.
 
@@ -27,6 +32,7 @@ use crate::wc::{WcStatus, WorkCompletion};
 use super::device::{next_object_id, Device};
 use super::qp::Qp;
 use super::rc::WRITE_PER_POLL;
+use super::shm::Inbox;
 use super::sys::{self, Epoll, EventFd};
 
 /// Up to this many QPs, a poll tries every QP directly instead of asking epoll.
@@ -67,6 +73,8 @@ struct Ring {
 struct Members {
     qps: HashMap<u32, Weak<Qp>>,
     scratch: Vec<u32>,
+    /// QPs whose inboxes hold bytes (scratch of `progress`).
+    ready: Vec<u32>,
 }
 
 /// A soft completion queue.
@@ -88,6 +96,8 @@ pub(crate) struct Cq {
     members: Mutex<Members>,
     deferred: Mutex<Vec<u32>>,
     has_deferred: AtomicBool,
+    /// Inboxes of member QPs on shared memory (a leaf lock: taken under a QP's).
+    inboxes: Mutex<Vec<(u32, Weak<Inbox>)>>,
     ud_qps: AtomicU32,
     /// The device's UDP socket is in `epoll` (see [`MAX_UD_WATCHERS`]).
     watches_ud: AtomicBool,
@@ -123,6 +133,7 @@ impl Cq {
             members: Mutex::new(Members::default()),
             deferred: Mutex::new(Vec::new()),
             has_deferred: AtomicBool::new(false),
+            inboxes: Mutex::new(Vec::new()),
             ud_qps: AtomicU32::new(0),
             watches_ud: AtomicBool::new(false),
             last_poll: AtomicU64::new(0),
@@ -142,6 +153,9 @@ impl Cq {
         self.polls.store(polls + 1, Ordering::Relaxed);
         let outer = POLLING.with(|p| p.replace((self.id, None)));
         self.progress(now);
+        if self.armed.load(Ordering::Relaxed) != ARM_NONE {
+            self.announce_sleep();
+        }
         let (_, skipped) = POLLING.with(|p| p.replace(outer));
         let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         if self.overrun.load(Ordering::Relaxed) {
@@ -175,6 +189,10 @@ impl Cq {
         if sweep {
             self.next_sweep.store(now + SWEEP_NS, Ordering::Relaxed);
             m.qps.retain(|_, w| w.strong_count() > 0);
+            self.inboxes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(_, w)| w.strong_count() > 0);
         }
         if m.qps.len() <= DIRECT_MAX {
             if self.ud_qps.load(Ordering::Relaxed) > 0 {
@@ -202,6 +220,23 @@ impl Cq {
                 }
             }
         }
+        let mut ready = std::mem::take(&mut m.ready);
+        ready.extend(
+            self.inboxes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter(|(_, w)| w.upgrade().is_some_and(|i| i.has_data()))
+                .map(|(q, _)| *q),
+        );
+        for qpn in ready.drain(..) {
+            if let Some(qp) = m.qps.get(&qpn).and_then(Weak::upgrade) {
+                if qp.progress(now, true, WRITE_PER_POLL) {
+                    self.defer(qpn);
+                }
+            }
+        }
+        m.ready = ready;
         if self.has_deferred.swap(false, Ordering::Relaxed) {
             // Swap lists rather than allocate: `scratch` keeps its capacity.
             let mut list = std::mem::take(&mut m.scratch);
@@ -311,6 +346,7 @@ impl Cq {
         self.armed_at
             .store(self.polls.load(Ordering::Relaxed), Ordering::Relaxed);
         self.armed.store(v, Ordering::SeqCst);
+        self.announce_sleep();
         // The poller is about to sleep: output a member QP could not finish (a Read
         // response behind a full socket) is the helper's from now on.
         if self.stalled.load(Ordering::SeqCst) > 0 {
@@ -330,6 +366,22 @@ impl Cq {
     /// for `idle_ns`.
     pub(crate) fn neglected(&self, now: u64, idle_ns: u64) -> bool {
         self.asleep() || now.saturating_sub(self.last_poll()) >= idle_ns
+    }
+
+    /// Asks the peers of this CQ's shared-memory QPs to ring for their next bytes. A
+    /// ring is a one-shot request (a publish consumes it), so an armed CQ renews it
+    /// after each poll: the poll may have read the very bytes whose ring it spent.
+    fn announce_sleep(&self) {
+        for (_, w) in self
+            .inboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            if let Some(i) = w.upgrade() {
+                i.announce_sleep();
+            }
+        }
     }
 
     pub(crate) fn event_fd(&self) -> RawFd {
@@ -381,6 +433,15 @@ impl Cq {
             self.epoll.remove(self.dev.udp_fd());
             self.dev.ud_watchers.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Visits `qpn` whenever `inbox` holds bytes, and asks its peer for a doorbell
+    /// when this CQ is armed.
+    pub(crate) fn watch_inbox(&self, qpn: u32, inbox: &Arc<Inbox>) {
+        self.inboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((qpn, Arc::downgrade(inbox)));
     }
 
     /// Watches a QP's socket, so that `event_fd` wakes on its traffic.

@@ -19,8 +19,9 @@ use super::helper::{self, Parked};
 use super::keys::KeyTable;
 use super::pd::Pd;
 use super::qp::Qp;
+use super::shm::Listener;
 use super::ud::UdShared;
-use super::{SoftConfig, SoftProfile, SoftStats, UdFaults, DEVICE_NAME};
+use super::{SoftConfig, SoftLink, SoftProfile, SoftStats, UdFaults, DEVICE_NAME};
 
 /// Largest number of SGEs per WR.
 pub(crate) const MAX_SGE: usize = 16;
@@ -51,6 +52,7 @@ pub(crate) struct Stats {
     pub(crate) ud_duplicated: AtomicU64,
     pub(crate) rc_frames_malformed: AtomicU64,
     pub(crate) rc_connections: AtomicU64,
+    pub(crate) rc_shm_links: AtomicU64,
     pub(crate) rc_rnr_naks: AtomicU64,
 }
 
@@ -75,6 +77,8 @@ pub(crate) struct Device {
     pub(crate) ud_watchers: AtomicU32,
     pub(crate) helper: Arc<helper::Shared>,
     pub(crate) profile: SoftProfile,
+    /// Where shared-memory handshakes arrive (`None`: this device keeps to TCP).
+    pub(crate) shm: Option<Listener>,
     /// The `ib` profile's LID (0 on the others, as on RoCE).
     lid: u16,
     epoch: Instant,
@@ -114,7 +118,15 @@ impl Device {
                 config.ud_mtu
             )));
         }
+        let link = config.link.with_env()?;
         let (listener, udp) = bind_pair(&config).map_err(verb)?;
+        // Without a listener (the abstract namespace refused it) the device keeps to TCP.
+        let shm = match link {
+            SoftLink::Auto => Listener::open()
+                .inspect_err(|e| tracing::debug!(error = %e, "soft device keeps to TCP"))
+                .ok(),
+            SoftLink::Tcp => None,
+        };
         listener.set_nonblocking(true).map_err(verb)?;
         udp.set_nonblocking(true).map_err(verb)?;
         let addr = match listener.local_addr().map_err(verb)? {
@@ -142,6 +154,7 @@ impl Device {
             ud_watchers: AtomicU32::new(0),
             helper: shared.clone(),
             profile,
+            shm,
             lid,
             epoch: Instant::now(),
             // QPN 0 and 1 are special in verbs; start above them.
@@ -247,6 +260,7 @@ impl Device {
             ud_duplicated: g(&s.ud_duplicated),
             rc_frames_malformed: g(&s.rc_frames_malformed),
             rc_connections: g(&s.rc_connections),
+            rc_shm_links: g(&s.rc_shm_links),
             rc_rnr_naks: g(&s.rc_rnr_naks),
             live_qps: self.qps.read().unwrap_or_else(|e| e.into_inner()).len() as u64,
             live_mrs: self.keys.live() as u64,

@@ -55,6 +55,7 @@ const T_LISTEN: u64 = 2 << 56;
 const T_UD: u64 = 3 << 56;
 const T_QP: u64 = 4 << 56;
 const T_PENDING: u64 = 5 << 56;
+const T_SHM: u64 = 6 << 56;
 const KIND: u64 = 0xff << 56;
 
 /// What the device and its helper share; outlives both, so the helper never waits on
@@ -118,6 +119,7 @@ impl Shared {
 
 /// An accepted connection whose QP is not ready for it yet.
 pub(crate) struct Parked {
+    hint: rc::ShmHint,
     gid: Gid,
     src_qpn: u32,
     dst_qpn: u32,
@@ -136,6 +138,9 @@ struct Pending {
 pub(crate) fn spawn(dev: &Arc<Device>, sh: Arc<Shared>) -> io::Result<()> {
     sh.epoll.add(dev.listener_fd(), T_LISTEN)?;
     sh.watch_ud(dev.udp_fd())?;
+    if let Some(l) = dev.shm.as_ref() {
+        sh.epoll.add(l.raw(), T_SHM)?;
+    }
     let weak = Arc::downgrade(dev);
     std::thread::Builder::new()
         .name("soft-rdma-helper".into())
@@ -196,6 +201,13 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
                 T_WAKE => sh.wake.drain(),
                 T_LISTEN | T_PENDING => hellos = true,
                 T_UD => l.ud_disarmed = true,
+                // Out of descriptors: stop watching rather than spin on it.
+                T_SHM if !rc::link::serve_handshakes(&dev) => {
+                    if let Some(l) = dev.shm.as_ref() {
+                        sh.epoll.remove(l.raw());
+                    }
+                }
+                T_SHM => {}
                 T_QP => {
                     l.disarmed.insert((t & 0x00ff_ffff) as u32);
                 }
@@ -262,14 +274,14 @@ fn service(dev: &Device, sh: &Shared, l: &mut Local) {
         let out = qp.is_stalled() && qp.neglected(now);
         if fired || out {
             l.disarmed.remove(&qp.qpn);
-            if let Some(fd) = qp.rc_fd() {
-                let token = T_QP | u64::from(qp.qpn);
-                if out {
+            let token = T_QP | u64::from(qp.qpn);
+            qp.rc_rearm(out, |fd, writable| {
+                if writable {
                     sh.epoll.rearm_writable(fd, token);
                 } else {
                     sh.epoll.rearm(fd, token);
                 }
-            }
+            });
         }
     }
     if seen < l.disarmed.len() {
@@ -347,11 +359,16 @@ fn read_hellos(dev: &Device, sh: &Shared, pending: &mut Vec<Pending>) {
                             gid,
                             src_qpn,
                             dst_qpn,
+                            host,
+                            listener,
                         },
                     ..
                 },
                 _,
-            ))) => route(dev, Gid(gid), src_qpn, dst_qpn, p.sock),
+            ))) => {
+                let hint = rc::ShmHint { host, listener };
+                route(dev, Gid(gid), src_qpn, dst_qpn, hint, p.sock)
+            }
             _ => bump(&dev.stats.rc_frames_malformed),
         }
     }
@@ -360,7 +377,7 @@ fn read_hellos(dev: &Device, sh: &Shared, pending: &mut Vec<Pending>) {
 /// Hands a connection to the QP expecting it, or parks it. The QP lock is held while
 /// parking, so a QP reaching RTR at the same time (which claims under its lock) cannot
 /// miss it.
-fn route(dev: &Device, gid: Gid, src_qpn: u32, dst_qpn: u32, sock: TcpStream) {
+fn route(dev: &Device, gid: Gid, src_qpn: u32, dst_qpn: u32, hint: rc::ShmHint, sock: TcpStream) {
     let qp = dev.lookup_qp(dst_qpn);
     let mut guard = qp.as_ref().map(|q| q.lock());
     if let (Some(qp), Some(g)) = (qp.as_ref(), guard.as_mut()) {
@@ -372,11 +389,11 @@ fn route(dev: &Device, gid: Gid, src_qpn: u32, dst_qpn: u32, sock: TcpStream) {
         if let Some(rc) = g.rc.as_deref_mut() {
             if ready
                 && !rc.st.connector
-                && rc.sock.is_none()
+                && rc.link.is_none()
                 && rc.st.peer_gid == gid
                 && rc.st.peer_qpn == src_qpn
             {
-                rc::attach(qp, rc, sock);
+                rc::attach(qp, rc, rc::tcp_link(sock), Some(hint));
                 qp.defer();
                 return;
             }
@@ -385,6 +402,7 @@ fn route(dev: &Device, gid: Gid, src_qpn: u32, dst_qpn: u32, sock: TcpStream) {
     let mut parked = dev.parked.lock().unwrap_or_else(|e| e.into_inner());
     if parked.len() < MAX_PENDING {
         parked.push(Parked {
+            hint,
             gid,
             src_qpn,
             dst_qpn,
@@ -398,10 +416,16 @@ fn route(dev: &Device, gid: Gid, src_qpn: u32, dst_qpn: u32, sock: TcpStream) {
 
 /// A parked connection from `(gid, peer_qpn)` for QP `qpn`, if one arrived early.
 /// Called with that QP's lock held.
-pub(crate) fn claim(dev: &Device, qpn: u32, gid: Gid, peer_qpn: u32) -> Option<TcpStream> {
+pub(crate) fn claim(
+    dev: &Device,
+    qpn: u32,
+    gid: Gid,
+    peer_qpn: u32,
+) -> Option<(TcpStream, rc::ShmHint)> {
     let mut parked = dev.parked.lock().unwrap_or_else(|e| e.into_inner());
     let i = parked
         .iter()
         .position(|p| p.dst_qpn == qpn && p.gid == gid && p.src_qpn == peer_qpn)?;
-    Some(parked.swap_remove(i).sock)
+    let p = parked.swap_remove(i);
+    Some((p.sock, p.hint))
 }

@@ -16,6 +16,13 @@
 //! the same connection waits behind at most one chunk of a large one. UD keeps one
 //! copy each way (a datagram is built in, and received into, a provider buffer).
 //!
+//! On one host (same boot, network namespace and user, checked by the kernel), an RC
+//! connection starts on TCP and then moves its frames onto shared-memory rings
+//! (`shm`): a payload is copied into the ring and out of it (two copies, as through
+//! the kernel), and no system call is made per message while both sides poll; the TCP
+//! socket stays as the liveness signal. [`SoftLink::Tcp`] or `RDMA_RPC_SOFT_LINK=tcp`
+//! keeps TCP; [`SoftStats::rc_shm_links`] counts the connections that moved.
+//!
 //! Where the work happens: `post_send` encodes frames and writes them at once;
 //! `CompletionQueue::poll` reads the sockets of that CQ's QPs, processes frames and
 //! flushes output before popping completions (manual progress). One helper thread per
@@ -30,7 +37,8 @@
 //! | `pieces` | checked ranges of registered memory a payload is read into or sent from |
 //! | `cq`, `srq`, `events` | completion queues (and progress), SRQs, async events |
 //! | `qp` | QP state, posting, flushes |
-//! | `rc` | RC over TCP: connection, requester, responder, input (`rx`), output (`tx`) |
+//! | `rc` | RC over TCP: connection, requester, responder, input (`rx`), output (`tx`), byte transport (`link`) |
+//! | `shm` | the same-host link: shared-memory rings, their handshake, host identity |
 //! | `ud` | UD over UDP |
 //! | `faults` | deterministic UD fault injection |
 //! | `helper` | the helper thread |
@@ -53,6 +61,8 @@ mod pieces;
 mod profile;
 mod qp;
 mod rc;
+#[doc(hidden)]
+pub(crate) mod shm;
 mod srq;
 mod sys;
 #[cfg(test)]
@@ -86,6 +96,41 @@ pub struct SoftConfig {
     pub ud_mtu: u32,
     /// UD fault injection, for tests of the layers above.
     pub ud_faults: UdFaults,
+    /// How RC QPs reach peers on the same host ([`SOFT_LINK_ENV`] can force TCP).
+    pub link: SoftLink,
+}
+
+/// Environment variable that forces every soft device onto TCP for RC: `tcp`. Unset,
+/// empty or `auto`: [`SoftConfig::link`] decides. Any other value makes opens fail
+/// with an error naming it.
+pub const SOFT_LINK_ENV: &str = "RDMA_RPC_SOFT_LINK";
+
+/// How a soft device's RC QPs carry their frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SoftLink {
+    /// Shared memory when both ends are on this host, in this network namespace, run
+    /// by this user (and both devices allow it); TCP otherwise.
+    #[default]
+    Auto,
+    /// Always TCP.
+    Tcp,
+}
+
+impl SoftLink {
+    /// `self`, unless [`SOFT_LINK_ENV`] forces TCP.
+    pub(crate) fn with_env(self) -> crate::error::Result<SoftLink> {
+        match std::env::var(SOFT_LINK_ENV) {
+            Ok(v) if v == "tcp" => Ok(SoftLink::Tcp),
+            Ok(v) if v.is_empty() || v == "auto" => Ok(self),
+            Err(std::env::VarError::NotPresent) => Ok(self),
+            Ok(v) => Err(crate::error::Error::InvalidArgument(format!(
+                "${SOFT_LINK_ENV}={v:?}: expected tcp or auto"
+            ))),
+            Err(std::env::VarError::NotUnicode(v)) => Err(crate::error::Error::InvalidArgument(
+                format!("${SOFT_LINK_ENV}={v:?}: expected tcp or auto"),
+            )),
+        }
+    }
 }
 
 impl Default for SoftConfig {
@@ -95,6 +140,7 @@ impl Default for SoftConfig {
             port: 0,
             ud_mtu: 4096,
             ud_faults: UdFaults::default(),
+            link: SoftLink::Auto,
         }
     }
 }
@@ -135,6 +181,8 @@ pub struct SoftStats {
     pub rc_frames_malformed: u64,
     /// RC connections established.
     pub rc_connections: u64,
+    /// RC connections whose output (from this device) moved to shared memory.
+    pub rc_shm_links: u64,
     /// RC frames this device's QPs answered with an RNR NAK (no receive posted).
     pub rc_rnr_naks: u64,
     /// QPs of this device that exist now (a gauge, not a counter: a server's should

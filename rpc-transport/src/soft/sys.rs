@@ -43,6 +43,16 @@ impl EventFd {
     pub(crate) fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
+
+    /// Takes over an eventfd received from elsewhere (the caller checked its kind).
+    pub(crate) fn from_owned(fd: OwnedFd) -> EventFd {
+        EventFd(fd)
+    }
+
+    /// A second descriptor for the same eventfd (to hand to a peer).
+    pub(crate) fn try_clone_owned(&self) -> io::Result<OwnedFd> {
+        self.0.try_clone()
+    }
 }
 
 /// A level-triggered epoll set whose events carry a caller-chosen `u64` token.

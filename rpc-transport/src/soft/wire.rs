@@ -1,4 +1,4 @@
-//! The soft provider's wire format, version 2: the only place it is defined.
+//! The soft provider's wire format, version 3: the only place it is defined.
 //!
 //! # RC frames (over one TCP connection per connected QP pair, both directions)
 //!
@@ -25,7 +25,7 @@
 //!
 //! | opcode | extension | payload |
 //! | --- | --- | --- |
-//! | `HELLO` 1 | src GID (16), src QPN (4), dst QPN (4) | none |
+//! | `HELLO` 1 | src GID (16), src QPN (4), dst QPN (4), host identity (8), shared-memory listener (8) | none |
 //! | `SEND` 2 | imm (4) | message bytes |
 //! | `WRITE` 3 | remote va (8), rkey (4), imm (4) | bytes for `va` |
 //! | `READ_REQ` 4 | remote va (8), rkey (4), length (4) | none |
@@ -33,10 +33,14 @@
 //! | `ATOMIC_REQ` 6 | va (8), rkey (4), kind (4: 0 fetch-add, 1 cmp-swap), add/compare (8), swap (8) | none |
 //! | `ATOMIC_RESP` 7 | original value (8) | none |
 //! | `ACK` 8 | none | none |
+//! | `SHM_SWITCH` 10 | none | none |
 //! | `NAK` 9 | syndrome (1: RNR, 2: invalid request, 3: remote access, 4: remote operational, 5: QP in error), RNR timer code (1), zero (2) | none |
 //!
 //! `HELLO` is the first frame on a new connection, from the connecting side; it names
-//! which QP the connection belongs to.
+//! which QP the connection belongs to. Its host identity and listener (both 0 when the
+//! connecting device keeps to TCP) let the accepting side offer shared memory
+//! (`soft::shm`). `SHM_SWITCH` is the last frame a side sends on TCP: its later frames
+//! come through the shared-memory ring.
 //!
 //! # UD datagrams (one UDP datagram each)
 //!
@@ -49,7 +53,8 @@
 //! Decoders validate every field and length and return [`WireError`]; they never panic.
 //!
 //! Version 2 raised [`MAX_SEG`] from 32 KiB to 1 MiB (a version-1 peer would refuse
-//! the larger frames, so it is refused at its `HELLO` instead).
+//! the larger frames, so it is refused at its `HELLO` instead). Version 3 added the
+//! `HELLO`'s host identity and listener and `SHM_SWITCH`.
 //!
 //! Versioning: every frame and datagram starts with [`VERSION`]. A peer speaking
 //! another version is refused, not misread: its `HELLO` fails to decode and the
@@ -59,7 +64,7 @@
 use std::fmt;
 
 /// Wire format version carried in every frame and datagram.
-pub(crate) const VERSION: u8 = 2;
+pub(crate) const VERSION: u8 = 3;
 /// Length of the common RC frame header.
 pub(crate) const HDR_LEN: usize = 16;
 /// Largest payload of one RC frame a receiver accepts; senders cut messages into
@@ -68,9 +73,9 @@ pub(crate) const MAX_SEG: usize = 1024 * 1024;
 /// Length of the UD datagram header.
 pub(crate) const UD_HDR_LEN: usize = 24;
 /// Largest extension of any opcode.
-pub(crate) const MAX_EXT: usize = 32;
+pub(crate) const MAX_EXT: usize = 40;
 /// Size of a `HELLO` frame.
-pub(crate) const HELLO_LEN: usize = HDR_LEN + 24;
+pub(crate) const HELLO_LEN: usize = HDR_LEN + 40;
 /// Sequence numbers (and QPNs) use 24 bits.
 pub(crate) const SEQ_MASK: u32 = 0x00ff_ffff;
 
@@ -92,6 +97,7 @@ const OP_ATOMIC_REQ: u8 = 6;
 const OP_ATOMIC_RESP: u8 = 7;
 const OP_ACK: u8 = 8;
 const OP_NAK: u8 = 9;
+const OP_SHM_SWITCH: u8 = 10;
 const OP_UD_SEND: u8 = 0x10;
 
 /// Why a NAK was sent.
@@ -138,6 +144,10 @@ pub(crate) enum Body {
         src_qpn: u32,
         /// QP the connection is meant for.
         dst_qpn: u32,
+        /// The connecting side's host identity (`soft::shm::ident`; 0: none).
+        host: u64,
+        /// Its device's shared-memory listener (0: it keeps to TCP).
+        listener: u64,
     },
     /// A segment of a Send.
     Send {
@@ -180,6 +190,8 @@ pub(crate) enum Body {
     },
     /// Cumulative acknowledgement only.
     Ack,
+    /// The sender's later frames come through shared memory.
+    ShmSwitch,
     /// Negative acknowledgement of request `seq`.
     Nak(Nak),
 }
@@ -271,7 +283,7 @@ impl std::error::Error for WireError {}
 
 fn ext_len(op: u8) -> Option<usize> {
     Some(match op {
-        OP_HELLO => 24,
+        OP_HELLO => 40,
         OP_SEND => 4,
         OP_WRITE => 16,
         OP_READ_REQ => 16,
@@ -280,6 +292,7 @@ fn ext_len(op: u8) -> Option<usize> {
         OP_ATOMIC_RESP => 8,
         OP_ACK => 0,
         OP_NAK => 4,
+        OP_SHM_SWITCH => 0,
         _ => return None,
     })
 }
@@ -353,6 +366,8 @@ pub(crate) fn decode_head(buf: &[u8]) -> Result<Option<(Head, usize)>, WireError
                 gid,
                 src_qpn,
                 dst_qpn,
+                host: be64(e, 24),
+                listener: be64(e, 32),
             }
         }
         OP_SEND => Body::Send { imm: be32(e, 0) },
@@ -386,6 +401,7 @@ pub(crate) fn decode_head(buf: &[u8]) -> Result<Option<(Head, usize)>, WireError
         }
         OP_ATOMIC_RESP => Body::AtomicResp { orig: be64(e, 0) },
         OP_ACK => Body::Ack,
+        OP_SHM_SWITCH => Body::ShmSwitch,
         OP_NAK => {
             if e[2] != 0 || e[3] != 0 {
                 return Err(WireError::Reserved);
@@ -458,10 +474,14 @@ pub(crate) fn encode(
                 gid,
                 src_qpn,
                 dst_qpn,
+                host,
+                listener,
             } => {
                 e[..16].copy_from_slice(&gid);
                 e[16..20].copy_from_slice(&src_qpn.to_be_bytes());
                 e[20..24].copy_from_slice(&dst_qpn.to_be_bytes());
+                e[24..32].copy_from_slice(&host.to_be_bytes());
+                e[32..40].copy_from_slice(&listener.to_be_bytes());
                 OP_HELLO
             }
             Body::Send { imm } => {
@@ -498,6 +518,7 @@ pub(crate) fn encode(
                 OP_ATOMIC_RESP
             }
             Body::Ack => OP_ACK,
+            Body::ShmSwitch => OP_SHM_SWITCH,
             Body::Nak(n) => {
                 (e[0], e[1]) = match n {
                     Nak::Rnr(t) => (1, t),
@@ -658,6 +679,8 @@ mod tests {
                 gid: [7; 16],
                 src_qpn: 0x101,
                 dst_qpn: 0x102,
+                host: 0x0123_4567_89ab_cdef,
+                listener: u64::MAX,
             },
             &[],
         );
@@ -708,6 +731,7 @@ mod tests {
         );
         round_trip(0, Body::AtomicResp { orig: 42 }, &[]);
         round_trip(0, Body::Ack, &[]);
+        round_trip(0, Body::ShmSwitch, &[]);
         round_trip(0, Body::Nak(Nak::Rnr(12)), &[]);
         round_trip(0, Body::Nak(Nak::RemoteAccess), &[]);
         round_trip(0, Body::Nak(Nak::QpError), &[]);
@@ -722,9 +746,10 @@ mod tests {
             b[i] = v;
             decode(&b).map(|o| o.map(|(_, n)| n))
         };
-        // Version 1 (32 KiB frames) is refused as any other version is.
+        // Versions 1 (32 KiB frames) and 2 (no shared memory) are refused as any other.
         assert_eq!(bad(0, 1), Err(WireError::Version(1)));
-        assert_eq!(bad(0, 3), Err(WireError::Version(3)));
+        assert_eq!(bad(0, 2), Err(WireError::Version(2)));
+        assert_eq!(bad(0, 4), Err(WireError::Version(4)));
         assert_eq!(bad(1, 99), Err(WireError::Opcode(99)));
         assert_eq!(bad(2, 0x80), Err(WireError::Flags(0x80)));
         assert_eq!(bad(3, 1), Err(WireError::Reserved));

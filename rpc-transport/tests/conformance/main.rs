@@ -27,6 +27,7 @@ mod common;
 
 mod atomics;
 mod cq;
+mod link;
 mod protection;
 mod qp_state;
 mod rdma;

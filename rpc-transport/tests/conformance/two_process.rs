@@ -3,12 +3,16 @@
 //! text over the child's stdin and stdout, as an application's out-of-band exchange
 //! would.
 
-use rpc_transport::{Fabric, QpEndpoint, SendOp, SendWr, UdDest, WcOpcode, WcStatus, GRH_LEN};
+use rpc_transport::{
+    AsyncEvent, Fabric, QpEndpoint, QpState, SendOp, SendWr, UdDest, WcOpcode, WcStatus, GRH_LEN,
+};
 
 use crate::common::child::{self, hear, mr_from_text, mr_to_text, say, ChildProc};
+use crate::common::link::wait_link;
 use crate::common::rc::{accept, connect, PSN_A, PSN_B};
 use crate::common::{
-    has_ud_or_refuses_it, pattern, post_recv, post_send, wait_wc, RcOpts, RcSide, UdSide, QKEY,
+    has_ud_or_refuses_it, pattern, post_recv, post_send, wait_event, wait_state, wait_wc, wait_wcs,
+    RcOpts, RcSide, UdSide, QKEY,
 };
 
 const WRITE_LEN: usize = 3000;
@@ -209,6 +213,73 @@ fn child_process_entry() {
     match role.as_str() {
         "rc" => rc_child(),
         "ud" => ud_child(),
+        "flood" => flood_child(),
         other => panic!("unknown child role {other:?}"),
+    }
+}
+
+/// Bytes of each RDMA Write the flooding child keeps in flight.
+const FLOOD_LEN: usize = 1 << 20;
+
+/// The peer process dies (SIGKILL) while its RDMA Writes stream into this side: the
+/// QP goes to ERR with the completions a dead peer causes on TCP (the Send waiting
+/// for an ACK fails with RETRY_EXC_ERR, the receive is flushed, QP_FATAL is raised),
+/// on whichever link the pair used.
+#[test]
+fn rc_peer_killed_mid_transfer_ends_qp_in_err() {
+    let opts = RcOpts::default();
+    let a = RcSide::new(&opts);
+    let target = a.host.mr_all(FLOOD_LEN);
+    let buf = a.host.mr_all(64);
+    let mut peer = ChildProc::spawn("flood");
+    let ep_b = endpoint(&peer.recv("ep"));
+    accept(&a.qp, PSN_A, &ep_b, &opts);
+    peer.send("ep", &a.qp.endpoint(PSN_A).expect("endpoint").to_string());
+    peer.send("mr", &mr_to_text(&target.remote()));
+    // SAFETY: `buf` is only read after the receive's completion.
+    unsafe { post_recv(&a.qp, 1, &[buf.sge(0, 64)]) };
+    peer.recv("flooding");
+    wait_link(&a.host.dev, &[&a.scq, &a.rcq]);
+    // The child posts no receive: this Send waits (RNR) until the peer is gone.
+    // SAFETY: `buf` outlives the Send's completion.
+    unsafe { post_send(&a.qp, SendWr::new(2, SendOp::Send, &[buf.sge(0, 8)])) };
+    peer.kill();
+    let send = wait_wc(&a.scq, "the Send to the killed peer");
+    assert_eq!(send.status, WcStatus::RetryExcErr, "{send:?}");
+    let recv = wait_wcs(&a.rcq, 1, "the flushed receive")[0];
+    assert_eq!(
+        (recv.wr_id, recv.status),
+        (1, WcStatus::WrFlushErr),
+        "{recv:?}"
+    );
+    wait_state(&a.qp, QpState::Err, "after the peer died");
+    let qpn = a.qp.qp_num();
+    wait_event(&a.host.dev, "QP_FATAL", |e| *e == AsyncEvent::QpFatal(qpn));
+}
+
+/// Writes `FLOOD_LEN` bytes into the parent's region again and again until killed.
+fn flood_child() {
+    let opts = RcOpts::default();
+    let b = RcSide::new(&opts);
+    let src = b.host.mr_all(FLOOD_LEN);
+    src.write(0, &pattern(FLOOD_LEN, 3));
+    say("ep", &b.qp.endpoint(PSN_B).expect("endpoint").to_string());
+    let ep_a = endpoint(&hear("ep"));
+    let mr_a = mr_from_text(&hear("mr"));
+    connect(&b.qp, PSN_B, &ep_a, &opts);
+    let sge = [src.sge(0, FLOOD_LEN as u32)];
+    let write = SendOp::RdmaWrite {
+        remote_addr: mr_a.addr,
+        rkey: mr_a.rkey,
+    };
+    for i in 0u64.. {
+        let wr = SendWr::new(i, write, &sge);
+        // SAFETY: `src` lives until this process is killed.
+        unsafe { post_send(&b.qp, wr) };
+        let wc = wait_wc(&b.scq, "a flood Write");
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        if i == 0 {
+            say("flooding", "");
+        }
     }
 }

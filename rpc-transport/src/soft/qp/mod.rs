@@ -6,7 +6,7 @@ pub(crate) mod wqe;
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddrV4};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -434,12 +434,27 @@ impl Qp {
         self.busy.load(Ordering::Relaxed)
     }
 
-    /// The RC socket, if connected.
+    /// The RC connection's TCP socket, if connected.
+    #[cfg(test)]
     pub(crate) fn rc_fd(&self) -> Option<RawFd> {
         let g = self.lock();
         g.rc.as_ref()
-            .and_then(|rc| rc.sock.as_ref())
-            .map(|s| s.as_raw_fd())
+            .and_then(|rc| rc.link.as_ref())
+            .map(|l| l.tcp_fd())
+    }
+
+    /// Re-arms the helper's watch of this QP's descriptors (`rearm(fd, writable)` each
+    /// one: with `stalled` output on TCP, its socket is watched for room instead of
+    /// input), then tells a shared-memory peer that its next publish must ring the
+    /// doorbell (a full ring's room is announced through that doorbell too).
+    pub(crate) fn rc_rearm(&self, stalled: bool, mut rearm: impl FnMut(RawFd, bool)) {
+        let g = self.lock();
+        if let Some(link) = g.rc.as_ref().and_then(|rc| rc.link.as_ref()) {
+            let tcp = link.tcp_fd();
+            let room = stalled && link.output_on_tcp();
+            link.wake_fds().for_each(|fd| rearm(fd, room && fd == tcp));
+            link.announce_sleep();
+        }
     }
 
     /// Whether one of this QP's CQs was polled within `ns`.

@@ -10,13 +10,16 @@
 //! carries it), so a request/response exchange costs one write per message per side.
 //!
 //! Bytes: [`rx`] reads heads into a small buffer and payloads straight into their
-//! destination; [`tx`] sends heads and payloads (by reference) with one `sendmsg`.
+//! destination; [`tx`] sends heads and payloads (by reference) with one `sendmsg`;
+//! both go through the connection's [`link`]: the TCP stream, or shared-memory rings
+//! when both ends are on one host.
 //!
 //! Sharing the socket: within a connection, the requester and responder halves take
 //! turns at filling the one-chunk output queue; among the QPs of a CQ, each progress
 //! pass reads and writes at most a MiB ([`MAX_READ_PER_PASS`], [`WRITE_PER_POLL`]), so
 //! that a poll visiting every QP in turn gives each the same share.
 
+pub(crate) mod link;
 mod requester;
 mod responder;
 mod rx;
@@ -24,7 +27,6 @@ mod tx;
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
-use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -38,6 +40,7 @@ use super::pieces::Pieces;
 use super::qp::wqe::{RecvWqe, SendQueue};
 use super::qp::{Attrs, Inner, Qp};
 use super::wire::{self, Body, Head, Nak, WireError};
+pub(crate) use link::Link;
 use responder::{InMsg, Resp};
 use rx::{RxBuf, Stop};
 pub(crate) use tx::TxBuf;
@@ -150,7 +153,7 @@ impl RcConn {
 
 /// The RC state of a QP from RTR on.
 pub(crate) struct RcConn {
-    pub(crate) sock: Option<TcpStream>,
+    pub(crate) link: Option<Link>,
     /// The connector's TCP connect under way, and when it started.
     connecting: Option<(Socket, u64)>,
     rx: RxBuf,
@@ -170,7 +173,7 @@ impl RcConn {
         // compare the GIDs the endpoints carried, so both reach the same answer.
         let connector = (local_gid.0, qp.qpn) > (peer_gid.0, a.dest_qpn);
         RcConn {
-            sock: None,
+            link: None,
             connecting: None,
             rx: RxBuf::new(),
             tx: TxBuf::new(),
@@ -201,16 +204,33 @@ impl RcConn {
     }
 }
 
-/// Takes over a connected socket for this QP.
-pub(crate) fn attach(qp: &Qp, rc: &mut RcConn, sock: TcpStream) {
-    let _ = sock.set_nodelay(true);
-    let _ = sock.set_nonblocking(true);
-    let fd = sock.as_raw_fd();
-    rc.sock = Some(sock);
+/// What an accepted connection's `HELLO` said about shared memory: the connecting
+/// side's host identity and listener (see `link::Link::offer`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShmHint {
+    pub(crate) host: u64,
+    pub(crate) listener: u64,
+}
+
+/// Takes over a connected socket for this QP; the accepting side (`hint`) offers
+/// shared memory if the peer is on this host.
+pub(crate) fn attach(qp: &Qp, rc: &mut RcConn, link: Link, hint: Option<ShmHint>) {
+    let fd = link.tcp_fd();
+    let link = rc.link.insert(link);
     qp.dev.helper.watch_qp(fd, qp.qpn);
     qp.send_cq.watch(fd, qp.qpn);
     qp.recv_cq.watch(fd, qp.qpn);
     bump(&qp.dev.stats.rc_connections);
+    if let Some(h) = hint {
+        link.offer(qp, h.host, h.listener, rc.st.peer_qpn, rc.st.local_gid.0);
+    }
+}
+
+/// A connected socket as the provider uses it (non-blocking, no Nagle).
+pub(crate) fn tcp_link(sock: TcpStream) -> Link {
+    let _ = sock.set_nodelay(true);
+    let _ = sock.set_nonblocking(true);
+    Link::tcp(sock)
 }
 
 /// Called on INIT → RTR: connect now, or claim a connection the helper parked.
@@ -223,13 +243,15 @@ pub(crate) fn start(qp: &Qp, g: &mut Inner) -> bool {
     };
     if rc.st.connector {
         try_connect(qp, rc, now);
-    } else if let Some(sock) = helper::claim(&qp.dev, qp.qpn, rc.st.peer_gid, rc.st.peer_qpn) {
-        attach(qp, rc, sock);
+    } else if let Some((sock, hint)) =
+        helper::claim(&qp.dev, qp.qpn, rc.st.peer_gid, rc.st.peer_qpn)
+    {
+        attach(qp, rc, tcp_link(sock), Some(hint));
     }
-    if rc.sock.is_none() {
+    if rc.link.is_none() {
         qp.defer();
     }
-    rc.sock.is_none() && rc.st.connector
+    rc.link.is_none() && rc.st.connector
 }
 
 /// Advances the connector's TCP connect without ever blocking the caller (who may
@@ -274,16 +296,24 @@ fn start_connect(peer: SocketAddrV4) -> std::io::Result<Socket> {
 /// The connector's TCP connection is up: say HELLO and attach it.
 fn finish_connect(qp: &Qp, rc: &mut RcConn, sock: TcpStream) {
     rc.tx.buf.clear();
+    let listener = qp.dev.shm.as_ref().map_or(0, |l| l.id);
     let hello = Body::Hello {
         gid: rc.st.local_gid.0,
         src_qpn: qp.qpn,
         dst_qpn: rc.st.peer_qpn,
+        host: if listener == 0 {
+            0
+        } else {
+            super::shm::ident::host_identity()
+        },
+        listener,
     };
     wire::encode(&mut rc.tx.buf, 0, 0, 0, &hello, 0);
+    let mut link = tcp_link(sock);
     // Send the HELLO now: the peer learns of the connection even if this QP is
     // never polled (a socket closed before its HELLO is dropped unrouted).
-    let _ = rc.tx.flush(&sock);
-    attach(qp, rc, sock);
+    let _ = rc.tx.flush(&mut link);
+    attach(qp, rc, link, None);
 }
 
 /// Handler context: the QP and the parts of its state a frame may touch.
@@ -332,7 +362,7 @@ pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usi
 /// (and only then is there anything to do, so waiting for it cannot spin).
 pub(crate) fn output_waits(g: &Inner) -> bool {
     g.rc.as_deref()
-        .is_some_and(|rc| rc.sock.is_some() && (!rc.tx.is_empty() || rc.st.budget_cut))
+        .is_some_and(|rc| rc.link.is_some() && (!rc.tx.is_empty() || rc.st.budget_cut))
 }
 
 /// Progress right after a post: send what was posted, without reading. Returns
@@ -358,7 +388,7 @@ fn finish(qp: &Qp, g: &mut Inner, r: (Result<(), Fault>, bool)) -> bool {
                 qp.enter_err(g, Some(WcStatus::RetryExcErr), true);
             }
             if let Some(rc) = g.rc.as_mut() {
-                rc.sock = None;
+                rc.link = None;
             }
             false
         }
@@ -386,14 +416,14 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
     if matches!(state, QpState::Reset | QpState::Init) {
         return (Ok(()), false);
     }
-    if rc.sock.is_none() {
+    if rc.link.is_none() {
         if state == QpState::Err {
             return (Ok(()), false);
         }
         if rc.st.connector && now >= rc.st.connect_at {
             try_connect(qp, rc, now);
         }
-        if rc.sock.is_none() {
+        if rc.link.is_none() {
             let connector = rc.st.connector;
             let cx = FrameContext {
                 qp,
@@ -416,11 +446,16 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
         }
     }
     let RcConn {
-        sock, rx, tx, st, ..
+        link, rx, tx, st, ..
     } = rc;
-    let Some(sock) = sock.as_mut() else {
+    let Some(sock) = link.as_mut() else {
         return (Ok(()), false);
     };
+    sock.set_now(now);
+    sock.poll_offer(qp);
+    if tx.is_empty() {
+        sock.output_idle();
+    }
     if state == QpState::Err {
         return err_state(sock, rx, tx, st, read);
     }
@@ -451,7 +486,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
 /// one `NAK(QP error)` per pass, so the peer fails at once instead of after its retry
 /// budget (the status is the one a silent QP would cause: RETRY_EXC_ERR).
 fn err_state(
-    sock: &mut TcpStream,
+    sock: &mut Link,
     rx: &mut RxBuf,
     tx: &mut TxBuf,
     st: &mut RcProtocol,
@@ -508,7 +543,7 @@ impl rx::Handler for ErrDrain {
 
 fn run(
     cx: &mut FrameContext<'_>,
-    sock: &mut TcpStream,
+    sock: &mut Link,
     rx: &mut RxBuf,
     read: bool,
     budget: usize,
@@ -566,7 +601,7 @@ impl rx::Handler for FrameContext<'_> {
         self.st.progress_at = self.now;
         requester::on_ack(self, h.ack);
         match h.body {
-            Body::Hello { .. } => {
+            Body::Hello { .. } | Body::ShmSwitch => {
                 bump(&self.qp.dev.stats.rc_frames_malformed);
                 Err(Fault::Broken)
             }

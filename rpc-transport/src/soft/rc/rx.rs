@@ -10,12 +10,9 @@
 //! under [`DIRECT_MIN`] arrive in batches with their heads and are copied out: one
 //! `read` for many small frames costs less than a `readv` each.
 
-use std::io;
-use std::net::TcpStream;
-use std::os::fd::AsRawFd;
-
 use super::super::pieces::Pieces;
-use super::super::wire::{self, Head, WireError, HDR_LEN, MAX_EXT};
+use super::super::wire::{self, Body, Head, WireError, HDR_LEN, MAX_EXT};
+use super::link::Link;
 
 /// Size of the head buffer at first. Small frames are read (and copied out) in
 /// batches of up to the buffer's size, so a burst of small messages costs one `read`;
@@ -95,7 +92,7 @@ impl RxBuf {
     /// read, or the stream ends. An I/O error or a malformed frame is `Err`.
     pub(crate) fn receive(
         &mut self,
-        sock: &TcpStream,
+        sock: &mut Link,
         budget: usize,
         h: &mut impl Handler,
     ) -> Result<Stop, super::Fault> {
@@ -139,6 +136,16 @@ impl RxBuf {
                 }
             } else {
                 match wire::decode_head(&self.buf[self.start..self.end]) {
+                    Ok(Some((head, used))) if head.body == Body::ShmSwitch => {
+                        self.start += used;
+                        // Nothing may follow it on TCP: the rest is in the ring.
+                        if self.start != self.end {
+                            h.malformed(WireError::Reserved);
+                            return Err(super::Fault::Broken);
+                        }
+                        sock.switch_input()?;
+                        continue;
+                    }
                     Ok(Some((head, used))) => {
                         self.start += used;
                         self.sink.clear();
@@ -185,7 +192,7 @@ impl RxBuf {
 
     /// Reads into the free tail of the buffer (compacting it first). `None`: nothing
     /// to read now; `Some((n, short))`: `n` bytes, `short` if fewer than asked for.
-    fn fill(&mut self, sock: &TcpStream) -> Result<Option<(usize, bool)>, super::Fault> {
+    fn fill(&mut self, sock: &mut Link) -> Result<Option<(usize, bool)>, super::Fault> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -199,7 +206,8 @@ impl RxBuf {
         if self.bulk && self.cur.is_none() {
             free = free.min(LOOKAHEAD);
         }
-        let n = read(sock, &mut self.buf[self.end..self.end + free])?;
+        // SAFETY: the iovec names the free tail of the buffer, live for the call.
+        let n = unsafe { sock.read(&mut [iov_of(&mut self.buf[self.end..self.end + free])])? };
         Ok(n.map(|n| {
             self.end += n;
             if n == free && cap < MAX_CAP && !self.bulk {
@@ -211,7 +219,7 @@ impl RxBuf {
 
     /// Reads the current payload into its destination and the next head into the
     /// (empty) buffer with one `readv`.
-    fn read_direct(&mut self, sock: &TcpStream) -> Result<Option<(usize, bool)>, super::Fault> {
+    fn read_direct(&mut self, sock: &mut Link) -> Result<Option<(usize, bool)>, super::Fault> {
         debug_assert_eq!(self.start, self.end);
         self.start = 0;
         self.end = 0;
@@ -219,7 +227,9 @@ impl RxBuf {
         let k = self.sink.iovecs(&mut iov[..super::super::device::MAX_SGE]);
         let left = self.sink.left();
         iov[k] = iov_of(&mut self.buf[..LOOKAHEAD]);
-        let Some(n) = readv(sock, &mut iov[..=k])? else {
+        // SAFETY: every iovec names writable memory that is live for the call: the head
+        // buffer, or checked ranges of registered memory that the sink keeps alive.
+        let Some(n) = (unsafe { sock.read(&mut iov[..=k])? }) else {
             return Ok(None);
         };
         let to_sink = n.min(left);
@@ -236,35 +246,5 @@ fn iov_of(b: &mut [u8]) -> libc::iovec {
     libc::iovec {
         iov_base: b.as_mut_ptr().cast(),
         iov_len: b.len(),
-    }
-}
-
-/// One `read` into provider memory. `None`: would block.
-fn read(mut sock: &TcpStream, b: &mut [u8]) -> Result<Option<usize>, super::Fault> {
-    loop {
-        match io::Read::read(&mut sock, b) {
-            Ok(n) => return Ok(Some(n)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return Err(super::Fault::Broken),
-        }
-    }
-}
-
-/// One `readv`. `None`: would block.
-fn readv(sock: &TcpStream, iov: &mut [libc::iovec]) -> Result<Option<usize>, super::Fault> {
-    loop {
-        // SAFETY: every iovec names writable memory that is live for the call: the head
-        // buffer, or checked ranges of registered memory that the sink keeps alive.
-        let n = unsafe { libc::readv(sock.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
-        if n >= 0 {
-            return Ok(Some(n as usize));
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => return Ok(None),
-            io::ErrorKind::Interrupted => continue,
-            _ => return Err(super::Fault::Broken),
-        }
     }
 }

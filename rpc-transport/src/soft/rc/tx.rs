@@ -12,10 +12,9 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
+use super::link::Link;
 use crate::mr_buffer::MrBuffer;
 
 /// Largest payload of one data frame, and the most unsent bytes the queue takes on.
@@ -117,12 +116,13 @@ impl TxBuf {
         });
     }
 
-    /// Writes what the socket accepts; returns the bytes written.
-    pub(crate) fn flush(&mut self, sock: &TcpStream) -> io::Result<usize> {
+    /// Writes what the link accepts; returns the bytes written.
+    pub(crate) fn flush(&mut self, link: &mut Link) -> io::Result<usize> {
         let mut total = 0;
         while !self.is_empty() {
             if self.refs.is_empty() {
-                match send(sock, &self.buf[self.off..]) {
+                // SAFETY: the iovec names the live unsent head bytes.
+                match unsafe { link.write(&[iov(&self.buf[self.off..])]) } {
                     Ok(n) => {
                         let left = self.buf.len() - self.off;
                         self.off += n;
@@ -142,28 +142,14 @@ impl TxBuf {
                 iov_len: 0,
             }; MAX_IOV];
             let k = self.iovecs(&mut iov);
-            // SAFETY: a zeroed msghdr is valid; it names `k` iovecs that point into
-            // `self.buf` and into buffers the refs keep alive, all live for the call.
-            // MSG_NOSIGNAL turns a closed peer into EPIPE instead of SIGPIPE.
-            let n = unsafe {
-                let mut msg: libc::msghdr = std::mem::zeroed();
-                msg.msg_iov = iov.as_mut_ptr();
-                msg.msg_iovlen = k as _;
-                libc::sendmsg(
-                    sock.as_raw_fd(),
-                    &msg,
-                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                )
+            // SAFETY: the `k` iovecs point into `self.buf` and into buffers the refs
+            // keep alive, all live for the call.
+            let n = match unsafe { link.write(&iov[..k]) } {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
             };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    io::ErrorKind::WouldBlock => break,
-                    _ => return Err(e),
-                }
-            }
-            let n = n as usize;
             let offered: usize = iov[..k].iter().map(|v| v.iov_len).sum();
             self.advance(n);
             total += n;
@@ -236,23 +222,6 @@ impl TxBuf {
     }
 }
 
-/// One `send` of contiguous bytes (the common case of small frames only).
-fn send(sock: &TcpStream, b: &[u8]) -> io::Result<usize> {
-    // SAFETY: `b` is a live slice; MSG_NOSIGNAL turns a closed peer into EPIPE.
-    let n = unsafe {
-        libc::send(
-            sock.as_raw_fd(),
-            b.as_ptr().cast(),
-            b.len(),
-            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
-}
-
 fn iov(b: &[u8]) -> libc::iovec {
     libc::iovec {
         iov_base: b.as_ptr() as *mut libc::c_void,
@@ -271,7 +240,7 @@ mod tests {
     #[test]
     fn partial_writes_resume_inside_heads_and_payloads() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let tx_sock = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let tx_sock = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (mut rx_sock, _) = l.accept().unwrap();
         tx_sock.set_nonblocking(true).unwrap();
         rx_sock.set_nonblocking(true).unwrap();
@@ -308,12 +277,13 @@ mod tests {
             expect.extend_from_slice(part);
         }
         assert_eq!(t.queued(), expect.len());
+        let mut link = Link::tcp(tx_sock);
         let mut got = Vec::with_capacity(expect.len());
         let mut partial = 0;
         let mut chunk = vec![0u8; 16 * 1024];
         while got.len() < expect.len() {
             let before = t.queued();
-            let n = t.flush(&tx_sock).unwrap();
+            let n = t.flush(&mut link).unwrap();
             assert_eq!(t.queued(), before - n);
             if n > 0 && !t.is_empty() {
                 partial += 1;

@@ -148,6 +148,8 @@ fn malformed_input_moves_rc_qp_to_err_and_drops_ud_datagrams() {
         gid: fake.0,
         src_qpn: 5,
         dst_qpn: a.qp.qp_num(),
+        host: 0,
+        listener: 0,
     };
     wire::encode(&mut hello, 0, 0, 0, &body, 0);
     s.write_all(&hello).unwrap();

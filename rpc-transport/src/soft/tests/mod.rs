@@ -13,6 +13,7 @@ mod bulk;
 mod errors;
 mod ib;
 mod rc;
+mod shm;
 mod srq_cq;
 mod ud;
 mod ud_many;

@@ -122,6 +122,12 @@ impl ChildProc {
         }
     }
 
+    /// Kills the child (SIGKILL: no destructor of it runs) and reaps it.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("killing the child");
+        self.child.wait().expect("reaping the child");
+    }
+
     fn fail(&mut self, why: &str) -> ! {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -71,12 +71,14 @@ fn announce(dev: &Device) {
     ONCE.call_once(|| {
         let _ = writeln!(
             std::io::stderr(),
-            "conformance: provider {} (device {}, from ${DEVICE_ENV}={}; {} {:?}): {}",
+            "conformance: provider {} (device {}, from ${DEVICE_ENV}={}; {} {:?}; {} {:?}): {}",
             dev.provider(),
             dev.name(),
             device_name(),
             rpc_transport::SOFT_PROFILE_ENV,
             std::env::var(rpc_transport::SOFT_PROFILE_ENV).unwrap_or_default(),
+            rpc_transport::SOFT_LINK_ENV,
+            std::env::var(rpc_transport::SOFT_LINK_ENV).unwrap_or_default(),
             dev.caps()
         );
     });

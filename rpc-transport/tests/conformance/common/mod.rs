@@ -4,6 +4,7 @@
 pub mod caps;
 pub mod child;
 pub mod host;
+pub mod link;
 pub mod pattern;
 pub mod post;
 pub mod quirks;

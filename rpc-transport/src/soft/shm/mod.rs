@@ -1,0 +1,44 @@
+//! The same-host fast path: RC queue pairs whose ends run on one host, in one network
+//! namespace, as one user, carry their frames through shared memory instead of TCP.
+//!
+//! Mechanism. A QP pair always connects over TCP first (the `HELLO` names the QPs as
+//! before, and now also the connecting side's host identity and its device's Unix
+//! listener). If the identities match, the two sides exchange rings over an abstract
+//! Unix socket ([`handshake`]): per direction one single-producer, single-consumer
+//! byte ring in a sealed memfd, created by its reader, plus an eventfd doorbell
+//! ([`ring`]). Each side then sends a last `SHM_SWITCH` frame on TCP and writes every
+//! later frame into the peer's ring; a reader that decodes `SHM_SWITCH` reads its ring
+//! from then on. The frames are the soft wire format unchanged, so the requester,
+//! responder and completer do not know which link they run on (`rc::link`).
+//!
+//! Costs. While both sides poll, a message costs two copies (into the ring, out of
+//! it) and no system call. A reader that may sleep (its CQ is armed, or the helper
+//! watches it) says so in the ring's header; only then does the producer's publish
+//! write the eventfd, which sits in the CQ's epoll set and the helper's exactly where
+//! the TCP socket does, so tokio and the helper wake as before.
+//!
+//! Liveness. The TCP connection stays open and carries nothing more; its end (the peer
+//! process died or dropped the QP) is read as before and moves the QP to ERR with the
+//! same completions as on TCP. A reader with an empty ring looks at the socket at
+//! most once a millisecond (`recv` with `MSG_PEEK`); the socket's end also wakes a
+//! sleeping poller or the helper (it stays in their epoll sets), whose next pass looks.
+//!
+//! Limits. A malicious peer of the same uid can put any bytes into a ring it writes:
+//! they are decoded exactly as bytes from a TCP peer are (a malformed frame breaks the
+//! connection), and out-of-range indices are [`ring::Corrupt`]; it cannot make this
+//! side read or write outside the mapping, nor shrink it (seals). It can stop
+//! consuming, which blocks this side's output exactly as a full TCP window would (the
+//! retry budget applies). A writer that finds the ring full asks to be woken when space
+//! frees (see [`ring`]). Each QP pair maps two rings of 1 MiB ([`ring::RING_BYTES`]),
+//! touched as traffic wraps them: memory a many-connection server should count. Payloads are copied through the ring (bulk transfers with a
+//! single copy, by mapping registered memory into the peer, are not implemented).
+//! `RDMA_RPC_SOFT_LINK=tcp` or [`crate::SoftLink::Tcp`] keeps every QP of a device
+//! on TCP.
+
+pub(crate) mod handshake;
+pub(crate) mod ident;
+pub(crate) mod ring;
+pub(crate) mod unix;
+
+pub(crate) use handshake::{Answer, Listener, Offer};
+pub(crate) use ring::{Inbox, Producer};

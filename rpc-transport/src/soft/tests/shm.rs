@@ -1,0 +1,216 @@
+//! The shared-memory link under faults: a peer that writes garbage into the ring or
+//! lies about its indices, and many QPs opened and closed.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+
+use super::*;
+use crate::soft::shm::{ident, Listener, Producer};
+use crate::soft::wire::{self, Body};
+use crate::{AsyncEvent, Gid, GlobalRoute, SendOp};
+
+/// `a` (an RC QP in RTR) gets a peer played by the test: a TCP connection whose
+/// `HELLO` names a listener of the test's, the handshake answered, and `SHM_SWITCH`
+/// sent. Returns the ring `a` now reads (and the socket, which must stay open).
+fn fake_shm_peer(a: &Side) -> (Producer, TcpStream) {
+    // A made-up peer that sorts above `a` (larger GID), so `a` waits for it to connect.
+    let fake = Gid::soft(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 65535));
+    let ah = AhAttr {
+        grh: Some(GlobalRoute {
+            dgid: fake,
+            ..GlobalRoute::default()
+        }),
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    a.qp.modify(QpState::Init, &QpAttr::rc_init(ALL)).unwrap();
+    a.qp.modify(QpState::Rtr, &QpAttr::rc_rtr(ah, 5, 0, Mtu::Mtu4096))
+        .unwrap();
+    let listener = Listener::open().unwrap();
+    let addr = a.dev.gid(1, 0).unwrap().soft_addr().unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut hello = Vec::new();
+    let body = Body::Hello {
+        gid: fake.0,
+        src_qpn: 5,
+        dst_qpn: a.qp.qp_num(),
+        host: ident::host_identity(),
+        listener: listener.id,
+    };
+    wire::encode(&mut hello, 0, 0, 0, &body, 0);
+    s.write_all(&hello).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let req = loop {
+        let _ = a.cq.poll(&mut []);
+        if let Some(r) = listener.accept().unwrap() {
+            break r.unwrap();
+        }
+        assert!(Instant::now() < deadline, "the QP never offered its ring");
+    };
+    assert_eq!((req.dst_qpn, req.src_qpn), (5, a.qp.qp_num()));
+    let (to_a, _our_inbox) = req.answer().unwrap();
+    let mut switch = Vec::new();
+    wire::encode(&mut switch, 0, 0, 0, &Body::ShmSwitch, 0);
+    s.write_all(&switch).unwrap();
+    (to_a, s)
+}
+
+fn wait_err(a: &Side) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.qp.state() != QpState::Err {
+        let _ = a.cq.poll(&mut []);
+        assert!(Instant::now() < deadline, "QP never saw the bad ring");
+    }
+    assert_eq!(
+        a.dev.try_async_event(),
+        Some(AsyncEvent::QpFatal(a.qp.qp_num()))
+    );
+}
+
+/// Bytes in the ring that are not a frame move the QP to ERR (counted as malformed).
+#[test]
+fn malformed_ring_frame_moves_qp_to_err() {
+    let a = side(QpType::Rc);
+    let (mut to_a, _s) = fake_shm_peer(&a);
+    let mut bad = [0u8; wire::HDR_LEN];
+    bad[0] = wire::VERSION;
+    bad[1] = 0xee; // no such opcode
+    assert_eq!(to_a.write(&[&bad]).unwrap(), bad.len());
+    wait_err(&a);
+    assert_eq!(a.dev.soft_stats().unwrap().rc_frames_malformed, 1);
+}
+
+/// A peer publishing a `tail` beyond the ring's capacity breaks the connection
+/// instead of making the reader copy from outside what was written.
+#[test]
+fn lying_ring_index_moves_qp_to_err() {
+    let a = side(QpType::Rc);
+    let (mut to_a, _s) = fake_shm_peer(&a);
+    to_a.poke_tail(u64::MAX / 2);
+    wait_err(&a);
+}
+
+/// A second `SHM_SWITCH` (from the ring) is a protocol error, not a panic.
+#[test]
+fn switch_frame_inside_the_ring_moves_qp_to_err() {
+    let a = side(QpType::Rc);
+    let (mut to_a, _s) = fake_shm_peer(&a);
+    let mut switch = Vec::new();
+    wire::encode(&mut switch, 0, 0, 0, &Body::ShmSwitch, 0);
+    to_a.write(&[&switch]).unwrap();
+    wait_err(&a);
+}
+
+const LEAK_CHILD_ENV: &str = "RDMA_RPC_SOFT_SHM_LEAK_CHILD";
+const LEAK_TEST: &str = "soft::tests::shm::thousand_shm_qps_leak_no_fd_or_mapping";
+
+/// Open descriptors, and those of them that are memfds.
+fn fds() -> (usize, usize) {
+    let mut all = 0;
+    let mut memfds = 0;
+    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        all += 1;
+        if std::fs::read_link(e.path()).is_ok_and(|p| p.to_string_lossy().contains("memfd:")) {
+            memfds += 1;
+        }
+    }
+    (all, memfds)
+}
+
+/// Mappings of this process, and those of them that are rings.
+fn maps() -> (usize, usize) {
+    let m = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let rings = m
+        .lines()
+        .filter(|l| l.contains("rdma-rpc-soft-ring"))
+        .count();
+    (m.lines().count(), rings)
+}
+
+/// 1,000 QP pairs connected over shared memory and dropped leave no descriptor, memfd
+/// or ring mapping behind. Runs in a child process of its own (this binary again,
+/// only this test), so that other tests' descriptors do not blur the count.
+#[test]
+fn thousand_shm_qps_leak_no_fd_or_mapping() {
+    if std::env::var(LEAK_CHILD_ENV).is_err() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([LEAK_TEST, "--exact", "--test-threads=1", "--nocapture"])
+            .env(LEAK_CHILD_ENV, "1")
+            .env_remove(crate::SOFT_LINK_ENV)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "child failed: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let (a, b) = (side(QpType::Rc), side(QpType::Rc));
+    let one_pair = |i: u64| {
+        let qa =
+            a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq, &a.cq))
+                .unwrap();
+        let qb =
+            b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq, &b.cq))
+                .unwrap();
+        for (q, peer) in [(&qa, &qb), (&qb, &qa)] {
+            let e = peer.endpoint(0).unwrap();
+            q.connect_rc(&e, 0, ALL).unwrap();
+        }
+        // Traffic both ways until both outputs are on shared memory.
+        let links = |s: &Side| s.dev.soft_stats().unwrap().rc_shm_links;
+        let sge = [b.mr.sge(0, 8)];
+        // SAFETY: the MR outlives the QPs.
+        unsafe {
+            qb.post_recv(&[RecvWr {
+                wr_id: i,
+                sg_list: &sge,
+            }])
+        }
+        .unwrap();
+        let asge = [a.mr.sge(0, 8)];
+        // SAFETY: as above.
+        unsafe { qa.post_send(&[SendWr::new(i, SendOp::Send, &asge)]) }.unwrap();
+        assert!(wait(&b.cq, &[&a.cq]).is_ok());
+        assert!(wait(&a.cq, &[&b.cq]).is_ok());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while links(&a) < i + 1 || links(&b) < i + 1 {
+            let _ = a.cq.poll(&mut []);
+            let _ = b.cq.poll(&mut []);
+            assert!(
+                Instant::now() < deadline,
+                "pair {i} never moved to shared memory"
+            );
+        }
+        assert_eq!(maps().1, 4, "each side maps its inbox and its peer's");
+    };
+    // Warm-up: lazily created state (the identity, CQ epoll members) exists after this.
+    for i in 0..10 {
+        one_pair(i);
+    }
+    let before = (fds(), maps());
+    for i in 10..1010 {
+        one_pair(i);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // CQs forget dead QPs at their sweep; polling lets it run.
+        let _ = a.cq.poll(&mut []);
+        let _ = b.cq.poll(&mut []);
+        let now = (fds(), maps());
+        if now.0 .0 <= before.0 .0 && now.0 .1 == 0 && now.1 .1 == 0 && now.1 .0 <= before.1 .0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after 1,000 QP pairs: (fds, memfds) {:?} -> {:?}, (maps, rings) {:?} -> {:?}",
+            before.0,
+            now.0,
+            before.1,
+            now.1
+        );
+        std::thread::yield_now();
+    }
+}
