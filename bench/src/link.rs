@@ -1,23 +1,57 @@
-//! Which link carried rdma-rpc's queue pairs in a run: the soft provider's byte
-//! transport between two queue pairs (TCP today), or the verbs device itself.
+//! Which link carried rdma-rpc's queue pairs in a run: on the soft provider, shared
+//! memory or TCP (the soft device decides per connection and counts both), or the
+//! verbs device itself.
+
+use std::sync::Mutex;
+
+use rpc_transport::Device;
 
 use crate::provider::Provider;
 
-/// The variable that names (and forces) the soft provider's link.
-pub(crate) const SOFT_LINK_ENV: &str = "RDMA_RPC_SOFT_LINK";
+/// The soft devices rdma-rpc's client channels used in this run, kept so that their
+/// counters can be read at the end (an idle soft device costs no wake-ups).
+static SOFT_DEVICES: Mutex<Vec<Device>> = Mutex::new(Vec::new());
 
-/// The `link` of a run's report. This is the one place that decides it: today from
-/// `RDMA_RPC_SOFT_LINK` (what the run forced), else "tcp", the soft provider's only
-/// link; once the soft device counts the queue pairs of each link, read that here.
-pub(crate) fn rdma_link(provider: &Provider) -> String {
-    label(provider.is_soft(), std::env::var(SOFT_LINK_ENV).ok())
+/// The device for one client channel: on the soft provider a new device this module
+/// counts links on (as `Endpoint::device` would open), else `None` (the name is used).
+pub(crate) fn client_device(provider: &Provider) -> Result<Option<Device>, String> {
+    if !provider.is_soft() {
+        return Ok(None);
+    }
+    let dev = Device::open(provider.device()).map_err(|e| e.to_string())?;
+    SOFT_DEVICES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(dev.clone());
+    Ok(Some(dev))
 }
 
-fn label(soft: bool, forced: Option<String>) -> String {
-    match (soft, forced) {
-        (false, _) => "verbs".to_string(),
-        (true, Some(link)) if !link.trim().is_empty() => link.trim().to_string(),
-        (true, _) => "tcp".to_string(),
+/// The `link` of a run's report, from the client devices' counters: how many of the
+/// RC connections they made moved to shared memory.
+pub(crate) fn rdma_link(provider: &Provider) -> String {
+    if !provider.is_soft() {
+        return "verbs".to_string();
+    }
+    let (mut conns, mut shm) = (0, 0);
+    for d in SOFT_DEVICES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
+        if let Some(s) = d.soft_stats() {
+            conns += s.rc_connections;
+            shm += s.rc_shm_links;
+        }
+    }
+    label(conns, shm)
+}
+
+fn label(conns: u64, shm: u64) -> String {
+    match (conns, shm) {
+        (0, _) => "none (no RC connection)".to_string(),
+        (c, s) if s >= c => "shm".to_string(),
+        (_, 0) => "tcp".to_string(),
+        (c, s) => format!("shm for {s} of {c} RC connections, tcp for the rest"),
     }
 }
 
@@ -26,10 +60,13 @@ mod tests {
     use super::label;
 
     #[test]
-    fn the_variable_names_the_soft_link_and_tcp_is_the_default() {
-        assert_eq!(label(true, None), "tcp");
-        assert_eq!(label(true, Some(String::new())), "tcp");
-        assert_eq!(label(true, Some("shm".into())), "shm");
-        assert_eq!(label(false, Some("shm".into())), "verbs");
+    fn the_label_says_which_link_the_connections_took() {
+        assert_eq!(label(0, 0), "none (no RC connection)");
+        assert_eq!(label(3, 3), "shm");
+        assert_eq!(label(3, 0), "tcp");
+        assert_eq!(
+            label(3, 1),
+            "shm for 1 of 3 RC connections, tcp for the rest"
+        );
     }
 }

@@ -71,8 +71,8 @@ pub(crate) struct Report {
     pub(crate) warmup_s: f64,
     pub(crate) duration_s: f64,
     pub(crate) provider: String,
-    /// What carried rdma-rpc's queue pairs: the soft provider's link ("tcp"), or
-    /// "verbs" (see `link::rdma_link`).
+    /// What carried rdma-rpc's queue pairs: the soft provider's link ("shm", "tcp" or
+    /// a mix, from its counters), or "verbs" (see `link::rdma_link`).
     pub(crate) link: String,
     pub(crate) wall_s: f64,
 }

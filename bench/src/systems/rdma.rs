@@ -39,10 +39,12 @@ pub(crate) async fn channel(
     url: &str,
     provider: &Provider,
 ) -> Result<rpc_core::transport::Channel, String> {
-    Endpoint::from_shared(url)
-        .map_err(|e| e.to_string())?
-        .device(provider.device())
-        .completion_mode(provider.completion())
+    let ep = Endpoint::from_shared(url).map_err(|e| e.to_string())?;
+    let ep = match crate::link::client_device(provider)? {
+        Some(dev) => ep.rdma_device(dev),
+        None => ep.device(provider.device()),
+    };
+    ep.completion_mode(provider.completion())
         .connect()
         .await
         .map_err(|e| e.to_string())
