@@ -98,10 +98,11 @@ pub(super) struct SrqSide {
 /// The server's one poller: every connection's receives (through the SRQ) and sends.
 pub(super) async fn receive_loop(sh: Arc<SrqSide>) {
     let mut calls = Vec::with_capacity(64);
+    let mut read_calls = Vec::with_capacity(16);
     let mut corked = Vec::with_capacity(64);
     let (mode, closing) = (sh.settings.mode, &sh.closing);
     serve_cq(&sh.cq, mode, &sh.kick, closing, "server", |wcs| {
-        handle(&sh, wcs, &mut calls, &mut corked)
+        handle(&sh, wcs, &mut calls, &mut read_calls, &mut corked)
     })
     .await;
 }
@@ -109,10 +110,17 @@ pub(super) async fn receive_loop(sh: Arc<SrqSide>) {
 /// Handles a batch of completions; complete requests collect in `calls` and run once
 /// the connection table's lock is released. Every connection the batch touches is
 /// corked until its inline answers are in, so they leave as one post list.
+///
+/// Requests whose body came by reference (`read_calls`, completed by their Read) are
+/// spawned, never run inline: their handler decodes, and usually answers with, a
+/// body above the rendezvous threshold (up to the max message, 64 MiB and more),
+/// and run on this loop that work would hold up every connection's small calls
+/// (`tests/tests/large_fairness.rs`).
 fn handle(
     sh: &Arc<SrqSide>,
     wcs: &[WorkCompletion],
     calls: &mut Vec<Dispatch>,
+    read_calls: &mut Vec<Dispatch>,
     corked: &mut Vec<Arc<RcPeer>>,
 ) {
     let now = Instant::now();
@@ -141,7 +149,7 @@ fn handle(
             _ => {
                 if let Some(c) = conn {
                     // A Read of a request by reference may complete its call.
-                    calls.extend(c.on_send_completion(wc));
+                    read_calls.extend(c.on_send_completion(wc));
                 }
             }
         }
@@ -149,6 +157,9 @@ fn handle(
     drop(conns);
     for call in calls.drain(..) {
         call.run(&sh.served, sh.settings.inline);
+    }
+    for call in read_calls.drain(..) {
+        call.run(&sh.served, false);
     }
     for c in corked.drain(..) {
         c.uncork();
