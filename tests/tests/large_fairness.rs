@@ -158,7 +158,8 @@ async fn small_calls_on_a_quiet_connection_keep_completing_beside_64_mib_calls()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "waits for the soft provider's bound on the bytes one CQ poll sends, and for \
             the client to encode a request by reference outside its connection's lock \
-            (client/conn.rs `start` encodes 64 MiB under it); run with --ignored"]
+            (client/conn.rs `start` holds it 30-106 ms per 64 MiB call in a debug \
+            build); run with --ignored"]
 async fn small_calls_on_connections_carrying_64_mib_calls_keep_completing() {
     let c = run_mixed().await;
     for (name, n) in [("a (two large calls)", c.a), ("b (one large call)", c.b)] {
@@ -185,6 +186,55 @@ struct HoldService {
     released: Arc<(Mutex<bool>, Condvar)>,
 }
 
+impl HoldService {
+    /// Says it started, then blocks the thread until released (true) or until
+    /// `HOLD_LIMIT` (false).
+    fn hold(&self) -> bool {
+        self.started.notify_one();
+        let (lock, cv) = &*self.released;
+        let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (released, _) = cv
+            .wait_timeout_while(guard, HOLD_LIMIT, |r| !*r)
+            .unwrap_or_else(|e| e.into_inner());
+        *released
+    }
+
+    fn release(&self) {
+        let (lock, cv) = &*self.released;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+    }
+}
+
+/// A 1 MiB `Echo` reply (beyond the rendezvous threshold: sent by reference) whose
+/// encoding holds its thread until released, as encoding a large body does: its
+/// bytes are 1 if it was released, 0 if it gave up waiting.
+struct HeldReply {
+    hold: HoldService,
+    id: u64,
+}
+
+impl HeldReply {
+    fn echo(&self, byte: u8) -> Echo {
+        Echo {
+            id: self.id,
+            data: vec![byte; 1 << 20],
+        }
+    }
+}
+
+impl rpc_core::server::EncodeMessage for HeldReply {
+    fn encoded_len(&self) -> usize {
+        prost::Message::encoded_len(&self.echo(1))
+    }
+
+    fn encode_to(&self, out: &mut [u8]) {
+        let byte = u8::from(self.hold.hold());
+        let mut buf = &mut out[..];
+        prost::Message::encode(&self.echo(byte), &mut buf).expect("room for the reply");
+    }
+}
+
 impl NamedService for HoldService {
     const NAME: &'static str = "test.Hold";
 }
@@ -201,14 +251,16 @@ impl tower::Service<ServerCall> for HoldService {
     fn call(&mut self, call: ServerCall) -> Self::Future {
         let me = self.clone();
         Box::pin(async move {
+            let large_reply = call.method() == "LargeReply";
             let m = call.into_request::<Echo>()?.into_inner();
-            me.started.notify_one();
-            let (lock, cv) = &*me.released;
-            let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
-            let (released, _) = cv
-                .wait_timeout_while(guard, HOLD_LIMIT, |r| !*r)
-                .unwrap_or_else(|e| e.into_inner());
-            if !*released {
+            if large_reply {
+                // Answers at once; the encoding of the reply is what holds.
+                return Ok(Response::new(ReplyBody::message(HeldReply {
+                    hold: me,
+                    id: m.id,
+                })));
+            }
+            if !me.hold() {
                 return Err(Status::deadline_exceeded(format!(
                     "no small call completed within {HOLD_LIMIT:?} while this handler \
                      held its thread: the server ran it on its receive loop"
@@ -249,11 +301,47 @@ async fn a_handler_of_a_request_by_reference_does_not_hold_other_connections() {
     // The handler holds its thread now; this call needs the server's receive loop.
     let small = echo(&quiet, 8, b"small".to_vec()).await;
     assert_eq!(small.data, b"small");
-    let (lock, cv) = &*hold.released;
-    *lock.lock().unwrap() = true;
-    cv.notify_all();
+    hold.release();
     match held.await.unwrap() {
         Ok(id) => assert_eq!(id, 7),
         Err(s) => panic!("the holding call failed: {s:?}"),
     }
+}
+
+/// A handler that answers a small request at once with a reply by reference (1 MiB)
+/// whose encoding holds its thread does not hold the server's receive loop: a small
+/// call on another connection completes meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encoding_a_reply_by_reference_does_not_hold_other_connections() {
+    let hold = HoldService::default();
+    let router = Server::builder()
+        .add_service(hold.clone())
+        .add_service(EchoService);
+    let (addr, _stop) = serve_router(router).await;
+    let uri = format!("rdma://{addr}");
+    let (big, quiet) = (connect(&uri).await, connect(&uri).await);
+    let started = hold.started.notified();
+    let held = tokio::spawn(async move {
+        let mut g = Grpc::new(big);
+        let req = Echo {
+            id: 9,
+            data: b"small request".to_vec(),
+        };
+        g.unary::<Echo, Echo>(Request::new(req), "/test.Hold/LargeReply")
+            .await
+            .map(|r| r.into_inner())
+    });
+    started.await;
+    // The reply's encoding holds its thread now; this call needs the receive loop.
+    let small = echo(&quiet, 10, b"small".to_vec()).await;
+    assert_eq!(small.data, b"small");
+    hold.release();
+    let reply = held.await.unwrap().expect("the large reply");
+    assert_eq!(reply.id, 9);
+    assert!(
+        reply.data == vec![1; 1 << 20],
+        "the reply was encoded without its release: no small call completed within \
+         {HOLD_LIMIT:?} while its encoding held the thread (the server encoded it on \
+         its receive loop)"
+    );
 }
