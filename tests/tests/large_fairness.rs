@@ -5,8 +5,9 @@
 //! ends, never by timing.
 //!
 //! The server's own part is asserted exactly: a handler of a request that came by
-//! reference holds its thread until a small call on another connection has completed,
-//! which it can only do if the server's receive loop is not the thread it holds.
+//! reference, and the encoding of a reply by reference, each hold their thread until
+//! a small call on another connection has completed, which it can only do if the
+//! server's receive loop is not the thread they hold.
 //! The 64 MiB scenarios are ignored until the shared stalls outside the server are
 //! gone (each `ignore` names what it waits for); run them with `--ignored`.
 
