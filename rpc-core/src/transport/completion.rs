@@ -97,7 +97,7 @@ impl CqWaiter {
                         if notified.as_mut().enable() {
                             break 'wait Ok(0);
                         }
-                        tokio::task::yield_now().await;
+                        yield_stealable().await;
                     }
                 }
             }
@@ -114,6 +114,26 @@ impl CqWaiter {
         }
         r
     }
+}
+
+/// Lets the worker's other tasks run once, then continues, from the back of the
+/// worker's run queue. Not `tokio::task::yield_now`: that parks the task in the
+/// worker's defer list, which only a parking worker wakes, so a task the poller
+/// just spawned (a handler busy with a 64 MiB body, or one that blocks) would hold
+/// the poller, and every connection's calls with it, while the other worker idles
+/// (`tests/tests/large_fairness.rs`). Here the task is in the run queue, where
+/// an idle worker steals it.
+async fn yield_stealable() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
 }
 
 /// A server poller: reaps `cq` by `mode`, handing each batch to `handle`, until

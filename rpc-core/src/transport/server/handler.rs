@@ -143,6 +143,22 @@ pub(crate) fn start_inline<F: Future<Output = ()>>(fut: F, inline: bool) -> Opti
     fut.as_mut().poll(&mut cx).is_pending().then_some(fut)
 }
 
+/// Waits once: a call started inline (`start_inline`) continues on a task of its
+/// own from here, off the receive loop; a spawned one continues at once (its waker
+/// is woken, so the task goes back in the run queue).
+pub(crate) async fn leave_inline() {
+    let mut waited = false;
+    std::future::poll_fn(|cx| {
+        if waited {
+            return std::task::Poll::Ready(());
+        }
+        waited = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
+}
+
 /// A reply split for a one-frame answer (a unary call). A streaming reply on a path
 /// that cannot stream (UD, or a unary call on RC: only a streaming call's answer
 /// can carry a stream) is `UNIMPLEMENTED`, saying so.

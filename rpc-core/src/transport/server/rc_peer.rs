@@ -374,6 +374,9 @@ impl RcPeer {
             _ => 0,
         };
         if self.by_ref_above.is_some_and(|t| len > t) {
+            // Encoding a large body (up to the max message) must not run on the
+            // receive loop that started this call inline.
+            super::handler::leave_inline().await;
             match self.response_region(len).await {
                 Some(Ok(mut r)) => {
                     if let Ok((_, msg)) = &parts {

@@ -99,20 +99,42 @@ pub(super) struct SrqSide {
 pub(super) async fn receive_loop(sh: Arc<SrqSide>) {
     let mut calls = Vec::with_capacity(64);
     let mut corked = Vec::with_capacity(64);
+    let (read_calls, queued) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(start_in_order(queued, sh.served.clone()));
     let (mode, closing) = (sh.settings.mode, &sh.closing);
     serve_cq(&sh.cq, mode, &sh.kick, closing, "server", |wcs| {
-        handle(&sh, wcs, &mut calls, &mut corked)
+        handle(&sh, wcs, &mut calls, &read_calls, &mut corked)
     })
     .await;
+}
+
+/// Starts the requests by reference `handle` queues, each run inline here until it
+/// first waits: off the receive loop, yet started in order of arrival (a task per
+/// call would start them in whatever order the workers pick them up). Ends with
+/// the receive loop (the sender's owner).
+async fn start_in_order(
+    mut queued: tokio::sync::mpsc::UnboundedReceiver<Dispatch>,
+    served: Arc<Served>,
+) {
+    while let Some(call) = queued.recv().await {
+        call.run(&served, true);
+    }
 }
 
 /// Handles a batch of completions; complete requests collect in `calls` and run once
 /// the connection table's lock is released. Every connection the batch touches is
 /// corked until its inline answers are in, so they leave as one post list.
+///
+/// Requests whose body came by reference (`read_calls`, completed by their Read) are
+/// queued for `start_in_order`, never run on this loop: their handler decodes, and
+/// usually answers with, a body above the rendezvous threshold (up to the max
+/// message, 64 MiB and more), and run here that work would hold up every
+/// connection's small calls (`tests/tests/large_fairness.rs`).
 fn handle(
     sh: &Arc<SrqSide>,
     wcs: &[WorkCompletion],
     calls: &mut Vec<Dispatch>,
+    read_calls: &tokio::sync::mpsc::UnboundedSender<Dispatch>,
     corked: &mut Vec<Arc<RcPeer>>,
 ) {
     let now = Instant::now();
@@ -141,7 +163,11 @@ fn handle(
             _ => {
                 if let Some(c) = conn {
                     // A Read of a request by reference may complete its call.
-                    calls.extend(c.on_send_completion(wc));
+                    for call in c.on_send_completion(wc) {
+                        // Only when the server stops is the queue gone (its calls
+                        // end with their connections).
+                        let _ = read_calls.send(call);
+                    }
                 }
             }
         }
