@@ -11,7 +11,6 @@
 //! | 192 | `waiting`: the reader may sleep; ring the bell | the reader sets, the producer clears |
 //! | 256 | `rung`: the bell was rung and is still readable | the producer sets, the reader clears |
 //! | 320 | `space`: the ring was full; ring the writer's bell when space frees | the producer sets, the reader clears |
-//! | 384 | `jump`: the producer skipped to this position (no bytes before it) | the producer |
 //!
 //! `tail` and `head` are on their own cache lines so that each side writes only its
 //! own line on the fast path. Both count bytes forever (64 bits do not wrap); the
@@ -36,17 +35,6 @@
 //! tells its link, which rings the writer's own inbox bell (its link holds it), so a
 //! large transfer is paced by the reader rather than by the writer's next poll.
 //!
-//! Memory: pages of the memfd become resident as the data area is first written, and
-//! stay so while the ring lives. So that a conversation of small messages does not
-//! slowly touch the whole ring (a MiB per direction and connection, a thousand
-//! connections' worth of a server's RSS), a producer that finds the ring empty and its
-//! position past [`JUMP_AFTER`] skips to the start of the data area: it stores the
-//! new position in `jump` and publishes `tail` beyond it (Release, so `jump` is seen
-//! first); a reader whose `head` is below `jump` moves `head` there without reading.
-//! Only an empty ring jumps, so the reader's `head` is exactly where the producer
-//! left, and a stale `jump` is never above it. Small messages then keep to the first
-//! [`JUMP_AFTER`] bytes plus one frame; bulk transfers use the whole ring.
-//!
 //! Trust: the peer can write anything into the shared page. Indices are checked on
 //! every use (`tail - head` must not exceed the capacity; a violation is
 //! [`Corrupt`], which breaks the connection), and data is only ever addressed modulo
@@ -66,11 +54,6 @@ use super::super::sys::EventFd;
 /// Data bytes of one direction's ring. Chosen as 16 frames of the largest chunk
 /// (`rc::tx::CHUNK`, 64 KiB): a writer can run a whole MiB ahead of its reader.
 pub(crate) const RING_BYTES: usize = 1 << 20;
-/// A producer finding the ring empty past this offset starts again at offset 0 (see
-/// the module docs, "Memory"). Four pages: one page measured a flatter soak (1,000
-/// connections) but left 1 MiB transfers growing their output queue past any warm-up
-/// (`soft::tests::alloc`); 16 KiB keeps both.
-pub(crate) const JUMP_AFTER: usize = 16 << 10;
 const HEADER: usize = 4096;
 const MAP_LEN: usize = HEADER + RING_BYTES;
 const MAGIC: u64 = u64::from_be_bytes(*b"rrpcring");
@@ -81,7 +64,6 @@ const OFF_HEAD: usize = 128;
 const OFF_WAITING: usize = 192;
 const OFF_RUNG: usize = 256;
 const OFF_SPACE: usize = 320;
-const OFF_JUMP: usize = 384;
 
 /// The peer broke the ring's invariants (indices out of range).
 #[derive(Debug, PartialEq, Eq)]
@@ -248,9 +230,6 @@ impl Producer {
     /// the reader said it may sleep. Returns the bytes taken (0: the ring is full).
     pub(crate) fn write(&mut self, bufs: &[&[u8]]) -> Result<usize, Corrupt> {
         let want: usize = bufs.iter().map(|b| b.len()).sum();
-        if want > 0 {
-            self.jump_if_empty();
-        }
         let mut n = 0;
         let mut asked = false;
         loop {
@@ -281,20 +260,6 @@ impl Producer {
             .store(self.tail, Ordering::Release);
         self.ring_bell();
         Ok(n)
-    }
-
-    /// An empty ring past [`JUMP_AFTER`]: go on at the start of the data area, so that
-    /// small messages keep touching the same few pages (see the module docs). The
-    /// new `tail` is published with the bytes that follow (`jump` before it).
-    fn jump_if_empty(&mut self) {
-        let at = (self.tail as usize) & (RING_BYTES - 1);
-        if at < JUMP_AFTER || self.map.u64_at(OFF_HEAD).load(Ordering::Acquire) != self.tail {
-            return;
-        }
-        self.tail += (RING_BYTES - at) as u64;
-        self.map
-            .u64_at(OFF_JUMP)
-            .store(self.tail, Ordering::Relaxed);
     }
 
     /// Copies `len` bytes of the concatenation of `bufs`, from offset `from`, to the
@@ -386,13 +351,8 @@ impl Inbox {
         if rung.load(Ordering::Relaxed) != 0 && rung.swap(0, Ordering::AcqRel) != 0 {
             self.bell.drain();
         }
-        let mut head = self.head.load(Ordering::Relaxed);
+        let head = self.head.load(Ordering::Relaxed);
         let tail = self.map.u64_at(OFF_TAIL).load(Ordering::Acquire);
-        // Stored before `tail` (Release): a jump published with these bytes is seen.
-        let jump = self.map.u64_at(OFF_JUMP).load(Ordering::Relaxed);
-        if jump > head && jump.wrapping_sub(head) <= tail.wrapping_sub(head) {
-            head = jump;
-        }
         let mut avail = tail.wrapping_sub(head);
         if avail > RING_BYTES as u64 {
             return Err(Corrupt);
@@ -408,8 +368,6 @@ impl Inbox {
             avail -= k as u64;
         }
         if n == 0 {
-            // A jump with no bytes behind it is never published (the producer jumps
-            // only to write), so nothing to move here.
             return Ok((0, false));
         }
         self.head.store(head + n, Ordering::Relaxed);
@@ -562,39 +520,6 @@ mod tests {
         // Announcing with bytes already waiting wakes at once.
         c.announce_sleep();
         assert!(readable(&c));
-    }
-
-    /// Resident pages of the data area (mincore: the memfd's pages in memory).
-    fn resident_pages(c: &Inbox) -> usize {
-        let page = 4096;
-        let mut v = vec![0u8; RING_BYTES / page];
-        // SAFETY: the data area is page-aligned (after one header page) and mapped for
-        // `RING_BYTES`; `v` has one byte per page.
-        let r = unsafe { libc::mincore(c.map.data().cast(), RING_BYTES, v.as_mut_ptr()) };
-        assert_eq!(r, 0, "{}", io::Error::last_os_error());
-        v.iter().filter(|b| *b & 1 == 1).count()
-    }
-
-    /// A conversation of small messages (each read before the next is written, as
-    /// calls and replies are) keeps to the first pages instead of touching the
-    /// whole ring: 40 MiB through it leaves at most `JUMP_AFTER` and a message
-    /// resident, and every byte arrives in order.
-    #[test]
-    fn small_messages_keep_to_the_first_pages() {
-        let (mut p, c) = pair();
-        let mut buf = [0u8; 200];
-        for i in 0..(40 << 20) / 100usize {
-            let msg = [(i % 251) as u8; 100];
-            assert_eq!(p.write(&[&msg]).unwrap(), 100);
-            assert_eq!(c.read(&mut [&mut buf[..]]).unwrap(), (100, false));
-            assert!(buf[..100] == msg, "message {i} changed");
-        }
-        let most = (JUMP_AFTER + 100).div_ceil(4096);
-        let resident = resident_pages(&c);
-        assert!(
-            resident <= most,
-            "{resident} pages resident, expected at most {most}"
-        );
     }
 
     /// A peer moving `tail` out of range breaks the ring instead of exposing memory.
