@@ -275,18 +275,25 @@ impl tower::Service<ServerCall> for HoldService {
     }
 }
 
+/// A server of `test.Hold` and echo, and two connections to it: one for the call
+/// that holds a thread, one quiet.
+async fn hold_server() -> (HoldService, Channel, Channel, oneshot::Sender<()>) {
+    let hold = HoldService::default();
+    let router = Server::builder()
+        .add_service(hold.clone())
+        .add_service(EchoService);
+    let (addr, stop) = serve_router(router).await;
+    let uri = format!("rdma://{addr}");
+    let (big, quiet) = (connect(&uri).await, connect(&uri).await);
+    (hold, big, quiet, stop)
+}
+
 /// A handler of a request by reference (1 MiB, beyond the default rendezvous
 /// threshold) that holds its thread does not hold the server's receive loop: a small
 /// call on another connection completes meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_of_a_request_by_reference_does_not_hold_other_connections() {
-    let hold = HoldService::default();
-    let router = Server::builder()
-        .add_service(hold.clone())
-        .add_service(EchoService);
-    let (addr, _stop) = serve_router(router).await;
-    let uri = format!("rdma://{addr}");
-    let (big, quiet) = (connect(&uri).await, connect(&uri).await);
+    let (hold, big, quiet, _stop) = hold_server().await;
     let started = hold.started.notified();
     let held = tokio::spawn(async move {
         let mut g = Grpc::new(big);
@@ -314,13 +321,7 @@ async fn a_handler_of_a_request_by_reference_does_not_hold_other_connections() {
 /// call on another connection completes meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encoding_a_reply_by_reference_does_not_hold_other_connections() {
-    let hold = HoldService::default();
-    let router = Server::builder()
-        .add_service(hold.clone())
-        .add_service(EchoService);
-    let (addr, _stop) = serve_router(router).await;
-    let uri = format!("rdma://{addr}");
-    let (big, quiet) = (connect(&uri).await, connect(&uri).await);
+    let (hold, big, quiet, _stop) = hold_server().await;
     let started = hold.started.notified();
     let held = tokio::spawn(async move {
         let mut g = Grpc::new(big);
