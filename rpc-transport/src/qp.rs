@@ -119,7 +119,10 @@ pub(crate) fn create_qp(pd: &PdImp, init: &QpInitAttr<'_>) -> Result<QpImp> {
 pub struct RcRetry {
     /// The ACK timeout code (IBA: 4.096 µs × 2^code; 0 = wait forever).
     pub ack_timeout: u8,
-    /// Retransmissions before the send fails (at most 7).
+    /// Retransmissions before the send fails (at most 7). The kernel's rxe takes 7
+    /// as "retry forever" (`rxe_comp.c` decrements it only while it is not 7, as the
+    /// IBA does for `rnr_retry` alone): there a send to a vanished peer never fails
+    /// with 7, and 6 is the largest finite budget.
     pub retry_cnt: u8,
 }
 

@@ -148,7 +148,8 @@ pub(crate) const DEFAULT_CREDITS: u32 = 256;
 /// retransmissions, about 4.3 s before a peer that stopped answering is declared
 /// dead. Long enough to ride out a 2.5 s pause of the peer process (a GC, SIGSTOP,
 /// swap), where verbs' usual 14 (~0.5 s in all) kills the connection; a peer that
-/// is really gone is found by its handshake connection closing, long before.
+/// is really gone is found by its handshake connection closing, long before (on
+/// rxe, which retries forever at 7, that and keepalive are the only ways).
 pub(crate) const DEFAULT_RC_RETRY: rpc_transport::RcRetry = rpc_transport::RcRetry {
     ack_timeout: 17,
     retry_cnt: 7,

@@ -2,7 +2,7 @@
 
 use rpc_transport::{
     AccessFlags, AhAttr, CompletionQueue, Mtu, QpAttr, QpCap, QpEndpoint, QpInitAttr, QpState,
-    QpType, QueuePair, SharedReceiveQueue,
+    QpType, QueuePair, RcRetry, SharedReceiveQueue,
 };
 
 use super::host::Host;
@@ -27,6 +27,8 @@ pub struct RcOpts {
     pub recv_cqe: u32,
     /// `(min_rnr_timer, rnr_retry)` to use instead of `connect_rc`'s (0.64 ms, infinite).
     pub rnr: Option<(u8, u8)>,
+    /// The transport retry budget (ignored with `rnr`, and by iWARP, where TCP retries).
+    pub retry: RcRetry,
 }
 
 impl Default for RcOpts {
@@ -40,6 +42,7 @@ impl Default for RcOpts {
             send_cqe: 256,
             recv_cqe: 256,
             rnr: None,
+            retry: RcRetry::default(),
         }
     }
 }
@@ -112,7 +115,7 @@ pub fn connect_pair(qa: &QueuePair, psn_a: u32, qb: &QueuePair, psn_b: u32, opts
 /// the peer's `connect_rc` connects both through rdma_cm).
 pub fn accept(qp: &QueuePair, local_psn: u32, remote: &QpEndpoint, opts: &RcOpts) {
     if opts.rnr.is_none() {
-        qp.accept_rc(remote, local_psn, opts.qp_access)
+        qp.accept_rc_with(remote, local_psn, opts.qp_access, opts.retry)
             .expect("accept_rc");
         return;
     }
@@ -124,7 +127,7 @@ pub fn accept(qp: &QueuePair, local_psn: u32, remote: &QpEndpoint, opts: &RcOpts
 /// which iWARP devices refuse: they have no RNR, and connect through rdma_cm only).
 pub fn connect(qp: &QueuePair, local_psn: u32, remote: &QpEndpoint, opts: &RcOpts) {
     let Some((min_rnr_timer, rnr_retry)) = opts.rnr else {
-        qp.connect_rc(remote, local_psn, opts.qp_access)
+        qp.connect_rc_with(remote, local_psn, opts.qp_access, opts.retry)
             .expect("connect_rc");
         return;
     };
