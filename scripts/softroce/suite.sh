@@ -240,6 +240,25 @@ if part figures; then
     cat /tmp/figures-rpc-bench.out
     bad figures-rpc-bench
   fi
+  # Large messages: rdma-rpc moves a 4 MiB body by RDMA Read (the rendezvous path),
+  # so perftest's ib_read_bw of 4 MiB, same boot, is its ceiling on this device.
+  # ib_read_bw reports MiB/s (2^20 bytes); rpc-bench MB/s of 10^6 bytes, counting the
+  # payload once although the echo carries it both ways.
+  perftest_pair figures-ib_read_bw "ib_read_bw -d $DEV -x $GIDX -s 4194304 -n 200"
+  rbw=$(awk '$1 == 4194304 && NF >= 5 {print $4}' /tmp/figures-ib_read_bw.client)
+  echo "---- figures-rpc-bench-4m: ./rpc-bench --provider verbs --sizes 4M ..."
+  if timeout -s KILL 300 ./rpc-bench --provider verbs --device "$DEV" --systems rdma-rpc,tcp \
+       --sizes 4M --concurrency 1 --duration 2 --warmup 0.3 \
+       > /tmp/figures-rpc-bench-4m.out 2>&1 \
+     && ! grep -q '^FAILED' /tmp/figures-rpc-bench-4m.out; then
+    cat /tmp/figures-rpc-bench-4m.out; ok figures-rpc-bench-4m
+    mb=$(awk '$1 == 4 && $2 == "MiB" && $3 == 1 && $4 == "rdma-rpc" {print $9}' /tmp/figures-rpc-bench-4m.out)
+    echo "softroce-figure: ib_read_bw 4 MiB: ${rbw:-?} MiB/s = $(awk -v b="$rbw" 'BEGIN{if (b+0 > 0) printf "%.1f", b*1.048576; else print "?"}') MB/s"
+    echo "softroce-figure: rpc-bench rdma-rpc (verbs) 4 MiB x 1: ${mb:-?} MB/s; / ib_read_bw: $(awk -v m="$mb" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}')"
+  else
+    cat /tmp/figures-rpc-bench-4m.out
+    bad figures-rpc-bench-4m
+  fi
   # The same cell with rdma-rpc sleeping on every empty poll (--completion event),
   # where its default spins 50 us after activity: what a wake-up per message costs.
   echo "---- figures-rpc-bench-event: ./rpc-bench --provider verbs --completion event ..."
