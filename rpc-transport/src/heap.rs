@@ -11,9 +11,12 @@
 //! the hot path (rpc-core's server: at most once a second after connections close,
 //! on a blocking thread).
 
-/// Returns free heap pages to the kernel where the allocator can (glibc); a no-op
-/// elsewhere. Costs a walk of the heap: not for a hot path.
+/// Returns free heap pages to the kernel where the allocator can (glibc; a no-op
+/// elsewhere), and the pages of the soft provider's idle posted receives (see
+/// `soft::idle_receives`). Costs a walk of the heap and of every soft SRQ: not for a
+/// hot path.
 pub fn release_free_heap() {
+    crate::soft::release_idle_receives();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only reads and rearranges the allocator's own free lists
     // under its locks; it frees nothing that is in use and has no preconditions.

@@ -53,6 +53,7 @@ mod device;
 mod events;
 mod faults;
 mod helper;
+mod idle_receives;
 mod keys;
 mod lid;
 mod mem;
@@ -79,6 +80,11 @@ pub(crate) use pd::{Ah, Mr, Pd};
 pub use profile::{SoftProfile, SOFT_PROFILE_ENV};
 pub(crate) use qp::Qp;
 pub(crate) use srq::Srq;
+
+/// Drops the pages of every soft SRQ's idle posted receives; returns the bytes.
+pub(crate) fn release_idle_receives() -> usize {
+    idle_receives::release()
+}
 
 /// Name under which the soft device is listed.
 pub(crate) const DEVICE_NAME: &str = "soft0";

@@ -10,6 +10,7 @@ use crate::srq::SrqInitAttr;
 use crate::wr::RecvWr;
 
 use super::device::{next_object_id, Device, MAX_SGE, MAX_WR};
+use super::idle_receives::{self, coalesce, inner_pages, RECV_ACCESS};
 use super::pd::Pd;
 use super::qp::wqe::RecvWqe;
 
@@ -39,7 +40,7 @@ impl Pd {
         if attr.srq_limit > attr.max_wr {
             return Err(Error::InvalidArgument("srq_limit above max_wr".into()));
         }
-        Ok(Arc::new(Srq {
+        let srq = Arc::new(Srq {
             dev: self.dev.clone(),
             pd: self.id,
             id: next_object_id(),
@@ -49,7 +50,9 @@ impl Pd {
                 q: VecDeque::with_capacity(attr.max_wr as usize),
                 limit: attr.srq_limit,
             }),
-        }))
+        });
+        idle_receives::register(Arc::downgrade(&srq));
+        Ok(srq)
     }
 }
 
@@ -107,5 +110,49 @@ impl Srq {
                 .raise(AsyncEvent::SrqLimitReached(ObjectId(self.id)));
         }
         Some(w)
+    }
+
+    /// Drops the pages of all posted receives but the newest `keep` (see
+    /// `idle_receives`); returns the bytes handed back.
+    pub(crate) fn release_idle(&self, keep: usize) -> usize {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = g.q.len().saturating_sub(keep);
+        // Held until the pages are dropped: a region deregistered meanwhile stays
+        // mapped (and is not someone else's memory yet).
+        let mut held = Vec::new();
+        let mut ranges = Vec::new();
+        // `take` pops from the back: the front holds the receives posted longest ago.
+        for wqe in g.q.iter().take(idle) {
+            for sge in wqe.sges() {
+                let Ok(r) = self.dev.keys.resolve(
+                    sge.lkey,
+                    self.pd,
+                    sge.addr,
+                    u64::from(sge.length),
+                    RECV_ACCESS,
+                ) else {
+                    continue;
+                };
+                if let Some(range) = inner_pages(r.ptr as usize, sge.length as usize) {
+                    ranges.push(range);
+                }
+                held.push(r.buf);
+            }
+        }
+        coalesce(&mut ranges);
+        let mut released = 0;
+        for (at, len) in ranges {
+            // SAFETY: `[at, at + len)` is whole pages inside posted receives' checked
+            // ranges of provider-owned private anonymous mappings (`MrBuffer`), kept
+            // mapped by `held`. Under this SRQ's lock none of those receives can be
+            // taken, so nothing writes them now; their contents are undefined until a
+            // completion, and the next write faults in a zeroed page.
+            let rc = unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+            if rc == 0 {
+                released += len;
+            }
+        }
+        drop(held);
+        released
     }
 }

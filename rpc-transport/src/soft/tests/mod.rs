@@ -12,6 +12,7 @@ mod alloc;
 mod bulk;
 mod errors;
 mod ib;
+mod idle_receives;
 mod rc;
 mod shm;
 mod srq_cq;
