@@ -119,7 +119,8 @@ if part rpc; then
   # (e2e-reconnect), serve_with_shutdown with calls in flight, a server process paused
   # by SIGSTOP with calls in flight and keepalive finding it (e2e-stall), silent
   # handshakes timed out and evicted (e2e-handshake_faults), streaming calls on RC
-  # (their semantics, teardown, a killed server, messages by reference), UD sessions (e2e-ud: its
+  # (their semantics, teardown, a killed server, messages by reference), a server run into
+  # its descriptor limit (e2e-fd_exhaustion), UD sessions (e2e-ud: its
   # fault-injection tests open soft devices, the rest run on rxe0), over verbs on rxe0.
   # e2e-ud opens a thousand UD sessions (a TCP connection each way and a completion
   # channel per client): more descriptors than the default soft limit of 1024.
