@@ -68,7 +68,10 @@ fn cpu_ticks(pid: &str) -> u64 {
 /// there is none (the SoftRoCE VM's busybox guest), USER_HZ, which /proc reports in
 /// whatever the kernel's own tick: 100 on every Linux architecture this runs on.
 fn ticks_per_second() -> u64 {
-    match std::process::Command::new("getconf").arg("CLK_TCK").output() {
+    match std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+    {
         Ok(out) => String::from_utf8_lossy(&out.stdout).trim().parse().unwrap(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => 100,
         Err(e) => panic!("running getconf CLK_TCK: {e}"),

@@ -352,15 +352,22 @@ async fn a_hostile_descriptor_closes_only_its_connection() {
     for (k, lie) in lies.into_iter().enumerate() {
         let mut offender = if k == 0 { raw } else { raw_client(addr).await };
         send_by_ref(&mut offender, 2, lie);
-        // The Read fails at the server (REM_ACCESS_ERR) and both QPs go to error:
-        // the offender's QP flushes its receives, and the server closes it.
-        let r = offender.next_frame().await;
-        assert!(
-            r.is_err(),
-            "lie {k}: no answer comes on a connection in error: {r:?}"
-        );
+        // The Read fails at the server (REM_ACCESS_ERR) and the server closes the
+        // connection; both QPs go to error, and the offender's QP flushes its
+        // receives. Except on siw (Linux 6.1, SoftRoCE VM suite): there the QP that
+        // refused the Read (siw terminates the connection for it) flushed nothing
+        // within 20 s after the server closed its side, and siw's `ibv_query_qp`
+        // reports no state; the server's side, which this test is about, is checked
+        // on every device.
         offender.closed_by_server().await;
-        assert_eq!(offender.qp.state(), rpc_transport::QpState::Err, "lie {k}");
+        if !offender.dev.name().starts_with("siw") {
+            let r = offender.next_frame().await;
+            assert!(
+                r.is_err(),
+                "lie {k}: no answer comes on a connection in error: {r:?}"
+            );
+            assert_eq!(offender.qp.state(), rpc_transport::QpState::Err, "lie {k}");
+        }
         // Everyone else is served, large and small.
         let data = pattern(k as u64, 100_000);
         assert_eq!(echo(&good, 3, data.clone()).await.unwrap().data, data);
