@@ -278,9 +278,8 @@
 //! * **Message credits (per call, each way), in bytes.** A side may begin a
 //!   call's message only while the credit its peer granted is above zero:
 //!   [`STREAM_WINDOW`] bytes at open, plus the `n` of every `CREDIT` for the call.
-//!   Each message costs its *charge*, its length (at most [`CHARGE_CAP`], half
-//!   the window) plus [`MESSAGE_CHARGE`] (what the receiver spends holding it
-//!   beside its bytes), taken when it begins, so the
+//!   Each message costs its *charge*, its length plus [`MESSAGE_CHARGE`] (what the
+//!   receiver spends holding it beside its bytes), taken when it begins, so the
 //!   credit may go below zero by up to one charge; both sides count it alike
 //!   (signed). Counting bytes, not messages, lets thousands of small messages
 //!   stream ahead of their reader while large ones are held to a few. A receiver
@@ -289,12 +288,8 @@
 //!   reader stops only its own producer. A message counts once, however many
 //!   `MSG`s carry it. **Bound:** per call and direction, a receiver buffers
 //!   charges of less than `STREAM_WINDOW` + one charge (a message begins only with
-//!   credit left): 16 messages of 64 KiB, 16,384 of 32 B, whether they came
-//!   inline or by reference; of messages above `CHARGE_CAP` (512 KiB) at most
-//!   two (three of their charges exceed the window plus one charge), i.e. under
-//!   1 MiB + two max messages of bytes in all. (Charging a large message its whole body
-//!   let only one be in flight per call: the sender encoded the next one only
-//!   once the reader had taken the last, and 1 MiB streams ran one at a time.) Stream
+//!   credit left), i.e. under 1 MiB + one max message of bytes: 16 messages of
+//!   64 KiB, 16,384 of 32 B, whether they came inline or by reference. Stream
 //!   messages are copied out of their receive slot (or read into the receiver's
 //!   pool), which is reposted at once: a slow reader never holds the connection's
 //!   receives.
@@ -541,15 +536,9 @@ pub const RDONE_MSG_LEN: usize = 8;
 /// Bytes before each message of a batch (its length).
 pub const BATCH_ENTRY_HEAD: usize = 4;
 
-/// The most a message's bytes count toward its charge: half the window, so that
-/// two large messages are in flight on a call at once (one read or consumed while
-/// the next is encoded and sent) instead of one at a time.
-pub const CHARGE_CAP: u32 = STREAM_WINDOW / 2;
-
-/// The window charge of a message of `len` bytes: its length (at most
-/// [`CHARGE_CAP`]) plus [`MESSAGE_CHARGE`].
+/// The window charge of a message of `len` bytes.
 pub fn charge(len: usize) -> u64 {
-    (len as u64).min(u64::from(CHARGE_CAP)) + u64::from(MESSAGE_CHARGE)
+    len as u64 + u64::from(MESSAGE_CHARGE)
 }
 
 impl Kind {
