@@ -62,6 +62,9 @@ impl Payload {
     ) -> Result<M, prost::DecodeError> {
         match self.repr {
             Repr::Owned(v) => M::decode(bytes::Bytes::from(v).slice(range)),
+            // The whole of it moves in: `slice` would clone it (a reference count
+            // up and down per stream message) for nothing.
+            Repr::Shared(b) if range == (0..b.len()) => M::decode(b),
             Repr::Shared(b) => M::decode(b.slice(range)),
             Repr::Slot { slot, range: r } => M::decode(&slot.bytes()[r][range]),
         }

@@ -275,22 +275,28 @@ async fn write_stream(
     let mut next: Option<usize> = None;
     loop {
         // The call's credit first: a producer is not polled beyond its window.
-        let go = poll_fn(|cx| {
-            lock(&shared.0).writer = Some(cx.waker().clone());
+        let room = poll_fn(|cx| {
             let mut st = conn.lock();
+            let frame = st.link.engine.frame_size();
             let streams = st.link.engine.streams();
             if streams.ended(id) {
-                Poll::Ready(false)
-            } else if streams.can_send(id) {
-                Poll::Ready(true)
-            } else {
-                Poll::Pending
+                return Poll::Ready(None);
             }
+            if streams.can_send(id) {
+                // Read under the same lock: the credit only grows until this
+                // writer sends, so packing within it is safe.
+                let credit = streams.send_credit(id);
+                return Poll::Ready(Some((frame, credit, streams.max_send_message())));
+            }
+            // Registered under the connection's lock, which the `Writable` event
+            // is routed under: a grant after the look above still wakes us.
+            lock(&shared.0).writer = Some(cx.waker().clone());
+            Poll::Pending
         })
         .await;
-        if !go {
+        let Some((frame, credit, max)) = room else {
             return;
-        }
+        };
         let len = match next.take() {
             Some(len) => len,
             None => match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
@@ -303,19 +309,13 @@ async fn write_stream(
             if let Some(region) = lend_region(&conn, len).await {
                 let mut region = region;
                 source.as_mut().encode_current(&mut region.buf_mut()[..len]);
-                if !reserve(&conn, id).await {
+                let send = |link: &mut RcLink| link.send_message_by_ref(id, region, len);
+                if !reserve_and_send(&conn, id, send).await {
                     return;
                 }
-                conn.lock().link.send_message_by_ref(id, region, len);
                 continue;
             }
         }
-        let (frame, credit, max) = {
-            let mut st = conn.lock();
-            let frame = st.link.engine.frame_size();
-            let streams = st.link.engine.streams();
-            (frame, streams.send_credit(id), streams.max_send_message())
-        };
         // What else the source has ready now rides in the same frame.
         let batched = Staged::fits(len, frame, max);
         let after = if batched {
@@ -324,13 +324,14 @@ async fn write_stream(
             Next::Nothing
         };
         // Then a token and a send slot, shared with the connection's other calls.
-        if !reserve(&conn, id).await {
-            return;
-        }
-        if batched {
-            conn.lock().link.send_staged(id, &staged);
+        let sent = if batched {
+            reserve_and_send(&conn, id, |link| link.send_staged(id, &staged)).await
         } else {
-            conn.lock().link.send_message(id, len, &mut source);
+            let send = |link: &mut RcLink| link.send_message(id, len, &mut source);
+            reserve_and_send(&conn, id, send).await
+        };
+        if !sent {
+            return;
         }
         match after {
             Next::Nothing => {}
@@ -341,8 +342,11 @@ async fn write_stream(
 }
 
 /// A token and a send slot for call `id`, shared with the connection's other
-/// calls; `false` once the call or the connection ended.
-async fn reserve(conn: &Conn<RcLink>, id: u32) -> bool {
+/// calls, then `send` on them under the same lock (one lock per message, not
+/// one to reserve and another to send); `false` once the call or the connection
+/// ended (`send` is then dropped unrun).
+async fn reserve_and_send(conn: &Conn<RcLink>, id: u32, send: impl FnOnce(&mut RcLink)) -> bool {
+    let mut send = Some(send);
     let room = poll_fn(|cx| {
         conn.sig.ready.poll_reserve(cx, || {
             let mut st = conn.lock();
@@ -352,7 +356,13 @@ async fn reserve(conn: &Conn<RcLink>, id: u32) -> bool {
             if st.link.engine.streams().ended(id) {
                 return Some(Err(Status::cancelled("the call ended")));
             }
-            st.link.reserve().then_some(Ok(()))
+            if !st.link.reserve() {
+                return None;
+            }
+            if let Some(send) = send.take() {
+                send(&mut st.link);
+            }
+            Some(Ok(()))
         })
     })
     .await;

@@ -197,9 +197,9 @@ impl RcPeer {
         let mut next: Option<usize> = None;
         loop {
             // The call's credit first: a producer is not polled beyond its window.
-            if !self.wait_sendable(id).await {
+            let Some(room) = self.wait_sendable(id).await else {
                 return;
-            }
+            };
             let len = match next.take() {
                 Some(len) => len,
                 None => match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
@@ -220,12 +220,7 @@ impl RcPeer {
                     continue;
                 }
             }
-            let (frame, credit, max) = {
-                let mut st = lock(&self.state);
-                let frame = st.engine.frame_size();
-                let streams = st.engine.streams();
-                (frame, streams.send_credit(id), streams.max_send_message())
-            };
+            let Room { frame, credit, max } = room;
             if !Staged::fits(len, frame, max) {
                 // Alone: in chunks, or refused by the engine (over the max).
                 if !self.send_alone(id, len, &mut source).await {
@@ -261,7 +256,7 @@ impl RcPeer {
     /// into a send slot; `false` once the call is over here.
     async fn send_alone(&self, id: u32, len: usize, source: &mut BoxMessageSource) -> bool {
         loop {
-            if !self.wait_sendable(id).await {
+            if self.wait_sendable(id).await.is_none() {
                 return false;
             }
             let mut st = lock(&self.state);
@@ -291,7 +286,7 @@ impl RcPeer {
     async fn send_by_ref(&self, id: u32, region: PooledRegion, len: usize) -> bool {
         let mut region = Some(region);
         loop {
-            if !self.wait_sendable(id).await {
+            if self.wait_sendable(id).await.is_none() {
                 return false;
             }
             let mut st = lock(&self.state);
@@ -326,48 +321,58 @@ impl RcPeer {
     /// batch) once the call and the connection let it; `false` once the call is
     /// over here.
     async fn send_staged(&self, id: u32, staged: &Staged) -> bool {
+        // Tried at once (one lock per batch when the call may send, as it usually
+        // may right after its writer packed within its credit); else it waits for
+        // credit or a slot and tries again.
         loop {
-            if !self.wait_sendable(id).await {
+            if let Some(sent) = self.try_send_staged(id, staged) {
+                return sent;
+            }
+            if self.wait_sendable(id).await.is_none() {
                 return false;
             }
-            let mut st = lock(&self.state);
-            let sendable = !st.dead && st.engine.streams().can_send(id);
-            let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
-                continue; // another call took it first
-            };
-            let RcPeerState { engine, ring, .. } = &mut *st;
-            let sent = match (staged.lone(), staged.batch()) {
-                (Some(m), _) => engine.send_stream_message(
-                    id,
-                    m.len(),
-                    |o| o.copy_from_slice(m),
-                    ring.buf(&slot),
-                ),
-                (_, Some(b)) => engine.send_stream_batch(id, b, ring.buf(&slot)),
-                _ => Err(Status::internal("nothing staged")),
-            };
-            match sent {
-                Ok(t) => {
-                    if let Err(e) = st.ring.post(slot, t.len, t.imm) {
-                        tracing::debug!(error = %e, "server post failed");
-                        st.dead = true;
-                    }
-                }
-                Err(s) => {
-                    // Packed within the call's limits, so this is a bug: the call
-                    // ends with it rather than losing the messages silently.
-                    st.ring.release(slot);
-                    st.engine.streams().finish(id, Err(s));
-                }
-            }
-            self.route_stream_events(&mut st);
-            return true;
         }
     }
 
-    /// Waits until call `id` may send a message and a send slot is free; `false`
-    /// once the call is over here.
-    async fn wait_sendable(&self, id: u32) -> bool {
+    /// [`RcPeer::send_staged`] now, under one lock: `None` if the call may not send
+    /// yet or no slot is free.
+    fn try_send_staged(&self, id: u32, staged: &Staged) -> Option<bool> {
+        let mut st = lock(&self.state);
+        if st.dead || !st.engine.streams().is_open(id) {
+            return Some(false);
+        }
+        let sendable = st.engine.streams().can_send(id);
+        let slot = sendable.then(|| st.ring.acquire()).flatten()?;
+        let RcPeerState { engine, ring, .. } = &mut *st;
+        let sent = match (staged.lone(), staged.batch()) {
+            (Some(m), _) => {
+                engine.send_stream_message(id, m.len(), |o| o.copy_from_slice(m), ring.buf(&slot))
+            }
+            (_, Some(b)) => engine.send_stream_batch(id, b, ring.buf(&slot)),
+            _ => Err(Status::internal("nothing staged")),
+        };
+        match sent {
+            Ok(t) => {
+                if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                    tracing::debug!(error = %e, "server post failed");
+                    st.dead = true;
+                }
+            }
+            Err(s) => {
+                // Packed within the call's limits, so this is a bug: the call
+                // ends with it rather than losing the messages silently.
+                st.ring.release(slot);
+                st.engine.streams().finish(id, Err(s));
+            }
+        }
+        self.route_stream_events(&mut st);
+        Some(true)
+    }
+
+    /// Waits until call `id` may send a message and a send slot is free: what its
+    /// writer needs to pack a batch, read under the same lock; `None` once the
+    /// call is over here.
+    async fn wait_sendable(&self, id: u32) -> Option<Room> {
         loop {
             let notified = self.slot_wait.notified();
             tokio::pin!(notified);
@@ -375,15 +380,31 @@ impl RcPeer {
             {
                 let mut st = lock(&self.state);
                 if st.dead || !st.engine.streams().is_open(id) {
-                    return false;
+                    return None;
                 }
-                if st.engine.streams().can_send(id) && st.ring.free_slots() > 0 {
-                    return true;
+                let frame = st.engine.frame_size();
+                let slot_free = st.ring.free_slots() > 0;
+                let streams = st.engine.streams();
+                if streams.can_send(id) && slot_free {
+                    return Some(Room {
+                        frame,
+                        credit: streams.send_credit(id),
+                        max: streams.max_send_message(),
+                    });
                 }
             }
             notified.await;
         }
     }
+}
+
+/// What a writer packs a batch within, read when its call could send: the frame
+/// size, the call's credit (which only grows until this writer sends) and the
+/// largest message the client takes.
+struct Room {
+    frame: usize,
+    credit: i64,
+    max: usize,
 }
 
 /// Sleeps until `at`, a call's deadline, then lets the engine end the calls of the
