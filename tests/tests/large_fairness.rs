@@ -347,3 +347,87 @@ async fn encoding_a_reply_by_reference_does_not_hold_other_connections() {
          its receive loop)"
     );
 }
+
+/// A 1 MiB `Echo` request (beyond the rendezvous threshold: sent by reference) whose
+/// encoding holds its thread until released, as encoding a large body does: its
+/// bytes are 1 if it was released, 0 if it gave up waiting.
+struct HeldRequest {
+    hold: HoldService,
+    released: Echo,
+    gave_up: Echo,
+}
+
+impl HeldRequest {
+    fn new(hold: HoldService, id: u64) -> HeldRequest {
+        let body = |byte| Echo {
+            id,
+            data: vec![byte; 1 << 20],
+        };
+        HeldRequest {
+            hold,
+            released: body(1),
+            gave_up: body(0),
+        }
+    }
+}
+
+impl prost::Message for HeldRequest {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        if self.hold.hold() {
+            self.released.encode_raw(buf);
+        } else {
+            self.gave_up.encode_raw(buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        self.released.merge_field(tag, wire_type, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.released.encoded_len()
+    }
+
+    fn clear(&mut self) {
+        self.released.clear();
+    }
+}
+
+/// A request by reference (1 MiB) whose encoding holds its thread does not hold the
+/// other calls of its connection: a small call on the same channel completes
+/// meanwhile. The body is encoded into its region before the connection's lock is
+/// taken; encoded under it (as before), the small call would wait on that lock until
+/// the encoding gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encoding_a_request_by_reference_does_not_hold_its_connection() {
+    let (hold, big, _quiet, _stop) = hold_server().await;
+    let started = hold.started.notified();
+    let held = {
+        let (hold, big) = (hold.clone(), big.clone());
+        tokio::spawn(async move {
+            let mut g = Grpc::new(big);
+            g.unary::<HeldRequest, Echo>(Request::new(HeldRequest::new(hold, 11)), path("Echo"))
+                .await
+                .map(|r| r.into_inner())
+        })
+    };
+    started.await;
+    // The request's encoding holds its thread now; this call uses the same connection.
+    let small = echo(&big, 12, b"small".to_vec()).await;
+    assert_eq!(small.data, b"small");
+    hold.release();
+    let reply = held.await.unwrap().expect("the held call");
+    assert_eq!(reply.id, 11);
+    assert!(
+        reply.data == vec![1; 1 << 20],
+        "the request was encoded without its release: no small call on its connection \
+         completed within {HOLD_LIMIT:?} while its encoding held the thread (the client \
+         encoded it under the connection's lock)"
+    );
+}
