@@ -229,7 +229,7 @@ impl<L: Dial> LinkChannel<L> {
             },
         };
         let (tx, rx) = oneshot::channel();
-        let started = conn.start(&mut conn.lock(), tx, head, &call.message, region);
+        let started = conn.start(tx, head, &call.message, region);
         match started {
             Ok(id) => Box::pin(
                 CallGuard {

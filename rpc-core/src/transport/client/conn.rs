@@ -10,7 +10,7 @@ use rpc_transport::msg::RecvPool;
 use rpc_transport::{CompletionQueue, WorkCompletion};
 use tokio::net::TcpStream;
 
-use super::link::{Link, NewCall, Signals};
+use super::link::{EncodedBody, Link, NewCall, Signals};
 use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
 use crate::transport::completion::{CompletionMode, CqWaiter};
@@ -108,16 +108,29 @@ impl<L: Link> Conn<L> {
     }
 
     /// Starts a reserved call and makes sure the driver wakes for its timer.
+    ///
+    /// A body by reference is encoded into its region before the connection's lock
+    /// is taken: encoding 64 MiB takes milliseconds, and under the lock it held every
+    /// other call of the connection (and the driver delivering their replies), each
+    /// waiting on the lock with its worker thread. The region was taken in line
+    /// already ([`Link::region_for`]); only the post needs the lock. A small call
+    /// (no region) is encoded into its send slot under the lock, as before.
     pub(crate) fn start(
         &self,
-        st: &mut State<L>,
         reply: super::ReplySender,
         head: crate::engine::CallHead<'_>,
         body: &dyn crate::server::EncodeMessage,
         region: Option<rpc_transport::msg::PooledRegion>,
     ) -> Result<u32, Status> {
+        let now = Instant::now();
+        let region = region.map(|mut region| {
+            let len = body.encoded_len();
+            body.encode_to(&mut region.buf_mut()[..len]);
+            EncodedBody { region, len }
+        });
+        let mut st = self.lock();
         let call = NewCall {
-            now: Instant::now(),
+            now,
             reply,
             head,
             body,

@@ -68,8 +68,15 @@ pub(crate) struct NewCall<'a> {
     pub(crate) head: CallHead<'a>,
     /// The request message, encoded straight into a send slot.
     pub(crate) body: &'a dyn EncodeMessage,
-    /// A pooled region for a body that goes by reference ([`Link::region_for`]).
-    pub(crate) region: Option<PooledRegion>,
+    /// A body that goes by reference ([`Link::region_for`]), already encoded.
+    pub(crate) region: Option<EncodedBody>,
+}
+
+/// A request body encoded into a pooled region (outside the connection's lock).
+pub(crate) struct EncodedBody {
+    pub(crate) region: PooledRegion,
+    /// Bytes of the region the body fills.
+    pub(crate) len: usize,
 }
 
 /// One transport's connection state under the connection's lock: its engine (RC

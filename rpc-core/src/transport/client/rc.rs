@@ -422,14 +422,14 @@ impl Link for RcLink {
         }
         let slot = self.ring.acquire().expect("reserved by poll_ready");
         let started = match (call.region, &mut self.rdv) {
-            (Some(mut region), Some(rdv)) => {
-                // Encoded once, into the region the server will read.
-                let len = call.body.encoded_len();
-                call.body.encode_to(&mut region.buf_mut()[..len]);
+            (Some(encoded), Some(rdv)) => {
+                // Encoded once (before the lock, see `Conn::start`), into the
+                // region the server will read.
+                let region = encoded.region;
                 let desc = Descriptor {
                     addr: region.addr(),
                     rkey: region.rkey(),
-                    len: len as u32,
+                    len: encoded.len as u32,
                 };
                 let r = self.engine.start_call_by_ref(
                     call.now,
