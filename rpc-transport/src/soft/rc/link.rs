@@ -10,6 +10,15 @@
 //! The TCP socket stays open as the liveness signal: after the switch it only ever
 //! becomes readable at its end, which reads as the stream's end (the QP goes to ERR
 //! as on TCP).
+//!
+//! A ring's doorbell is a one-shot request, and whoever reads the ring drains it: a
+//! poller that read the bytes whose ring the helper had asked for spends the
+//! helper's request, and if it then goes away without arming its CQ, nothing wakes
+//! the helper for the next bytes (a socket would have become readable again). So a
+//! writer whose bytes sit unread for [`STUCK_NS`] rings the peer's bell regardless
+//! of `waiting`, once per such stop; the reader's helper, still watching the bell,
+//! takes over. (A pass that does not read, such as the helper's timer pass of a QP
+//! waiting for a Read response, looks at the ring anyway: see `rc::progress`.)
 
 use std::io;
 use std::net::TcpStream;
@@ -26,6 +35,9 @@ use super::Fault;
 /// How often a reader with an empty ring asks the TCP socket whether the peer is gone
 /// (one `recv` with `MSG_PEEK`); the socket's readiness also wakes pollers at once.
 const PROBE_EVERY_NS: u64 = 1_000_000;
+/// How long the peer may leave this side's bytes unread before its bell is rung
+/// regardless of `waiting` (see the module docs). Looked at once per this period.
+const STUCK_NS: u64 = 1_000_000;
 
 /// Where this side's output goes.
 enum Out {
@@ -50,6 +62,11 @@ pub(crate) struct Link {
     /// socket is next looked at.
     now: u64,
     next_probe: u64,
+    /// When the peer's reading of the ring is next looked at, and its `head` then if
+    /// bytes were waiting (and whether its bell was rung for that stop).
+    next_watch: u64,
+    seen_head: Option<u64>,
+    nudged: bool,
 }
 
 /// The bytes of an `SHM_SWITCH` frame.
@@ -71,13 +88,43 @@ impl Link {
             offer: None,
             now: 0,
             next_probe: 0,
+            next_watch: 0,
+            seen_head: None,
+            nudged: false,
         }
     }
 
     /// The device clock of this progress pass (reading the clock per empty poll would
     /// cost more than the poll).
+    /// Also looks, once per [`STUCK_NS`], whether the peer stopped reading this side's
+    /// bytes.
     pub(crate) fn set_now(&mut self, now: u64) {
         self.now = now;
+        if now >= self.next_watch {
+            self.next_watch = now + STUCK_NS;
+            self.watch_peer();
+        }
+    }
+
+    /// Rings the peer's bell if bytes have waited unread in its ring since the last
+    /// look (once per stop: see the module docs).
+    fn watch_peer(&mut self) {
+        let Out::Ring(p) = &self.out else { return };
+        let head = p.unread();
+        if head.is_some() && head == self.seen_head {
+            if !self.nudged {
+                self.nudged = true;
+                p.nudge();
+            }
+        } else {
+            self.seen_head = head;
+            self.nudged = false;
+        }
+    }
+
+    /// Whether the ring this side reads holds bytes (one atomic load).
+    pub(crate) fn ring_has_input(&self) -> bool {
+        self.reading_ring && self.inbox.as_ref().is_some_and(|i| i.has_data())
     }
 
     pub(crate) fn tcp_fd(&self) -> RawFd {
@@ -90,6 +137,18 @@ impl Link {
         std::iter::once(self.sock.as_raw_fd())
             .chain(self.inbox.as_ref().map(|i| i.bell().raw()))
             .chain(self.offer.as_ref().map(Offer::raw))
+    }
+
+    /// Tests only: both directions run on rings.
+    #[cfg(test)]
+    pub(crate) fn on_rings(&self) -> bool {
+        matches!(self.out, Out::Ring(_)) && self.reading_ring
+    }
+
+    /// Tests only: the ring this side reads.
+    #[cfg(test)]
+    pub(crate) fn inbox(&self) -> Option<&Inbox> {
+        self.inbox.as_deref()
     }
 
     /// Whether this side's output still goes into the TCP socket (not yet a ring), so
