@@ -95,9 +95,8 @@ impl Link {
     }
 
     /// The device clock of this progress pass (reading the clock per empty poll would
-    /// cost more than the poll).
-    /// Also looks, once per [`STUCK_NS`], whether the peer stopped reading this side's
-    /// bytes.
+    /// cost more than the poll). Also looks, once per [`STUCK_NS`], whether the peer
+    /// stopped reading this side's bytes.
     pub(crate) fn set_now(&mut self, now: u64) {
         self.now = now;
         if now >= self.next_watch {

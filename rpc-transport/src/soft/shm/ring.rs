@@ -345,7 +345,8 @@ impl Producer {
     }
 
     /// Rings the peer's bell regardless of `waiting`: its writer waits for space in
-    /// the ring this side reads (see [`Inbox::read`]).
+    /// the ring this side reads (see [`Inbox::read`]), or its reader left this ring's
+    /// bytes unread after its request to ring was spent (see `rc::link`).
     pub(crate) fn nudge(&self) {
         self.bell.signal();
         self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
