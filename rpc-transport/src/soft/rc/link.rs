@@ -38,6 +38,10 @@ const PROBE_EVERY_NS: u64 = 1_000_000;
 /// How long the peer may leave this side's bytes unread before its bell is rung
 /// regardless of `waiting` (see the module docs). Looked at once per this period.
 const STUCK_NS: u64 = 1_000_000;
+/// How long this side's output ring must stay empty, with nothing written, before
+/// the pages bulk data touched are given back (`ring::Producer::release_idle`): long
+/// enough that a transfer pausing between messages does not fault them in again.
+const RELEASE_IDLE_NS: u64 = 100_000_000;
 
 /// Where this side's output goes.
 enum Out {
@@ -67,6 +71,10 @@ pub(crate) struct Link {
     next_watch: u64,
     seen_head: Option<u64>,
     nudged: bool,
+    /// Bytes published at the last look, and since when the ring is idle (empty, nothing
+    /// written; `None`: not idle, or its pages were already released).
+    seen_tail: u64,
+    idle_since: Option<u64>,
 }
 
 /// The bytes of an `SHM_SWITCH` frame.
@@ -91,6 +99,8 @@ impl Link {
             next_watch: 0,
             seen_head: None,
             nudged: false,
+            seen_tail: 0,
+            idle_since: None,
         }
     }
 
@@ -106,9 +116,10 @@ impl Link {
     }
 
     /// Rings the peer's bell if bytes have waited unread in its ring since the last
-    /// look (once per stop: see the module docs).
+    /// look (once per stop: see the module docs); gives back the ring's bulk pages
+    /// once it has been idle for [`RELEASE_IDLE_NS`].
     fn watch_peer(&mut self) {
-        let Out::Ring(p) = &self.out else { return };
+        let Out::Ring(p) = &mut self.out else { return };
         let head = p.unread();
         if head.is_some() && head == self.seen_head {
             if !self.nudged {
@@ -118,6 +129,17 @@ impl Link {
         } else {
             self.seen_head = head;
             self.nudged = false;
+        }
+        let tail = p.published();
+        if head.is_some() || tail != self.seen_tail {
+            self.seen_tail = tail;
+            self.idle_since = Some(self.now);
+        } else if self
+            .idle_since
+            .is_some_and(|t| self.now.saturating_sub(t) >= RELEASE_IDLE_NS)
+        {
+            self.idle_since = None;
+            p.release_idle();
         }
     }
 

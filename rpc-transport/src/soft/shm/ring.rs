@@ -51,6 +51,13 @@
 //! of the jump's offset). Small messages keep to the first [`JUMP_AFTER`] bytes plus
 //! one frame; bulk transfers use the whole ring.
 //!
+//! A connection that carried bulk data and then went quiet would still keep every
+//! page it touched, so its producer, once its link saw the ring empty and no write
+//! for [`Producer::release_idle`]'s caller's idle period, punches those pages out of
+//! the memfd (`MADV_REMOVE`) beyond the first [`KEEP_BYTES`]. That is safe without
+//! the reader's help: with the ring empty every byte outside `head..tail` belongs to
+//! the producer, and the reader reads nothing until the producer publishes again.
+//!
 //! Trust: the peer can write anything into the shared page. Indices are checked on
 //! every use (`tail - head` must not exceed the capacity; a violation is
 //! [`Corrupt`], which breaks the connection), and data is only ever addressed modulo
@@ -74,6 +81,10 @@ pub(crate) const RING_BYTES: usize = 1 << 20;
 /// the module docs, "Memory"): one page, so a small-message connection keeps about
 /// two pages of each ring resident.
 pub(crate) const JUMP_AFTER: usize = 4 << 10;
+/// The start of the data area an idle producer keeps resident (see the module docs):
+/// what small messages touch after a jump.
+pub(crate) const KEEP_BYTES: usize = 2 * PAGE;
+const PAGE: usize = 4096;
 const HEADER: usize = 4096;
 const MAP_LEN: usize = HEADER + RING_BYTES;
 const MAGIC: u64 = u64::from_be_bytes(*b"rrpcring");
@@ -239,6 +250,8 @@ pub(crate) struct Producer {
     /// Where the last jump went (0: none yet); the reader's `head` counts as at
     /// least this (see the module docs, "Memory").
     jump: u64,
+    /// End of the data area written since the last release (see `release_idle`).
+    touched: usize,
     bell: EventFd,
 }
 
@@ -251,6 +264,7 @@ impl Producer {
             map,
             tail,
             jump: 0,
+            touched: 0,
             bell,
         })
     }
@@ -286,12 +300,38 @@ impl Producer {
         if n == 0 {
             return Ok(0);
         }
+        let at = (self.tail as usize) & (RING_BYTES - 1);
+        self.touched = self.touched.max((at + n).min(RING_BYTES));
         self.tail += n as u64;
         self.map
             .u64_at(OFF_TAIL)
             .store(self.tail, Ordering::Release);
         self.ring_bell();
         Ok(n)
+    }
+
+    /// The ring is empty and the caller saw no write for a while: gives the pages
+    /// written since the last release beyond the first [`KEEP_BYTES`] back to the
+    /// system (see the module docs). Returns whether it did (a system call).
+    pub(crate) fn release_idle(&mut self) -> bool {
+        if self.touched <= KEEP_BYTES || self.head() != self.tail {
+            return false;
+        }
+        let len = self.touched.next_multiple_of(PAGE) - KEEP_BYTES;
+        // SAFETY: `KEEP_BYTES..KEEP_BYTES + len` lies inside the data area (`touched`
+        // is at most `RING_BYTES`, a multiple of the page), page-aligned, in a shared
+        // writable mapping of a memfd. With the ring empty nobody reads these bytes
+        // until this producer (`&mut self`) publishes again; they then read as zeros
+        // until written, as fresh memfd pages do.
+        let r = unsafe {
+            libc::madvise(
+                self.map.data().add(KEEP_BYTES).cast(),
+                len,
+                libc::MADV_REMOVE,
+            )
+        };
+        self.touched = KEEP_BYTES;
+        r == 0
     }
 
     /// An empty ring past [`JUMP_AFTER`]: go on at the start of the data area, so that
@@ -336,6 +376,11 @@ impl Producer {
             left -= k;
             skip = 0;
         }
+    }
+
+    /// Bytes ever published.
+    pub(crate) fn published(&self) -> u64 {
+        self.tail
     }
 
     /// The reader's `head` if published bytes wait unread, else `None`.
@@ -463,6 +508,18 @@ impl Inbox {
             self.bell.signal();
             self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
         }
+    }
+
+    /// Tests only: resident pages of the data area (mincore: the memfd's pages in
+    /// memory).
+    #[cfg(test)]
+    pub(crate) fn resident_pages(&self) -> usize {
+        let mut v = vec![0u8; RING_BYTES / PAGE];
+        // SAFETY: the data area is page-aligned (after one header page) and mapped for
+        // `RING_BYTES`; `v` has one byte per page.
+        let r = unsafe { libc::mincore(self.map.data().cast(), RING_BYTES, v.as_mut_ptr()) };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        v.iter().filter(|b| *b & 1 == 1).count()
     }
 
     /// Tests only: withdraws the request to ring, as a poller does that read (and
@@ -624,15 +681,42 @@ mod tests {
         assert!(readable(&c));
     }
 
-    /// Resident pages of the data area (mincore: the memfd's pages in memory).
     fn resident_pages(c: &Inbox) -> usize {
-        let page = 4096;
-        let mut v = vec![0u8; RING_BYTES / page];
-        // SAFETY: the data area is page-aligned (after one header page) and mapped for
-        // `RING_BYTES`; `v` has one byte per page.
-        let r = unsafe { libc::mincore(c.map.data().cast(), RING_BYTES, v.as_mut_ptr()) };
-        assert_eq!(r, 0, "{}", io::Error::last_os_error());
-        v.iter().filter(|b| *b & 1 == 1).count()
+        c.resident_pages()
+    }
+
+    /// A ring that carried bulk data keeps only its first pages once its producer
+    /// releases them while it is empty, and carries bytes intact afterwards (the
+    /// released pages come back zeroed and are written before they are read).
+    #[test]
+    fn an_idle_producer_gives_bulk_pages_back() {
+        let (mut p, c) = pair();
+        let mut buf = vec![0u8; RING_BYTES];
+        let big: Vec<u8> = (0..RING_BYTES - 5).map(|i| (i % 241) as u8).collect();
+        assert_eq!(p.write(&[&big]).unwrap(), big.len());
+        assert!(
+            !p.release_idle(),
+            "released pages the reader has yet to read"
+        );
+        assert_eq!(c.read(&mut [&mut buf[..]]).unwrap().0, big.len());
+        assert!(resident_pages(&c) > RING_BYTES / PAGE / 2);
+        assert!(p.release_idle());
+        let resident = resident_pages(&c);
+        assert!(
+            resident <= KEEP_BYTES / PAGE,
+            "{resident} pages resident after the release"
+        );
+        assert!(!p.release_idle(), "released twice with nothing written");
+        // Across the released pages (a jump, then a wrap) bytes still arrive intact.
+        for round in 0..3 {
+            assert_eq!(p.write(&[&big]).unwrap(), big.len());
+            let (n, _) = c.read(&mut [&mut buf[..]]).unwrap();
+            assert!(
+                n == big.len() && buf[..n] == big[..],
+                "round {round} changed"
+            );
+            p.release_idle();
+        }
     }
 
     /// A conversation of small messages (each read before the next is written, as

@@ -215,38 +215,43 @@ fn thousand_shm_qps_leak_no_fd_or_mapping() {
     }
 }
 
-/// `a` and `b` connected (1 s retry budget) with both directions on rings (a Send
-/// each way moves them there).
+/// `a` and `b` connected (1 s retry budget) with both directions on rings: Sends
+/// each way until both have switched (a side's output moves to its ring with the
+/// first bytes it writes after the handshake, so traffic must follow it).
 fn ring_pair() -> (Side, Side) {
     let (a, b) = rc_pair();
-    for (s, peer) in [(&a, &b), (&b, &a)] {
-        post_recv(peer, 90, 2048, 64);
-        post(s, SendWr::new(91, SendOp::Send, &[s.mr.sge(1024, 8)]));
-        assert!(wait(&peer.cq, &[&s.cq]).is_ok());
-        assert!(wait(&s.cq, &[&peer.cq]).is_ok());
-    }
-    let on_rings = |s: &Side| with_link(s, |l| l.on_rings());
+    let on_rings = |s: &Side| {
+        let g = soft(s).lock();
+        let link = g.rc.as_ref().and_then(|rc| rc.link.as_ref());
+        link.is_some_and(|l| l.on_rings())
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     while !(on_rings(&a) && on_rings(&b)) {
-        let _ = a.cq.poll(&mut []);
-        let _ = b.cq.poll(&mut []);
+        for (s, peer) in [(&a, &b), (&b, &a)] {
+            post_recv(peer, 90, 2048, 64);
+            post(s, SendWr::new(91, SendOp::Send, &[s.mr.sge(1024, 8)]));
+            assert!(wait(&peer.cq, &[&s.cq]).is_ok());
+            assert!(wait(&s.cq, &[&peer.cq]).is_ok());
+        }
         assert!(
             Instant::now() < deadline,
             "the QPs never moved to shared memory (is {}=tcp set?)",
             crate::SOFT_LINK_ENV
         );
-        std::thread::yield_now();
     }
     (a, b)
 }
 
-fn with_link<T>(s: &Side, f: impl FnOnce(&crate::soft::rc::Link) -> T) -> T {
-    let q = match &s.qp.imp {
+fn soft(s: &Side) -> &crate::soft::Qp {
+    match &s.qp.imp {
         crate::qp::QpImp::Soft(q) => q,
         #[allow(unreachable_patterns)]
         _ => panic!("not a soft QP"),
-    };
-    let g = q.lock();
+    }
+}
+
+fn with_link<T>(s: &Side, f: impl FnOnce(&crate::soft::rc::Link) -> T) -> T {
+    let g = soft(s).lock();
     f(g.rc
         .as_ref()
         .and_then(|rc| rc.link.as_ref())
@@ -310,17 +315,50 @@ fn read_completes_while_its_requester_is_not_polled() {
     post(&a, SendWr::new(2, op, &[a.mr.sge(0, 8)]));
     // Nobody polls: b's helper answers, a's helper completes the Read. Watched
     // without polling (a poll would read the ring itself).
-    let q = match &a.qp.imp {
-        crate::qp::QpImp::Soft(q) => q,
-        #[allow(unreachable_patterns)]
-        _ => panic!("not a soft QP"),
-    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while q.lock().sq.len() > 0 {
+    while soft(&a).lock().sq.len() > 0 {
         assert!(Instant::now() < deadline, "the Read never completed");
         std::thread::yield_now();
     }
     let w = wait(&a.cq, &[]);
     assert_eq!((w.wr_id, w.status), (2, WcStatus::Success));
     assert_eq!(a.mr.to_vec(0, 8), b"read me!");
+}
+
+/// A connection that carried a 1 MiB Send and then went quiet gives the ring pages the
+/// Send touched back: the receiver's inbox keeps only its first pages resident while
+/// the sender's poller goes on polling.
+#[test]
+fn a_quiet_connection_gives_its_bulk_ring_pages_back() {
+    let (a, b) = ring_pair();
+    const LEN: usize = 1 << 20;
+    let src = a.pd.alloc_mr(LEN, ALL).unwrap();
+    let dst = b.pd.alloc_mr(LEN, ALL).unwrap();
+    src.write(0, &vec![5u8; LEN]);
+    let sge = [dst.sge(0, LEN as u32)];
+    // SAFETY: the MR outlives the test and is not touched until completion.
+    unsafe {
+        b.qp.post_recv(&[RecvWr {
+            wr_id: 3,
+            sg_list: &sge,
+        }])
+    }
+    .unwrap();
+    post(&a, SendWr::new(4, SendOp::Send, &[src.sge(0, LEN as u32)]));
+    assert!(wait(&b.cq, &[&a.cq]).is_ok());
+    assert!(wait(&a.cq, &[&b.cq]).is_ok());
+    let resident = || with_link(&b, |l| l.inbox().unwrap().resident_pages());
+    assert!(resident() > 16, "the Send did not go through the ring");
+    let keep = crate::soft::shm::ring::KEEP_BYTES / 4096;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while resident() > keep {
+        let _ = a.cq.poll(&mut []);
+        let _ = b.cq.poll(&mut []);
+        assert!(
+            Instant::now() < deadline,
+            "{} ring pages still resident, expected at most {keep}",
+            resident()
+        );
+        std::thread::yield_now();
+    }
 }
