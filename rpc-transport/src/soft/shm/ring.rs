@@ -52,11 +52,12 @@
 //! one frame; bulk transfers use the whole ring.
 //!
 //! A connection that carried bulk data and then went quiet would still keep every
-//! page it touched, so its producer, once its link saw the ring empty and no write
-//! for [`Producer::release_idle`]'s caller's idle period, punches those pages out of
-//! the memfd (`MADV_REMOVE`) beyond the first [`KEEP_BYTES`]. That is safe without
-//! the reader's help: with the ring empty every byte outside `head..tail` belongs to
-//! the producer, and the reader reads nothing until the producer publishes again.
+//! page it touched, so once its link has seen the ring empty with nothing written for
+//! a while (`rc::link`), the producer punches those pages out of the memfd
+//! ([`Producer::release_idle`], `MADV_REMOVE`) beyond the first [`KEEP_BYTES`]. That
+//! is safe without the reader's help: with the ring empty every byte outside
+//! `head..tail` belongs to the producer, and the reader reads nothing until the
+//! producer publishes again.
 //!
 //! Trust: the peer can write anything into the shared page. Indices are checked on
 //! every use (`tail - head` must not exceed the capacity; a violation is
