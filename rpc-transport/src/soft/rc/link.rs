@@ -10,6 +10,15 @@
 //! The TCP socket stays open as the liveness signal: after the switch it only ever
 //! becomes readable at its end, which reads as the stream's end (the QP goes to ERR
 //! as on TCP).
+//!
+//! A ring's doorbell is a one-shot request, and whoever reads the ring drains it: a
+//! poller that read the bytes whose ring the helper had asked for spends the
+//! helper's request, and if it then goes away without arming its CQ, nothing wakes
+//! the helper for the next bytes (a socket would have become readable again). So a
+//! writer whose bytes sit unread for [`STUCK_NS`] rings the peer's bell regardless
+//! of `waiting`, once per such stop; the reader's helper, still watching the bell,
+//! takes over. (A pass that does not read, such as the helper's timer pass of a QP
+//! waiting for a Read response, looks at the ring anyway: see `rc::progress`.)
 
 use std::io;
 use std::net::TcpStream;
@@ -26,6 +35,13 @@ use super::Fault;
 /// How often a reader with an empty ring asks the TCP socket whether the peer is gone
 /// (one `recv` with `MSG_PEEK`); the socket's readiness also wakes pollers at once.
 const PROBE_EVERY_NS: u64 = 1_000_000;
+/// How long the peer may leave this side's bytes unread before its bell is rung
+/// regardless of `waiting` (see the module docs). Looked at once per this period.
+const STUCK_NS: u64 = 1_000_000;
+/// How long this side's output ring must stay empty, with nothing written, before
+/// the pages bulk data touched are given back (`ring::Producer::release_idle`): long
+/// enough that a transfer pausing between messages does not fault them in again.
+const RELEASE_IDLE_NS: u64 = 100_000_000;
 
 /// Where this side's output goes.
 enum Out {
@@ -50,6 +66,15 @@ pub(crate) struct Link {
     /// socket is next looked at.
     now: u64,
     next_probe: u64,
+    /// When the peer's reading of the ring is next looked at, and its `head` then if
+    /// bytes were waiting (and whether its bell was rung for that stop).
+    next_watch: u64,
+    seen_head: Option<u64>,
+    nudged: bool,
+    /// Bytes published at the last look, and since when the ring is idle (empty, nothing
+    /// written; `None`: not idle, or its pages were already released).
+    seen_tail: u64,
+    idle_since: Option<u64>,
 }
 
 /// The bytes of an `SHM_SWITCH` frame.
@@ -71,13 +96,56 @@ impl Link {
             offer: None,
             now: 0,
             next_probe: 0,
+            next_watch: 0,
+            seen_head: None,
+            nudged: false,
+            seen_tail: 0,
+            idle_since: None,
         }
     }
 
     /// The device clock of this progress pass (reading the clock per empty poll would
-    /// cost more than the poll).
+    /// cost more than the poll). Also looks, once per [`STUCK_NS`], whether the peer
+    /// stopped reading this side's bytes.
     pub(crate) fn set_now(&mut self, now: u64) {
         self.now = now;
+        if now >= self.next_watch {
+            self.next_watch = now + STUCK_NS;
+            self.watch_peer();
+        }
+    }
+
+    /// Rings the peer's bell if bytes have waited unread in its ring since the last
+    /// look (once per stop: see the module docs); gives back the ring's bulk pages
+    /// once it has been idle for [`RELEASE_IDLE_NS`].
+    fn watch_peer(&mut self) {
+        let Out::Ring(p) = &mut self.out else { return };
+        let head = p.unread();
+        if head.is_some() && head == self.seen_head {
+            if !self.nudged {
+                self.nudged = true;
+                p.nudge();
+            }
+        } else {
+            self.seen_head = head;
+            self.nudged = false;
+        }
+        let tail = p.published();
+        if head.is_some() || tail != self.seen_tail {
+            self.seen_tail = tail;
+            self.idle_since = Some(self.now);
+        } else if self
+            .idle_since
+            .is_some_and(|t| self.now.saturating_sub(t) >= RELEASE_IDLE_NS)
+        {
+            self.idle_since = None;
+            p.release_idle();
+        }
+    }
+
+    /// Whether the ring this side reads holds bytes (one atomic load).
+    pub(crate) fn ring_has_input(&self) -> bool {
+        self.reading_ring && self.inbox.as_ref().is_some_and(|i| i.has_data())
     }
 
     pub(crate) fn tcp_fd(&self) -> RawFd {
@@ -90,6 +158,18 @@ impl Link {
         std::iter::once(self.sock.as_raw_fd())
             .chain(self.inbox.as_ref().map(|i| i.bell().raw()))
             .chain(self.offer.as_ref().map(Offer::raw))
+    }
+
+    /// Tests only: both directions run on rings.
+    #[cfg(test)]
+    pub(crate) fn on_rings(&self) -> bool {
+        matches!(self.out, Out::Ring(_)) && self.reading_ring
+    }
+
+    /// Tests only: the ring this side reads.
+    #[cfg(test)]
+    pub(crate) fn inbox(&self) -> Option<&Inbox> {
+        self.inbox.as_deref()
     }
 
     /// Whether this side's output still goes into the TCP socket (not yet a ring), so

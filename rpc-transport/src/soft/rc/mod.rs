@@ -353,6 +353,14 @@ impl FrameContext<'_> {
 /// to be visited again without socket readiness.
 /// `budget`: bytes it may write ([`WRITE_PER_POLL`] or [`WRITE_PER_HELPER_PASS`]).
 pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> bool {
+    // A pass that would not read (the helper's timer pass of a QP waiting for a Read
+    // response, say) reads a ring holding bytes anyway: unlike a socket, a ring wakes
+    // nobody unless asked, and the request may have been spent (see `link`).
+    let read = read
+        || g.rc
+            .as_deref()
+            .and_then(|rc| rc.link.as_ref())
+            .is_some_and(Link::ring_has_input);
     let r = drive(qp, g, now, read, budget);
     finish(qp, g, r)
 }

@@ -29,9 +29,12 @@
 //! side read or write outside the mapping, nor shrink it (seals). It can stop
 //! consuming, which blocks this side's output exactly as a full TCP window would (the
 //! retry budget applies). A writer that finds the ring full asks to be woken when space
-//! frees (see [`ring`]). Each QP pair maps two rings of 1 MiB ([`ring::RING_BYTES`]),
-//! touched as traffic wraps them: memory a many-connection server should count. Payloads are copied through the ring (bulk transfers with a
-//! single copy, by mapping registered memory into the peer, are not implemented).
+//! frees (see [`ring`]). Each QP pair maps two rings of 1 MiB ([`ring::RING_BYTES`]);
+//! an empty ring jumps its writer back to its start, so a connection of small
+//! messages keeps about two pages of each resident, and one that carried bulk data
+//! gives the pages back once its ring has been idle for 100 ms. Payloads are copied through the ring (bulk
+//! transfers with a single copy, by mapping registered memory into the peer, are not
+//! implemented).
 //! `RDMA_RPC_SOFT_LINK=tcp` or [`crate::SoftLink::Tcp`] keeps every QP of a device
 //! on TCP.
 

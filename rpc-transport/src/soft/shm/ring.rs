@@ -11,6 +11,7 @@
 //! | 192 | `waiting`: the reader may sleep; ring the bell | the reader sets, the producer clears |
 //! | 256 | `rung`: the bell was rung and is still readable | the producer sets, the reader clears |
 //! | 320 | `space`: the ring was full; ring the writer's bell when space frees | the producer sets, the reader clears |
+//! | 384 | `jump`: the producer skipped to this position (no bytes before it) | the producer |
 //!
 //! `tail` and `head` are on their own cache lines so that each side writes only its
 //! own line on the fast path. Both count bytes forever (64 bits do not wrap); the
@@ -35,6 +36,29 @@
 //! tells its link, which rings the writer's own inbox bell (its link holds it), so a
 //! large transfer is paced by the reader rather than by the writer's next poll.
 //!
+//! Memory: pages of the memfd become resident as the data area is first written, and
+//! stay so while the ring lives. So that a conversation of small messages does not
+//! slowly touch the whole ring (a MiB per direction and connection, a thousand
+//! connections' worth of a server's RSS), a producer that finds the ring empty and its
+//! position past [`JUMP_AFTER`] skips to the start of the data area: it stores the
+//! new position in `jump` and publishes `tail` beyond it (Release, so `jump` is seen
+//! first); a reader whose `head` is below `jump` moves `head` there without reading.
+//! Only an empty ring jumps, so the reader's `head` is exactly where the producer
+//! left, and a stale `jump` is never above it. The skipped bytes are free at once:
+//! the producer counts its space from `max(head, jump)`, so a jump never shrinks the
+//! ring (counted from `head`, the skipped gap stayed "in use" until the reader
+//! moved, and a bulk transfer that kept finding the ring empty crept along in steps
+//! of the jump's offset). Small messages keep to the first [`JUMP_AFTER`] bytes plus
+//! one frame; bulk transfers use the whole ring.
+//!
+//! A connection that carried bulk data and then went quiet would still keep every
+//! page it touched, so once its link has seen the ring empty with nothing written for
+//! a while (`rc::link`), the producer punches those pages out of the memfd
+//! ([`Producer::release_idle`], `MADV_REMOVE`) beyond the first [`KEEP_BYTES`]. That
+//! is safe without the reader's help: with the ring empty every byte outside
+//! `head..tail` belongs to the producer, and the reader reads nothing until the
+//! producer publishes again.
+//!
 //! Trust: the peer can write anything into the shared page. Indices are checked on
 //! every use (`tail - head` must not exceed the capacity; a violation is
 //! [`Corrupt`], which breaks the connection), and data is only ever addressed modulo
@@ -54,6 +78,14 @@ use super::super::sys::EventFd;
 /// Data bytes of one direction's ring. Chosen as 16 frames of the largest chunk
 /// (`rc::tx::CHUNK`, 64 KiB): a writer can run a whole MiB ahead of its reader.
 pub(crate) const RING_BYTES: usize = 1 << 20;
+/// A producer finding the ring empty past this offset starts again at offset 0 (see
+/// the module docs, "Memory"): one page, so a small-message connection keeps about
+/// two pages of each ring resident.
+pub(crate) const JUMP_AFTER: usize = 4 << 10;
+/// The start of the data area an idle producer keeps resident (see the module docs):
+/// what small messages touch after a jump.
+pub(crate) const KEEP_BYTES: usize = 2 * PAGE;
+const PAGE: usize = 4096;
 const HEADER: usize = 4096;
 const MAP_LEN: usize = HEADER + RING_BYTES;
 const MAGIC: u64 = u64::from_be_bytes(*b"rrpcring");
@@ -64,6 +96,7 @@ const OFF_HEAD: usize = 128;
 const OFF_WAITING: usize = 192;
 const OFF_RUNG: usize = 256;
 const OFF_SPACE: usize = 320;
+const OFF_JUMP: usize = 384;
 
 /// The peer broke the ring's invariants (indices out of range).
 #[derive(Debug, PartialEq, Eq)]
@@ -215,6 +248,11 @@ fn copy_out(m: &Mapping, pos: u64, dst: &mut [u8]) {
 pub(crate) struct Producer {
     map: Mapping,
     tail: u64,
+    /// Where the last jump went (0: none yet); the reader's `head` counts as at
+    /// least this (see the module docs, "Memory").
+    jump: u64,
+    /// End of the data area written since the last release (see `release_idle`).
+    touched: usize,
     bell: EventFd,
 }
 
@@ -223,17 +261,26 @@ impl Producer {
     pub(crate) fn open(memfd: &OwnedFd, bell: EventFd) -> io::Result<Producer> {
         let map = Mapping::open(memfd)?;
         let tail = map.u64_at(OFF_TAIL).load(Ordering::Acquire);
-        Ok(Producer { map, tail, bell })
+        Ok(Producer {
+            map,
+            tail,
+            jump: 0,
+            touched: 0,
+            bell,
+        })
     }
 
     /// Copies as much of `bufs` (in order) as fits, publishes it, and rings the bell if
     /// the reader said it may sleep. Returns the bytes taken (0: the ring is full).
     pub(crate) fn write(&mut self, bufs: &[&[u8]]) -> Result<usize, Corrupt> {
         let want: usize = bufs.iter().map(|b| b.len()).sum();
+        if want > 0 {
+            self.jump_if_empty();
+        }
         let mut n = 0;
         let mut asked = false;
         loop {
-            let head = self.map.u64_at(OFF_HEAD).load(Ordering::Acquire);
+            let head = self.head();
             let used = (self.tail + n as u64).wrapping_sub(head);
             if used > RING_BYTES as u64 {
                 return Err(Corrupt);
@@ -254,12 +301,62 @@ impl Producer {
         if n == 0 {
             return Ok(0);
         }
+        let at = (self.tail as usize) & (RING_BYTES - 1);
+        self.touched = self.touched.max((at + n).min(RING_BYTES));
         self.tail += n as u64;
         self.map
             .u64_at(OFF_TAIL)
             .store(self.tail, Ordering::Release);
         self.ring_bell();
         Ok(n)
+    }
+
+    /// The ring is empty and the caller saw no write for a while: gives the pages
+    /// written since the last release beyond the first [`KEEP_BYTES`] back to the
+    /// system (see the module docs). Returns whether it did (a system call).
+    pub(crate) fn release_idle(&mut self) -> bool {
+        if self.touched <= KEEP_BYTES || self.head() != self.tail {
+            return false;
+        }
+        let len = self.touched.next_multiple_of(PAGE) - KEEP_BYTES;
+        // SAFETY: `KEEP_BYTES..KEEP_BYTES + len` lies inside the data area (`touched`
+        // is at most `RING_BYTES`, a multiple of the page), page-aligned, in a shared
+        // writable mapping of a memfd. With the ring empty nobody reads these bytes
+        // until this producer (`&mut self`) publishes again; they then read as zeros
+        // until written, as fresh memfd pages do.
+        let r = unsafe {
+            libc::madvise(
+                self.map.data().add(KEEP_BYTES).cast(),
+                len,
+                libc::MADV_REMOVE,
+            )
+        };
+        self.touched = KEEP_BYTES;
+        r == 0
+    }
+
+    /// An empty ring past [`JUMP_AFTER`]: go on at the start of the data area, so that
+    /// small messages keep touching the same few pages (see the module docs). The
+    /// new `tail` is published with the bytes that follow (`jump` before it).
+    fn jump_if_empty(&mut self) {
+        let at = (self.tail as usize) & (RING_BYTES - 1);
+        if at < JUMP_AFTER || self.head() != self.tail {
+            return;
+        }
+        self.tail += (RING_BYTES - at) as u64;
+        self.jump = self.tail;
+        self.map
+            .u64_at(OFF_JUMP)
+            .store(self.tail, Ordering::Relaxed);
+    }
+
+    /// The reader's `head` as far as free space goes: a reader still before the last
+    /// jump skips the gap unread, so the gap is free (see the module docs).
+    fn head(&self) -> u64 {
+        self.map
+            .u64_at(OFF_HEAD)
+            .load(Ordering::Acquire)
+            .max(self.jump)
     }
 
     /// Copies `len` bytes of the concatenation of `bufs`, from offset `from`, to the
@@ -282,8 +379,20 @@ impl Producer {
         }
     }
 
+    /// Bytes ever published.
+    pub(crate) fn published(&self) -> u64 {
+        self.tail
+    }
+
+    /// The reader's `head` if published bytes wait unread, else `None`.
+    pub(crate) fn unread(&self) -> Option<u64> {
+        let head = self.head();
+        (head != self.tail).then_some(head)
+    }
+
     /// Rings the peer's bell regardless of `waiting`: its writer waits for space in
-    /// the ring this side reads (see [`Inbox::read`]).
+    /// the ring this side reads (see [`Inbox::read`]), or its reader left this ring's
+    /// bytes unread after its request to ring was spent (see `rc::link`).
     pub(crate) fn nudge(&self) {
         self.bell.signal();
         self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
@@ -293,6 +402,11 @@ impl Producer {
     pub(crate) fn poke_tail(&mut self, v: u64) {
         self.map.u64_at(OFF_TAIL).store(v, Ordering::Release);
         self.ring_bell();
+    }
+
+    /// Fuzzing only: stores `jump` as given, as a misbehaving peer would.
+    pub(crate) fn poke_jump(&mut self, v: u64) {
+        self.map.u64_at(OFF_JUMP).store(v, Ordering::Release);
     }
 
     /// The producer's half of the Dekker handshake (see the module docs).
@@ -351,8 +465,13 @@ impl Inbox {
         if rung.load(Ordering::Relaxed) != 0 && rung.swap(0, Ordering::AcqRel) != 0 {
             self.bell.drain();
         }
-        let head = self.head.load(Ordering::Relaxed);
+        let mut head = self.head.load(Ordering::Relaxed);
         let tail = self.map.u64_at(OFF_TAIL).load(Ordering::Acquire);
+        // Stored before `tail` (Release): a jump published with these bytes is seen.
+        let jump = self.map.u64_at(OFF_JUMP).load(Ordering::Relaxed);
+        if jump > head && jump.wrapping_sub(head) <= tail.wrapping_sub(head) {
+            head = jump;
+        }
         let mut avail = tail.wrapping_sub(head);
         if avail > RING_BYTES as u64 {
             return Err(Corrupt);
@@ -368,6 +487,8 @@ impl Inbox {
             avail -= k as u64;
         }
         if n == 0 {
+            // A jump with no bytes behind it is never published (the producer jumps
+            // only to write), so nothing to move here.
             return Ok((0, false));
         }
         self.head.store(head + n, Ordering::Relaxed);
@@ -390,6 +511,42 @@ impl Inbox {
         }
     }
 
+    /// Tests only: resident pages of the data area (mincore: the memfd's pages in
+    /// memory).
+    #[cfg(test)]
+    pub(crate) fn resident_pages(&self) -> usize {
+        let mut v = vec![0u8; RING_BYTES / PAGE];
+        // SAFETY: the data area is page-aligned (after one header page) and mapped for
+        // `RING_BYTES`; `v` has one byte per page.
+        let r = unsafe { libc::mincore(self.map.data().cast(), RING_BYTES, v.as_mut_ptr()) };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        v.iter().filter(|b| *b & 1 == 1).count()
+    }
+
+    /// Tests only: withdraws the request to ring, as a poller does that read (and
+    /// drained the bell of) the bytes a sleeper's request was spent on.
+    #[cfg(test)]
+    pub(crate) fn withdraw_sleep(&self) {
+        self.map.u32_at(OFF_WAITING).store(0, Ordering::SeqCst);
+    }
+
+    /// Tests only: rings the bell as a producer does.
+    #[cfg(test)]
+    pub(crate) fn ring_own_bell(&self) {
+        self.bell.signal();
+        self.map.u32_at(OFF_RUNG).store(1, Ordering::SeqCst);
+    }
+
+    /// Tests only: whether a ring is requested (`waiting`) and one is unread (`rung`).
+    #[cfg(test)]
+    pub(crate) fn flags(&self) -> (bool, bool) {
+        let m = &self.map;
+        (
+            m.u32_at(OFF_WAITING).load(Ordering::SeqCst) != 0,
+            m.u32_at(OFF_RUNG).load(Ordering::SeqCst) != 0,
+        )
+    }
+
     /// Tests only: the shared header, to play a misbehaving peer.
     #[cfg(test)]
     pub(crate) fn poke_tail(&self, v: u64) {
@@ -402,8 +559,8 @@ impl Inbox {
 /// leave the mapping; an honest ring delivers exactly what was written; the frames
 /// decode as `wire::fuzz_one` requires.
 ///
-/// `data`: byte 0 picks the piece sizes, byte 1 whether (and bytes 2..10 what) `tail`
-/// lies, the rest is the stream.
+/// `data`: byte 0 picks the piece sizes, byte 1 whether `tail` (bit 0) or `jump`
+/// (bit 1) lies, bytes 2..10 what, the rest is the stream.
 #[doc(hidden)]
 pub fn fuzz_ring(data: &[u8]) {
     if data.len() < 10 {
@@ -417,8 +574,11 @@ pub fn fuzz_ring(data: &[u8]) {
     let mut got = Vec::with_capacity(stream.len());
     let mut sent = 0;
     let mut buf = vec![0u8; piece];
-    let mut lie =
-        (data[1] & 1 == 1).then(|| u64::from_le_bytes(data[2..10].try_into().expect("8")));
+    let value = u64::from_le_bytes(data[2..10].try_into().expect("8"));
+    let mut lie = (data[1] & 1 == 1).then_some(value);
+    if data[1] & 2 == 2 {
+        p.poke_jump(value);
+    }
     loop {
         let end = (sent + piece).min(stream.len());
         sent += p
@@ -437,7 +597,7 @@ pub fn fuzz_ring(data: &[u8]) {
             return; // a lie that passed the check: bounded, then stop
         }
     }
-    if data[1] & 1 == 0 {
+    if data[1] & 3 == 0 {
         assert!(got == stream, "the ring changed the stream");
     }
     super::super::wire::fuzz_one(&got);
@@ -522,6 +682,89 @@ mod tests {
         assert!(readable(&c));
     }
 
+    fn resident_pages(c: &Inbox) -> usize {
+        c.resident_pages()
+    }
+
+    /// A ring that carried bulk data keeps only its first pages once its producer
+    /// releases them while it is empty, and carries bytes intact afterwards (the
+    /// released pages come back zeroed and are written before they are read).
+    #[test]
+    fn an_idle_producer_gives_bulk_pages_back() {
+        let (mut p, c) = pair();
+        let mut buf = vec![0u8; RING_BYTES];
+        let big: Vec<u8> = (0..RING_BYTES - 5).map(|i| (i % 241) as u8).collect();
+        assert_eq!(p.write(&[&big]).unwrap(), big.len());
+        assert!(
+            !p.release_idle(),
+            "released pages the reader has yet to read"
+        );
+        assert_eq!(c.read(&mut [&mut buf[..]]).unwrap().0, big.len());
+        assert!(resident_pages(&c) > RING_BYTES / PAGE / 2);
+        assert!(p.release_idle());
+        let resident = resident_pages(&c);
+        assert!(
+            resident <= KEEP_BYTES / PAGE,
+            "{resident} pages resident after the release"
+        );
+        assert!(!p.release_idle(), "released twice with nothing written");
+        // Across the released pages (a jump, then a wrap) bytes still arrive intact.
+        for round in 0..3 {
+            assert_eq!(p.write(&[&big]).unwrap(), big.len());
+            let (n, _) = c.read(&mut [&mut buf[..]]).unwrap();
+            assert!(
+                n == big.len() && buf[..n] == big[..],
+                "round {round} changed"
+            );
+            p.release_idle();
+        }
+    }
+
+    /// A conversation of small messages (each read before the next is written, as
+    /// calls and replies are) keeps to the first pages instead of touching the
+    /// whole ring: 40 MiB through it leaves at most `JUMP_AFTER` and a message
+    /// resident, and every byte arrives in order.
+    #[test]
+    fn small_messages_keep_to_the_first_pages() {
+        let (mut p, c) = pair();
+        let mut buf = [0u8; 200];
+        for i in 0..(40 << 20) / 100usize {
+            let msg = [(i % 251) as u8; 100];
+            assert_eq!(p.write(&[&msg]).unwrap(), 100);
+            assert_eq!(c.read(&mut [&mut buf[..]]).unwrap(), (100, false));
+            assert!(buf[..100] == msg, "message {i} changed");
+        }
+        let most = (JUMP_AFTER + 100).div_ceil(4096);
+        let resident = resident_pages(&c);
+        assert!(
+            resident <= most,
+            "{resident} pages resident, expected at most {most}"
+        );
+    }
+
+    /// A jump frees the bytes it skips at once: right after one, before the reader
+    /// has moved, the producer takes a whole ring's worth (the reverted jump took only
+    /// the jump's offset, so bulk data crept along in steps of it), and the reader
+    /// gets every byte in order across the jump.
+    #[test]
+    fn a_jump_keeps_the_whole_ring() {
+        let (mut p, c) = pair();
+        let mut buf = vec![0u8; RING_BYTES + 10];
+        let first = vec![1u8; JUMP_AFTER + 1];
+        assert_eq!(p.write(&[&first]).unwrap(), first.len());
+        assert_eq!(c.read(&mut [&mut buf[..]]).unwrap().0, first.len());
+        // Empty, past JUMP_AFTER: this write jumps to offset 0.
+        let big: Vec<u8> = (0..RING_BYTES + 10).map(|i| (i % 253) as u8).collect();
+        assert_eq!(
+            p.write(&[&big]).unwrap(),
+            RING_BYTES,
+            "the jump shrank the ring"
+        );
+        let (n, _) = c.read(&mut [&mut buf[..]]).unwrap();
+        assert_eq!(n, RING_BYTES);
+        assert!(buf[..n] == big[..n], "bytes changed across the jump");
+    }
+
     /// A peer moving `tail` out of range breaks the ring instead of exposing memory.
     #[test]
     fn lying_tail_is_corrupt() {
@@ -544,6 +787,11 @@ mod tests {
         fuzz_ring(&d);
         d[1] = 1;
         d[2..10].copy_from_slice(&(RING_BYTES as u64 * 3).to_le_bytes());
+        fuzz_ring(&d);
+        // A lying `jump` (far ahead, then just ahead of the stream).
+        d[1] = 2;
+        fuzz_ring(&d);
+        d[2..10].copy_from_slice(&7u64.to_le_bytes());
         fuzz_ring(&d);
     }
 

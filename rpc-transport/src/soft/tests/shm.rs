@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use super::*;
 use crate::soft::shm::{ident, Listener, Producer};
 use crate::soft::wire::{self, Body};
-use crate::{AsyncEvent, Gid, GlobalRoute, SendOp};
+use crate::{AsyncEvent, Gid, GlobalRoute, SendOp, WcStatus};
 
 /// `a` (an RC QP in RTR) gets a peer played by the test: a TCP connection whose
 /// `HELLO` names a listener of the test's, the handshake answered, and `SHM_SWITCH`
@@ -210,6 +210,154 @@ fn thousand_shm_qps_leak_no_fd_or_mapping() {
             now.0,
             before.1,
             now.1
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// `a` and `b` connected (1 s retry budget) with both directions on rings: Sends
+/// each way until both have switched (a side's output moves to its ring with the
+/// first bytes it writes after the handshake, so traffic must follow it).
+fn ring_pair() -> (Side, Side) {
+    let (a, b) = rc_pair();
+    let on_rings = |s: &Side| {
+        let g = soft(s).lock();
+        let link = g.rc.as_ref().and_then(|rc| rc.link.as_ref());
+        link.is_some_and(|l| l.on_rings())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(on_rings(&a) && on_rings(&b)) {
+        for (s, peer) in [(&a, &b), (&b, &a)] {
+            post_recv(peer, 90, 2048, 64);
+            post(s, SendWr::new(91, SendOp::Send, &[s.mr.sge(1024, 8)]));
+            assert!(wait(&peer.cq, &[&s.cq]).is_ok());
+            assert!(wait(&s.cq, &[&peer.cq]).is_ok());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the QPs never moved to shared memory (is {}=tcp set?)",
+            crate::SOFT_LINK_ENV
+        );
+    }
+    (a, b)
+}
+
+fn soft(s: &Side) -> &crate::soft::Qp {
+    match &s.qp.imp {
+        crate::qp::QpImp::Soft(q) => q,
+        #[allow(unreachable_patterns)]
+        _ => panic!("not a soft QP"),
+    }
+}
+
+fn with_link<T>(s: &Side, f: impl FnOnce(&crate::soft::rc::Link) -> T) -> T {
+    let g = soft(s).lock();
+    f(g.rc
+        .as_ref()
+        .and_then(|rc| rc.link.as_ref())
+        .expect("connected"))
+}
+
+/// Leaves `s` as a poller does that read the bytes its helper's doorbell request was
+/// rung for and then went away without arming its CQ: the helper watches the bell,
+/// nobody asks the peer to ring it. Made deterministic by letting the helper take one
+/// ring first (whatever it was doing with earlier ones is then done): it reads, drains
+/// and asks again; the request is then withdrawn. `s`'s CQ must not be polled.
+fn leave_poller_without_arming(s: &Side) {
+    with_link(s, |l| {
+        let inbox = l.inbox().expect("on rings");
+        inbox.withdraw_sleep();
+        inbox.ring_own_bell();
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while with_link(s, |l| l.inbox().unwrap().flags()) != (true, false) {
+        assert!(Instant::now() < deadline, "the helper never took the ring");
+        std::thread::yield_now();
+    }
+    with_link(s, |l| l.inbox().unwrap().withdraw_sleep());
+}
+
+/// A Send to a QP whose poller went away without arming, after it had spent the
+/// ring's doorbell request, still arrives and is acknowledged: the sender, seeing
+/// its bytes sit unread, rings the receiver's bell, and the receiver's helper takes
+/// over (as it would for a socket). Before, nothing woke the helper and the Send
+/// failed RETRY_EXC_ERR when the sender's retry budget (1 s) ran out.
+#[test]
+fn send_reaches_a_receiver_whose_poller_left_without_arming() {
+    let (a, b) = ring_pair();
+    post_recv(&b, 7, 0, 64);
+    leave_poller_without_arming(&b);
+    a.mr.write(0, b"not lost");
+    post(&a, SendWr::new(1, SendOp::Send, &[a.mr.sge(0, 8)]));
+    // Only the sender polls.
+    let w = wait(&a.cq, &[]);
+    assert_eq!((w.wr_id, w.status), (1, WcStatus::Success));
+    let r = wait(&b.cq, &[]);
+    assert_eq!((r.wr_id, r.status, r.byte_len), (7, WcStatus::Success, 8));
+    assert_eq!(b.mr.to_vec(0, 8), b"not lost");
+}
+
+/// A Read whose requester nobody polls, after its poller had spent the ring's
+/// doorbell request, completes: the helper's timer pass of the waiting requester
+/// reads the response from the ring. Before, that pass did not read (a ring, unlike
+/// a socket, does not wake the helper unasked) and the Read failed RETRY_EXC_ERR
+/// after the retry budget (1 s).
+#[test]
+fn read_completes_while_its_requester_is_not_polled() {
+    let (a, b) = ring_pair();
+    b.mr.write(64, b"read me!");
+    leave_poller_without_arming(&a);
+    let rb = b.mr.remote();
+    let op = SendOp::RdmaRead {
+        remote_addr: rb.addr + 64,
+        rkey: rb.rkey,
+    };
+    post(&a, SendWr::new(2, op, &[a.mr.sge(0, 8)]));
+    // Nobody polls: b's helper answers, a's helper completes the Read. Watched
+    // without polling (a poll would read the ring itself).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while soft(&a).lock().sq.len() > 0 {
+        assert!(Instant::now() < deadline, "the Read never completed");
+        std::thread::yield_now();
+    }
+    let w = wait(&a.cq, &[]);
+    assert_eq!((w.wr_id, w.status), (2, WcStatus::Success));
+    assert_eq!(a.mr.to_vec(0, 8), b"read me!");
+}
+
+/// A connection that carried a 1 MiB Send and then went quiet gives the ring pages the
+/// Send touched back: the receiver's inbox keeps only its first pages resident while
+/// the sender's poller goes on polling.
+#[test]
+fn a_quiet_connection_gives_its_bulk_ring_pages_back() {
+    let (a, b) = ring_pair();
+    const LEN: usize = 1 << 20;
+    let src = a.pd.alloc_mr(LEN, ALL).unwrap();
+    let dst = b.pd.alloc_mr(LEN, ALL).unwrap();
+    src.write(0, &vec![5u8; LEN]);
+    let sge = [dst.sge(0, LEN as u32)];
+    // SAFETY: the MR outlives the test and is not touched until completion.
+    unsafe {
+        b.qp.post_recv(&[RecvWr {
+            wr_id: 3,
+            sg_list: &sge,
+        }])
+    }
+    .unwrap();
+    post(&a, SendWr::new(4, SendOp::Send, &[src.sge(0, LEN as u32)]));
+    assert!(wait(&b.cq, &[&a.cq]).is_ok());
+    assert!(wait(&a.cq, &[&b.cq]).is_ok());
+    let resident = || with_link(&b, |l| l.inbox().unwrap().resident_pages());
+    assert!(resident() > 16, "the Send did not go through the ring");
+    let keep = crate::soft::shm::ring::KEEP_BYTES / 4096;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while resident() > keep {
+        let _ = a.cq.poll(&mut []);
+        let _ = b.cq.poll(&mut []);
+        assert!(
+            Instant::now() < deadline,
+            "{} ring pages still resident, expected at most {keep}",
+            resident()
         );
         std::thread::yield_now();
     }
