@@ -370,12 +370,10 @@ fn payloads_around_the_chunk_size_arrive_intact() {
 /// complete before the Read: they waited behind a chunk and what the (shrunk) socket
 /// buffers hold, not behind the transfer. Everything lands byte for byte.
 ///
-/// The Sends on the Read's connection also arrive before half of it has: they are
-/// posted as soon as b1 took the request, with only b1 polled until then. (The helper
-/// drives QPs whose pollers were away for a millisecond, so a test thread descheduled
-/// for tens of milliseconds right then could still see the Read get ahead; polling
-/// every CQ while waiting made that happen under a parallel test run.) The latency
-/// beside bulk transfers is measured by the `soft_mixed` example.
+/// How far ahead of the Read's end they arrive is timing (a test thread descheduled
+/// while the helper drives the QPs sees the Read get ahead: checking that they
+/// arrived before half of it failed under load on main), so it is measured by the
+/// `soft_mixed` example, not asserted here.
 #[test]
 fn small_sends_keep_moving_beside_two_64_mib_reads() {
     const LEN: usize = 64 << 20;
@@ -449,13 +447,7 @@ fn small_sends_keep_moving_beside_two_64_mib_reads() {
             .filter(|c| !std::ptr::eq(*c, me))
             .collect()
     };
-    // a1 completes the small Sends' receives well before the end of Read 0: they
-    // overtook most of the response, not merely completed first.
     let mut got1 = wait_n(&a1.cq, &others(&a1.cq), SMALL as usize);
-    assert!(
-        locals[0].0.to_vec(LEN / 2, LEN / 2) != data[0][LEN / 2..],
-        "the small Sends arrived only after half of the Read on their connection"
-    );
     got1.extend(wait_n(
         &a1.cq,
         &others(&a1.cq),
