@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use super::link::{Link, NewCall, Signals};
 use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
-use crate::transport::completion::{CompletionMode, CqWaiter};
+use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter};
 use crate::transport::endpoint::{Endpoint, Settings};
 use crate::transport::lock;
 use crate::transport::Error;
@@ -337,17 +337,32 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>) {
         conn.after(st, false)
     };
     let sig = &conn.sig;
+    // The driver holds `reaping` from when it takes the CQ until it steps aside,
+    // not per step: then a step writes no flag the callers read.
+    let mut reaps = false;
     loop {
         if sig.closing.load(Ordering::Acquire) {
             return;
         }
         let Next::Until(until) = next else { return };
         // The CQ is the driver's unless a caller has it (or asked for it).
-        let reaps = !sig.aside.load(Ordering::Acquire)
-            && sig
+        if sig.aside.load(Ordering::Acquire) {
+            if reaps {
+                sig.reaping.store(false, Ordering::Release);
+                reaps = false;
+            }
+        } else if !reaps {
+            reaps = sig
                 .reaping
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok();
+            if !reaps {
+                // A caller is within one poll of the CQ (it never holds it longer):
+                // look again at once rather than wait for a kick nobody sends.
+                yield_stealable().await;
+                continue;
+            }
+        }
         let cq_wait = async {
             if reaps {
                 waiter
@@ -369,9 +384,6 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>) {
                 tokio::select! {
                     r = cq_wait => r,
                     () = &mut timer => {
-                        if reaps {
-                            sig.reaping.store(false, Ordering::Release);
-                        }
                         timer_at = None;
                         next = conn.timer();
                         conn.wake_reaper();
@@ -396,9 +408,6 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>) {
                 return;
             }
         };
-        if reaps {
-            sig.reaping.store(false, Ordering::Release);
-        }
     }
 }
 
