@@ -39,19 +39,7 @@ fn idle_receives_give_their_pages_back_and_still_receive_whole() {
     smr.write(0, &vec![0xee; SLOTS * SLOT]);
     let base = smr.sge(0, 0).addr;
     assert!(resident(base, SLOTS * SLOT).iter().all(|&r| r));
-    let sges: Vec<_> = (0..SLOTS)
-        .map(|i| [smr.sge(i * SLOT, SLOT as u32)])
-        .collect();
-    let wrs: Vec<_> = sges
-        .iter()
-        .enumerate()
-        .map(|(i, s)| RecvWr {
-            wr_id: i as u64,
-            sg_list: s,
-        })
-        .collect();
-    // SAFETY: the MR outlives the SRQ's use of it.
-    unsafe { srq.post_recv(&wrs) }.unwrap();
+    post_srq_slots(&srq, &smr, SLOTS, SLOT);
 
     crate::release_free_heap();
     // The SRQ hands out its newest receive first: the 64 posted last stay resident,
@@ -71,15 +59,7 @@ fn idle_receives_give_their_pages_back_and_still_receive_whole() {
     );
 
     // Every receive, dropped or not, takes a full message intact.
-    let mut init = QpInitAttr::new(QpType::Rc, &scq, &scq);
-    init.srq = Some(&srq);
-    let sqp = spd.create_qp(&init).unwrap();
-    let cqp = cpd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &ccq, &ccq))
-        .unwrap();
-    let (se, ce) = (sqp.endpoint(0).unwrap(), cqp.endpoint(0).unwrap());
-    sqp.connect_rc(&ce, 0, ALL).unwrap();
-    cqp.connect_rc(&se, 0, ALL).unwrap();
+    let (_sqp, cqp) = srq_pair((&spd, &scq, &srq), (&cpd, &ccq));
     let cmr = cpd.alloc_mr(SLOT, ALL).unwrap();
     for n in 0..SLOTS {
         let body: Vec<u8> = (0..SLOT).map(|i| (i * 7 + n) as u8).collect();

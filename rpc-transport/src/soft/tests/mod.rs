@@ -22,6 +22,44 @@ mod wildcard;
 
 const ALL: AccessFlags = AccessFlags::all();
 
+/// Posts `n` receives of `len` bytes each to `srq`, back to back from the start of
+/// `mr`; receive `i` has `wr_id` `i`.
+fn post_srq_slots(srq: &crate::SharedReceiveQueue, mr: &MemoryRegion, n: usize, len: usize) {
+    let sges: Vec<_> = (0..n).map(|i| [mr.sge(i * len, len as u32)]).collect();
+    let wrs: Vec<_> = sges
+        .iter()
+        .enumerate()
+        .map(|(i, s)| RecvWr {
+            wr_id: i as u64,
+            sg_list: s,
+        })
+        .collect();
+    // SAFETY: the MR outlives the SRQ's use of it.
+    unsafe { srq.post_recv(&wrs) }.unwrap();
+}
+
+/// An RC QP on `spd` that takes its receives from `srq` (completions on `scq`),
+/// connected to a plain RC QP on `cpd` (completions on `ccq`): (server, client).
+fn srq_pair(
+    (spd, scq, srq): (
+        &ProtectionDomain,
+        &CompletionQueue,
+        &crate::SharedReceiveQueue,
+    ),
+    (cpd, ccq): (&ProtectionDomain, &CompletionQueue),
+) -> (QueuePair, QueuePair) {
+    let mut init = QpInitAttr::new(QpType::Rc, scq, scq);
+    init.srq = Some(srq);
+    let sqp = spd.create_qp(&init).unwrap();
+    let cqp = cpd
+        .create_qp(&QpInitAttr::new(QpType::Rc, ccq, ccq))
+        .unwrap();
+    let (se, ce) = (sqp.endpoint(0).unwrap(), cqp.endpoint(0).unwrap());
+    sqp.connect_rc(&ce, 0, ALL).unwrap();
+    cqp.connect_rc(&se, 0, ALL).unwrap();
+    (sqp, cqp)
+}
+
 struct Side {
     dev: Device,
     pd: ProtectionDomain,

@@ -3,10 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::{
-    AsyncEvent, Device, QpInitAttr, QpType, RecvWr, SendOp, SendWr, SoftConfig, WcOpcode, WcStatus,
-    WorkCompletion,
-};
+use crate::{AsyncEvent, Device, SendOp, SendWr, SoftConfig, WcOpcode, WcStatus, WorkCompletion};
 
 #[test]
 fn srq_feeds_many_qps_in_epoll_mode_and_raises_its_limit() {
@@ -27,30 +24,11 @@ fn srq_feeds_many_qps_in_epoll_mode_and_raises_its_limit() {
         })
         .unwrap();
     let smr = spd.alloc_mr(64 * 64, ALL).unwrap();
-    let recvs: Vec<_> = (0..64).map(|i| [smr.sge(i * 64, 64)]).collect();
-    let wrs: Vec<_> = recvs
-        .iter()
-        .enumerate()
-        .map(|(i, s)| RecvWr {
-            wr_id: i as u64,
-            sg_list: s,
-        })
-        .collect();
-    // SAFETY: the MR outlives the SRQ's use of it.
-    unsafe { srq.post_recv(&wrs) }.unwrap();
+    post_srq_slots(&srq, &smr, 64, 64);
     srq.arm_limit(60).unwrap();
     let mut pairs = Vec::new();
     for _ in 0..N {
-        let mut init = QpInitAttr::new(QpType::Rc, &scq, &scq);
-        init.srq = Some(&srq);
-        let sqp = spd.create_qp(&init).unwrap();
-        let cqp = cpd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &ccq, &ccq))
-            .unwrap();
-        let (se, ce) = (sqp.endpoint(0).unwrap(), cqp.endpoint(0).unwrap());
-        sqp.connect_rc(&ce, 0, ALL).unwrap();
-        cqp.connect_rc(&se, 0, ALL).unwrap();
-        pairs.push((sqp, cqp));
+        pairs.push(srq_pair((&spd, &scq, &srq), (&cpd, &ccq)));
     }
     for (i, (_, cqp)) in pairs.iter().enumerate() {
         for j in 0..4u64 {
