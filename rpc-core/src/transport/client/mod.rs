@@ -21,7 +21,6 @@ mod dial;
 mod handle;
 mod link;
 pub(crate) mod rc;
-mod reap;
 pub(crate) mod stream;
 mod stream_shared;
 pub(crate) mod ud;

@@ -392,10 +392,6 @@ impl Link for RcLink {
         ok
     }
 
-    fn reserved(&self) -> usize {
-        self.promised.count()
-    }
-
     fn unreserve(&mut self) {
         self.promised.redeem();
         if self.engine.dead().is_none() {
