@@ -13,9 +13,12 @@
 
 /// Returns free heap pages to the kernel where the allocator can (glibc; a no-op
 /// elsewhere), and the pages of the soft provider's idle posted receives (see
-/// `soft::idle_receives`). Costs a walk of the heap and of every soft SRQ: not for a
-/// hot path.
+/// `soft::idle_receives`). First it has the soft provider forget the table entries
+/// of dropped QPs and the tables' spare room (`soft::compact`): those small live
+/// chunks would otherwise keep whole pages of the heap resident. Costs a walk of the
+/// heap and of every soft device, CQ and SRQ: not for a hot path.
 pub fn release_free_heap() {
+    crate::soft::compact_tables();
     crate::soft::release_idle_receives();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only reads and rearranges the allocator's own free lists
