@@ -10,6 +10,17 @@
 //! It takes the arenas' locks while it walks them, so callers run it rarely and off
 //! the hot path (rpc-core's server: at most once a second after connections close,
 //! on a blocking thread).
+//!
+//! What it cannot hand back: a page that still holds one live chunk, and the chunks
+//! in each thread's cache (glibc's tcache: up to 7 freed chunks of each size up to
+//! 1 KiB per thread, which `malloc_trim` leaves alone). After a burst of closes those
+//! are the connections' last freed chunks, scattered through the arenas the burst
+//! grew, a page each. The live chunks are kept few (the soft provider's tables forget
+//! dropped QPs first, rpc-core's connection table shrinks as it empties); the caches
+//! are the process's, so this library leaves them be. An application that wants
+//! its heap back to its baseline after such bursts can run with
+//! `GLIBC_TUNABLES=glibc.malloc.tcache_count=0` (every small allocation then takes
+//! its arena's lock) or another allocator; capacity-probe shows the difference.
 
 /// Returns free heap pages to the kernel where the allocator can (glibc; a no-op
 /// elsewhere), and the pages of the soft provider's idle posted receives (see
