@@ -45,9 +45,9 @@ fn a_thousand_dropped_qps_leave_no_entries_and_no_room_behind() {
         })
         .collect();
     assert_eq!(soft_cq(&cq).members().0, 1001);
+    // Nobody polls the CQ, so its own sweep never runs: only the release (this
+    // one, or another test's) forgets the dead.
     drop(qps);
-    // Nobody polls the CQ, so its own sweep never runs: the dead are still listed.
-    assert_eq!(soft_cq(&cq).members().0, 1001);
 
     crate::release_free_heap();
     let (members, room) = soft_cq(&cq).members();
