@@ -4,7 +4,9 @@
 //! 127.0.0.1 at default settings, then from this process opens RC channels at
 //! default settings in steps, each calling once, and prints the server's resident
 //! memory (VmRSS) at each step and after every client has left. The baseline is
-//! taken after one warm-up client connected, called and left.
+//! taken after one warm-up client connected, called and left. At the baseline and
+//! after each round it also says where the memory is (`RssParts`): the allocator's
+//! heaps, other anonymous memory (the receive pool among it), files.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -15,6 +17,7 @@ use examples::greeter::MyGreeter;
 use examples::hello_world::greeter_client::GreeterClient;
 use examples::hello_world::greeter_server::GreeterServer;
 use examples::hello_world::HelloRequest;
+use examples::rss_parts::RssParts;
 use rpc_core::transport::{Channel, Server};
 use rpc_core::Request;
 
@@ -91,6 +94,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let baseline = settled_rss(pid).await;
     let (fds, threads) = fds_threads(pid);
     println!("server pid {pid}; baseline (after one client came and went): {baseline} KiB, {fds} fds, {threads} threads");
+    let parts0 = RssParts::of(pid)?;
+    println!("  resident at baseline: {parts0}");
     if args.cycles > 0 {
         let t0 = Instant::now();
         for _ in 0..args.cycles {
@@ -139,6 +144,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "round {round}: after all left: server RSS {after} KiB ({:+.1} % of baseline), {fds} fds, {threads} threads",
             (after as f64 - baseline as f64) * 100.0 / baseline as f64
+        );
+        let parts = RssParts::of(pid)?;
+        println!(
+            "  resident: {parts}; against the baseline: heap {:+} KiB, other anonymous {:+} KiB, files {:+} KiB",
+            parts.heap as i64 - parts0.heap as i64,
+            parts.anon as i64 - parts0.anon as i64,
+            parts.files as i64 - parts0.files as i64,
         );
     }
     if args.linger > 0 {

@@ -8,6 +8,7 @@ pub mod file_store;
 pub mod greeter;
 pub mod kv_store;
 pub mod route_guide;
+pub mod rss_parts;
 
 /// `proto/helloworld.proto`.
 #[allow(missing_docs, unreachable_pub)]

@@ -10,12 +10,26 @@
 //! It takes the arenas' locks while it walks them, so callers run it rarely and off
 //! the hot path (rpc-core's server: at most once a second after connections close,
 //! on a blocking thread).
+//!
+//! What it cannot hand back: a page that still holds one live chunk, and the chunks
+//! in each thread's cache (glibc's tcache: up to 7 freed chunks of each size up to
+//! 1 KiB per thread, which `malloc_trim` leaves alone). After a burst of closes those
+//! are the connections' last freed chunks, scattered through the arenas the burst
+//! grew, a page each. The live chunks are kept few (the soft provider's tables forget
+//! dropped QPs first, rpc-core's connection table shrinks as it empties); the caches
+//! are the process's, so this library leaves them be. An application that wants
+//! its heap back to its baseline after such bursts can run with
+//! `GLIBC_TUNABLES=glibc.malloc.tcache_count=0` (every small allocation then takes
+//! its arena's lock) or another allocator; capacity-probe shows the difference.
 
 /// Returns free heap pages to the kernel where the allocator can (glibc; a no-op
 /// elsewhere), and the pages of the soft provider's idle posted receives (see
-/// `soft::idle_receives`). Costs a walk of the heap and of every soft SRQ: not for a
-/// hot path.
+/// `soft::idle_receives`). First it has the soft provider forget the table entries
+/// of dropped QPs and the tables' spare room (`soft::compact`): those small live
+/// chunks would otherwise keep whole pages of the heap resident. Costs a walk of the
+/// heap and of every soft device, CQ and SRQ: not for a hot path.
 pub fn release_free_heap() {
+    crate::soft::compact_tables();
     crate::soft::release_idle_receives();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only reads and rearranges the allocator's own free lists

@@ -425,6 +425,24 @@ impl Cq {
         }
     }
 
+    /// Forgets member QPs and inboxes that were dropped (the sweep in `progress`
+    /// does too, but only while the CQ is polled), and the room they took.
+    pub(crate) fn forget_dead_members(&self) {
+        let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        m.qps.retain(|_, w| w.strong_count() > 0);
+        super::compact::shrink_map(&mut m.qps);
+        let mut inboxes = self.inboxes.lock().unwrap_or_else(|e| e.into_inner());
+        inboxes.retain(|(_, w)| w.strong_count() > 0);
+        super::compact::shrink_vec(&mut inboxes);
+    }
+
+    /// Member QPs listed (live or not yet forgotten) and the room their table has.
+    #[cfg(test)]
+    pub(crate) fn members(&self) -> (usize, usize) {
+        let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        (m.qps.len(), m.qps.capacity())
+    }
+
     /// A UD QP of this CQ went away (lock-free: may run inside `progress`).
     pub(crate) fn ud_detach(&self) {
         if self.ud_qps.fetch_sub(1, Ordering::Relaxed) == 1

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
 use crate::qp_state::Mtu;
 
+use super::compact;
 use super::cq::Cq;
 use super::events::EventQueue;
 use super::helper::{self, Parked};
@@ -162,6 +163,7 @@ impl Device {
             next_pd: AtomicU32::new(1),
         });
         helper::spawn(&dev, shared).map_err(verb)?;
+        compact::register(Arc::downgrade(&dev));
         Ok(dev)
     }
 
@@ -279,6 +281,25 @@ impl Device {
     pub(crate) fn lookup_qp(&self, qpn: u32) -> Option<Arc<Qp>> {
         let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
         qps.get(&qpn).and_then(Weak::upgrade)
+    }
+
+    /// Forgets dead QPs here and in every CQ, and drops the tables' spare capacity
+    /// (see `compact`).
+    pub(crate) fn compact(&self) {
+        {
+            let mut qps = self.qps.write().unwrap_or_else(|e| e.into_inner());
+            qps.retain(|_, w| w.strong_count() > 0);
+            compact::shrink_map(&mut qps);
+        }
+        let cqs: Vec<_> = {
+            let mut cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+            cqs.retain(|w| w.strong_count() > 0);
+            compact::shrink_vec(&mut cqs);
+            cqs.iter().filter_map(Weak::upgrade).collect()
+        };
+        for cq in cqs {
+            cq.forget_dead_members();
+        }
     }
 
     pub(crate) fn raise(&self, ev: AsyncEvent) {

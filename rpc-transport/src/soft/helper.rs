@@ -289,6 +289,9 @@ fn service(dev: &Device, sh: &Shared, l: &mut Local) {
         l.disarmed.retain(|q| dev.lookup_qp(*q).is_some());
     }
     // Dropping the scratch references here, not while waiting, lets QPs die promptly.
+    // Room for the QPs of this pass, not of the busiest one (after a burst of
+    // clients, 8 KB this long-lived thread would keep for nothing).
+    super::compact::shrink_vec(&mut l.qps);
     l.qps.clear();
     if l.ud_disarmed && !dev.ud_attended(now, IDLE_NS) {
         dev.ud_drain();

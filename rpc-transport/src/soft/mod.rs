@@ -36,6 +36,7 @@
 //! | `keys`, `mem` | the key table and checked copies to and from registered memory |
 //! | `pieces` | checked ranges of registered memory a payload is read into or sent from |
 //! | `cq`, `srq`, `events` | completion queues (and progress), SRQs, async events |
+//! | `compact`, `idle_receives` | handing back what a burst of connections left behind |
 //! | `qp` | QP state, posting, flushes |
 //! | `rc` | RC over TCP: connection, requester, responder, input (`rx`), output (`tx`), byte transport (`link`) |
 //! | `shm` | the same-host link: shared-memory rings, their handshake, host identity |
@@ -48,6 +49,7 @@
 //! SRQ, the key table, a CQ ring, the event queue, the parked-connection list). Each
 //! is per object and uncontended in the common case of one thread per CQ.
 
+mod compact;
 mod cq;
 mod device;
 mod events;
@@ -84,6 +86,11 @@ pub(crate) use srq::Srq;
 /// Drops the pages of every soft SRQ's idle posted receives; returns the bytes.
 pub(crate) fn release_idle_receives() -> usize {
     idle_receives::release()
+}
+
+/// Forgets what dropped QPs left in every soft device's tables (see `compact`).
+pub(crate) fn compact_tables() {
+    compact::compact();
 }
 
 /// Name under which the soft device is listed.

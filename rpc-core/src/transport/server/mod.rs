@@ -23,6 +23,7 @@ mod router;
 mod settings;
 mod srq_side;
 mod stream_inbound;
+mod table_room;
 mod ud_side;
 
 pub use builder::Server;

@@ -20,6 +20,7 @@ use super::liveness::serve_liveness;
 use super::pending::Pending;
 use super::rc_peer::{Dispatch, RcPeer};
 use super::settings::ServerSettings;
+use super::table_room;
 use super::ud_side::UdSide;
 use crate::engine::{CreditWindow, ServerConfig, ServerConn, MIN_FRAME};
 use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
@@ -347,7 +348,10 @@ pub(super) async fn accept(
     lock(&sh.conns).insert(qpn, conn.clone());
     // Every exit from here hands the connection's reservation back once.
     let release = |sh: &SrqSide| {
-        lock(&sh.conns).remove(&qpn);
+        let mut conns = lock(&sh.conns);
+        conns.remove(&qpn);
+        table_room::give_back_room(&mut conns);
+        drop(conns);
         conn.kill();
         sh.credits.leave(conn.credit_reserved());
     };

@@ -42,11 +42,11 @@ fn idle_receives_give_their_pages_back_and_still_receive_whole() {
     post_srq_slots(&srq, &smr, SLOTS, SLOT);
 
     crate::release_free_heap();
-    // The SRQ hands out its newest receive first: the 64 posted last stay resident,
-    // the ones posted before them are dropped.
+    // The SRQ hands out its newest receive first: the few posted last stay
+    // resident, the ones posted before them are dropped.
     let pages = resident(base, SLOTS * SLOT);
     let per_slot = SLOT / PAGE;
-    let kept = 64;
+    let kept = super::super::idle_receives::KEEP_NEWEST;
     let old = (SLOTS - kept) * per_slot;
     assert!(
         pages[..old].iter().all(|&r| !r),
