@@ -82,15 +82,12 @@ impl QueuePair {
     /// PD, a window still bound) completes with `MwBindErr` and moves the QP to ERR,
     /// as hardware does.
     ///
-    /// # Safety
-    /// `mw` and `bind.mr` must stay alive until the WR completes, and no other bind
-    /// of `mw` may be posted concurrently.
-    pub unsafe fn post_bind_mw(
-        &self,
-        wr_id: u64,
-        mw: &MemoryWindow,
-        bind: &MwBind<'_>,
-    ) -> Result<u32> {
+    /// Safe, unlike `post_send`: a bind names no memory the device writes or reads
+    /// later, and providers copy the WR (keys, not pointers) before the post returns.
+    /// Keep `mw` and `bind.mr` until the WR completes all the same: a window or a
+    /// region gone before its bind executes makes the bind fail (`MwBindErr`). One
+    /// window must not be bound by two threads at once.
+    pub fn post_bind_mw(&self, wr_id: u64, mw: &MemoryWindow, bind: &MwBind<'_>) -> Result<u32> {
         let mr = match (&mw.imp, &bind.mr.imp) {
             (MwImp::Soft(_), MrImp::Soft(m)) => m.lkey() as usize,
             #[cfg(feature = "rdma")]
@@ -112,8 +109,8 @@ impl QueuePair {
             access: bind.access,
             rkey: inc_rkey(mw.rkey()),
         };
-        // SAFETY: a bind names no local memory; the window and region outlive the WR
-        // (the caller's contract).
+        // SAFETY: a bind has no gather list, so it names no memory the device could
+        // access after the post; providers read the window and region at post time.
         unsafe { self.post_send(&[SendWr::new(wr_id, SendOp::BindMw(op), &[])])? };
         #[cfg(feature = "rdma")]
         if let MwImp::Verbs(m) = &mw.imp {

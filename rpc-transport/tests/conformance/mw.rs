@@ -73,8 +73,7 @@ fn bind(
         len,
         access: AccessFlags::REMOTE_READ,
     };
-    // SAFETY: `mw` and `mr` outlive the completion waited for below.
-    let rkey = unsafe { side.qp.post_bind_mw(77, mw, &bind) }.expect("post bind");
+    let rkey = side.qp.post_bind_mw(77, mw, &bind).expect("post bind");
     let wc = wait_wc(&side.scq, "the bind's completion");
     assert_eq!((wc.wr_id, wc.opcode), (77, WcOpcode::BindMw), "{wc:?}");
     (rkey, wc)
@@ -151,8 +150,7 @@ fn bind_then_read_gets_exactly_the_window_in_wr_order() {
         len: WIN,
         access: AccessFlags::REMOTE_READ,
     };
-    // SAFETY: `mw` and `mr` outlive the completions waited for below.
-    let rkey = unsafe { p.b.qp.post_bind_mw(3, &mw, &bind) }.expect("post bind");
+    let rkey = p.b.qp.post_bind_mw(3, &mw, &bind).expect("post bind");
     let wcs = wait_wcs(&p.b.scq, 2, "the Send's and the bind's completions");
     let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.opcode, w.status)).collect();
     assert_eq!(
