@@ -179,6 +179,14 @@ impl LendWindows {
         Ok(())
     }
 
+    /// The connection is over: every window goes (which ends its binding) and
+    /// every region held for an invalidation comes back.
+    pub(crate) fn clear(&mut self) {
+        self.waiting.clear();
+        self.invalidating.clear();
+        self.free.clear();
+    }
+
     /// A window WR completed: its room is free again; an invalidation returns its
     /// window for reuse and its region to the pool. An error means the QP is
     /// broken (a bind the device refused, or a flush): the connection is over.

@@ -181,6 +181,7 @@ impl RcPeer {
             // Regions lent or read into come back to the server's pool.
             rdv.lent.clear();
             rdv.lent_msgs.clear();
+            rdv.windows.clear();
             rdv.reader.abandon();
         }
         drop(st);
