@@ -243,3 +243,31 @@ async fn a_descriptor_learned_from_another_connection_reads_nothing() {
     assert_eq!(echo(&good, 2, data.clone()).await, data);
     drop(stop);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_bodies_lent_at_once_on_one_connection_all_arrive_and_come_back() {
+    // More responses lent at once than a connection may have window WRs
+    // outstanding (16): binds wait for room as replies wait for slots.
+    let (addr, stats, stop) = echo_server().await;
+    let ch = channel(addr).await;
+    let calls = (0..48u8).map(|k| {
+        let ch = ch.clone();
+        tokio::spawn(async move {
+            let data = pattern(k, DATA + usize::from(k) * 1000);
+            assert_eq!(
+                echo(&ch, u64::from(k), data.clone()).await,
+                data,
+                "call {k}"
+            );
+        })
+    });
+    for c in calls.collect::<Vec<_>>() {
+        c.await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stats.get().in_use != 0 {
+        assert!(Instant::now() < deadline, "regions not back: {stats:?}");
+        tokio::task::yield_now().await;
+    }
+    drop(stop);
+}
