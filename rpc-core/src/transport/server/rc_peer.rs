@@ -484,16 +484,18 @@ impl RcPeer {
                                 rkey,
                                 len: len as u32,
                             };
-                            engine
-                                .respond_by_ref(id, metadata, desc, ring.buf(&slot))
-                                .map(|(t, lent)| {
-                                    if lent {
-                                        rdv.lent.insert(id, l);
-                                    } else {
-                                        unannounced = Some(l);
-                                    }
-                                    t
-                                })
+                            match engine.respond_by_ref(id, metadata, desc, ring.buf(&slot)) {
+                                Some((t, true)) => {
+                                    rdv.lent.insert(id, l);
+                                    Some(t)
+                                }
+                                // Not lent after all (or nothing to send): its window
+                                // is invalidated like any other.
+                                other => {
+                                    unannounced = Some(l);
+                                    other.map(|(t, _)| t)
+                                }
+                            }
                         }
                         _ => {
                             let r = parts
