@@ -190,7 +190,9 @@ impl LendWindows {
     /// A window WR completed: its room is free again; an invalidation returns its
     /// window for reuse and its region to the pool. An error means the QP is
     /// broken (a bind the device refused, or a flush): the connection is over.
-    pub(crate) fn on_completion(&mut self, wc: &WorkCompletion) -> Result<(), String> {
+    /// `Ok(true)`: room came back from none, so a body may be waiting for it.
+    pub(crate) fn on_completion(&mut self, wc: &WorkCompletion) -> Result<bool, String> {
+        let was_full = self.room == 0;
         self.room += 1;
         if !wc.is_ok() {
             return Err(format!("a memory window WR failed: {}", wc.status));
@@ -203,6 +205,7 @@ impl LendWindows {
                 }
             }
         }
-        self.post_waiting()
+        self.post_waiting()?;
+        Ok(was_full && self.room > 0)
     }
 }

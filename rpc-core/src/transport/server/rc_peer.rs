@@ -229,13 +229,20 @@ impl RcPeer {
         let mut st = lock(&self.state);
         if LendWindows::owns(wc) {
             let r = st.rdv.as_mut().map(|rdv| rdv.windows.on_completion(wc));
-            if let Some(Err(why)) = r {
-                tracing::debug!(%why, "dropping connection");
-                st.dead = true;
-            }
+            let wake = match r {
+                Some(Err(why)) => {
+                    tracing::debug!(%why, "dropping connection");
+                    st.dead = true;
+                    true
+                }
+                Some(Ok(room_back)) => room_back,
+                None => false,
+            };
             drop(st);
-            // A response waiting for window room may go now.
-            self.slot_wait.notify_waiters();
+            if wake {
+                // A body waiting for window room may go now (or learn the end).
+                self.slot_wait.notify_waiters();
+            }
             return Vec::new();
         }
         if Reader::owns(wc) {
