@@ -10,6 +10,7 @@
 //! is bound again. Both WRs complete in order on the send CQ like any other.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 use crate::access::AccessFlags;
 use crate::dispatch::dispatch;
@@ -33,6 +34,9 @@ pub struct MemoryWindow {
     pub(crate) imp: MwImp,
     /// The rkey of the latest bind posted (at first, the one allocation gave).
     rkey: AtomicU32,
+    /// Held across a bind's post and the rkey update after it: the verbs provider
+    /// reads the `ibv_mw`'s rkey inside the post, and we write it after.
+    binding: Mutex<()>,
 }
 
 /// The next rkey of a window: the same index, the low 8 bits (the "key") plus one,
@@ -60,6 +64,7 @@ impl MemoryWindow {
         MemoryWindow {
             imp,
             rkey: AtomicU32::new(rkey),
+            binding: Mutex::new(()),
         }
     }
 
@@ -85,8 +90,8 @@ impl QueuePair {
     /// Safe, unlike `post_send`: a bind names no memory the device writes or reads
     /// later, and providers copy the WR (keys, not pointers) before the post returns.
     /// Keep `mw` and `bind.mr` until the WR completes all the same: a window or a
-    /// region gone before its bind executes makes the bind fail (`MwBindErr`). One
-    /// window must not be bound by two threads at once.
+    /// region gone before its bind executes makes the bind fail (`MwBindErr`). Binds
+    /// of one window from several threads are serialised.
     pub fn post_bind_mw(&self, wr_id: u64, mw: &MemoryWindow, bind: &MwBind<'_>) -> Result<u32> {
         let mr = match (&mw.imp, &bind.mr.imp) {
             (MwImp::Soft(_), MrImp::Soft(m)) => m.lkey() as usize,
@@ -101,6 +106,7 @@ impl QueuePair {
                 reason: PostError::Os(libc::EINVAL),
             });
         }
+        let _serial = mw.binding.lock().unwrap_or_else(|e| e.into_inner());
         let op = MwBindOp {
             mw: mw.handle(),
             mr,

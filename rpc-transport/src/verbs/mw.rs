@@ -16,7 +16,7 @@ pub(crate) struct Mw {
 }
 
 // SAFETY: an ibv_mw may be used from any thread; its `rkey` field is written only by
-// `set_rkey`, whose callers (`post_bind_mw`) never run concurrently for one window.
+// `set_rkey`, which `post_bind_mw` calls under the window's bind lock, as it posts.
 unsafe impl Send for Mw {}
 // SAFETY: as above.
 unsafe impl Sync for Mw {}
@@ -37,8 +37,10 @@ impl Pd {
 }
 
 impl Mw {
+    /// The rkey allocation gave (read once, when the neutral window is made, before
+    /// any bind can write it).
     pub(crate) fn rkey(&self) -> u32 {
-        // SAFETY: live window; see `set_rkey` for the only writer.
+        // SAFETY: live window; no bind has been posted yet (see above).
         unsafe { (*self.mw.as_ptr()).rkey }
     }
 
@@ -51,9 +53,8 @@ impl Mw {
     /// window by its current rkey (rxe compares it), and only the application knows
     /// the new one.
     pub(crate) fn set_rkey(&self, rkey: u32) {
-        // SAFETY: live window; callers never bind one window concurrently (the
-        // contract of `post_bind_mw`), and the provider reads the field only inside
-        // `ibv_post_send`, which returned before this.
+        // SAFETY: live window; `post_bind_mw` holds the window's bind lock across its
+        // post (where the provider reads the field) and this write, so neither races.
         unsafe { (*self.mw.as_ptr()).rkey = rkey };
     }
 }
