@@ -3,7 +3,8 @@
 //! The object model follows libibverbs: a [`Device`] (opened context) allocates
 //! [`ProtectionDomain`]s and [`CompletionQueue`]s; a PD registers
 //! [`MemoryRegion`]s and creates [`QueuePair`]s (RC or UD), [`SharedReceiveQueue`]s
-//! and [`AddressHandle`]s. Work requests ([`SendWr`], [`RecvWr`]) name memory by
+//! and [`AddressHandle`]s, and allocates type-2 [`MemoryWindow`]s ([`mw`]) where the
+//! device has them ([`DeviceCaps::mw_type2`]). Work requests ([`SendWr`], [`RecvWr`]) name memory by
 //! [`Sge`]s, complete as [`WorkCompletion`]s with ibverbs' [`WcStatus`] values, and
 //! QPs move through ibverbs' state machine ([`QpState`]) with the same required
 //! attributes per transition.
