@@ -5,7 +5,7 @@
 //! The region is registered with [`AccessFlags::MW_BIND`] (and no remote rights of
 //! its own); [`QueuePair::post_bind_mw`] gives the window a new rkey (the key's low
 //! byte advances, [`inc_rkey`]) over `[addr, addr + len)` with the rights asked;
-//! [`SendOp::LocalInv`](crate::SendOp::LocalInv) with that rkey ends it. A type-2
+//! [`SendOp::LocalInv`] with that rkey ends it. A type-2
 //! window is valid only on the QP it was bound on, and must be invalidated before it
 //! is bound again. Both WRs complete in order on the send CQ like any other.
 
