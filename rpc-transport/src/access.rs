@@ -13,5 +13,8 @@ bitflags::bitflags! {
         const REMOTE_READ = 1 << 2;
         /// Peers may run atomics on the region.
         const REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`); a window
+        /// then grants its own remote rights over its range, whatever the region's.
+        const MW_BIND = 1 << 4;
     }
 }

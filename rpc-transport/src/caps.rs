@@ -95,6 +95,9 @@ pub struct DeviceCaps {
     pub atomics: bool,
     /// Shared receive queues can be created.
     pub srq: bool,
+    /// Type-2 memory windows can be allocated, bound and invalidated by WRs
+    /// ([`crate::mw`]).
+    pub mw_type2: bool,
     /// Largest inline payload of an RC send (0: no inline sends).
     pub max_inline: u32,
     /// Largest number of scatter/gather entries per work request.
@@ -109,6 +112,7 @@ const BIT_IMM: u64 = 1 << 0;
 const BIT_UD: u64 = 1 << 1;
 const BIT_ATOMICS: u64 = 1 << 2;
 const BIT_SRQ: u64 = 1 << 3;
+const BIT_MW2: u64 = 1 << 4;
 const FABRIC_SHIFT: u32 = 8; // 4 bits
 const INLINE_SHIFT: u32 = 16; // 16 bits
 const SGE_SHIFT: u32 = 32; // 8 bits
@@ -128,6 +132,7 @@ impl DeviceCaps {
             | flag(self.ud, BIT_UD)
             | flag(self.atomics, BIT_ATOMICS)
             | flag(self.srq, BIT_SRQ)
+            | flag(self.mw_type2, BIT_MW2)
             | self.fabric.code() << FABRIC_SHIFT
             | u64::from(self.max_inline.min(0xffff)) << INLINE_SHIFT
             | u64::from(self.max_sge.min(0xff)) << SGE_SHIFT
@@ -144,6 +149,7 @@ impl DeviceCaps {
             ud: bits & BIT_UD != 0,
             atomics: bits & BIT_ATOMICS != 0,
             srq: bits & BIT_SRQ != 0,
+            mw_type2: bits & BIT_MW2 != 0,
             max_inline: ((bits >> INLINE_SHIFT) & 0xffff) as u32,
             max_sge: ((bits >> SGE_SHIFT) & 0xff) as u32,
             max_msg_size: match msg {
@@ -168,6 +174,7 @@ impl DeviceCaps {
             ud: a.ud && b.ud,
             atomics: a.atomics && b.atomics,
             srq: a.srq && b.srq,
+            mw_type2: a.mw_type2 && b.mw_type2,
             max_inline: a.max_inline.min(b.max_inline),
             max_sge: a.max_sge.min(b.max_sge),
             max_msg_size: match (a.max_msg_size, b.max_msg_size) {
@@ -183,12 +190,13 @@ impl fmt::Display for DeviceCaps {
         let yn = |b: bool| if b { "yes" } else { "no" };
         write!(
             f,
-            "fabric {}, immediate data {}, UD {}, atomics {}, SRQ {}, max inline {}, max SGE {}, max message ",
+            "fabric {}, immediate data {}, UD {}, atomics {}, SRQ {}, memory windows {}, max inline {}, max SGE {}, max message ",
             self.fabric,
             yn(self.imm_data),
             yn(self.ud),
             yn(self.atomics),
             yn(self.srq),
+            yn(self.mw_type2),
             self.max_inline,
             self.max_sge
         )?;
@@ -210,6 +218,7 @@ mod tests {
             ud: true,
             atomics: true,
             srq: true,
+            mw_type2: true,
             max_inline: 256,
             max_sge: 32,
             max_msg_size: Some(1 << 31),
@@ -223,6 +232,7 @@ mod tests {
             ud: false,
             atomics: false,
             srq: true,
+            mw_type2: false,
             max_inline: 1024,
             max_sge: 6,
             max_msg_size: Some(1 << 30),
@@ -240,6 +250,7 @@ mod tests {
             ud: false,
             atomics: false,
             srq: false,
+            mw_type2: false,
             max_inline: 0,
             max_sge: 0,
             max_msg_size: None,
@@ -275,7 +286,7 @@ mod tests {
         let c = DeviceCaps::common(&roce(), &iwarp());
         assert_eq!(c.fabric, Fabric::Unknown);
         assert!(!c.imm_data && !c.ud && !c.atomics);
-        assert!(c.srq);
+        assert!(c.srq && !c.mw_type2);
         assert_eq!((c.max_inline, c.max_sge), (256, 6));
         assert_eq!(c.max_msg_size, Some(1 << 30));
         assert_eq!(DeviceCaps::common(&roce(), &roce()), roce());

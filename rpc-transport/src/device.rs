@@ -70,6 +70,9 @@ pub struct DeviceAttr {
     pub max_qp_rd_atom: u32,
     /// Whether 64-bit atomics are supported.
     pub atomics: bool,
+    /// Whether type-2 memory windows are supported (`IBV_DEVICE_MEM_WINDOW_TYPE_2A`
+    /// or `_2B`).
+    pub mw_type2: bool,
 }
 
 /// State of a port (subset of `struct ibv_port_attr`).

@@ -3,7 +3,8 @@
 //! The object model follows libibverbs: a [`Device`] (opened context) allocates
 //! [`ProtectionDomain`]s and [`CompletionQueue`]s; a PD registers
 //! [`MemoryRegion`]s and creates [`QueuePair`]s (RC or UD), [`SharedReceiveQueue`]s
-//! and [`AddressHandle`]s. Work requests ([`SendWr`], [`RecvWr`]) name memory by
+//! and [`AddressHandle`]s, and allocates type-2 [`MemoryWindow`]s ([`mw`]) where the
+//! device has them ([`DeviceCaps::mw_type2`]). Work requests ([`SendWr`], [`RecvWr`]) name memory by
 //! [`Sge`]s, complete as [`WorkCompletion`]s with ibverbs' [`WcStatus`] values, and
 //! QPs move through ibverbs' state machine ([`QpState`]) with the same required
 //! attributes per transition.
@@ -37,6 +38,7 @@ mod heap;
 mod mr;
 mod mr_buffer;
 pub mod msg;
+pub mod mw;
 mod pd;
 mod qp;
 mod qp_state;
@@ -57,6 +59,7 @@ pub use error::{Error, PostError, Result};
 pub use event::{AsyncEvent, ObjectId};
 pub use heap::release_free_heap;
 pub use mr::{MemoryRegion, RemoteMr};
+pub use mw::{inc_rkey, MemoryWindow, MwBind};
 pub use pd::ProtectionDomain;
 pub use qp::{QpCap, QpInitAttr, QueuePair, RcRetry};
 pub use qp_state::{
@@ -67,7 +70,7 @@ pub use soft::{
 };
 pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
-pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+pub use wr::{MwBindOp, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
 /// The soft provider's wire decoders and shared-memory ring, for the fuzz targets
 /// `fuzz/fuzz_targets/soft_wire.rs` and `shm_ring.rs`.

@@ -8,6 +8,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::mr::{MemoryRegion, MrImp};
 use crate::mr_buffer::MrBuffer;
+use crate::mw::{MemoryWindow, MwImp};
 use crate::qp::{create_qp, QpInitAttr, QueuePair};
 use crate::soft;
 use crate::srq::{SharedReceiveQueue, SrqImp, SrqInitAttr};
@@ -54,6 +55,17 @@ impl ProtectionDomain {
             PdImp::Verbs(pd) => MrImp::Verbs(pd.register(buf.clone(), access)?),
         };
         Ok(MemoryRegion::new(imp, buf, access))
+    }
+
+    /// Allocates a type-2 memory window, unbound (see [`crate::mw`]). Fails with
+    /// `EOPNOTSUPP` where the device has none ([`crate::DeviceCaps::mw_type2`]).
+    pub fn alloc_mw(&self) -> Result<MemoryWindow> {
+        let imp = match &self.imp {
+            PdImp::Soft(pd) => MwImp::Soft(pd.alloc_mw()?),
+            #[cfg(feature = "rdma")]
+            PdImp::Verbs(pd) => MwImp::Verbs(pd.alloc_mw()?),
+        };
+        Ok(MemoryWindow::new(imp))
     }
 
     /// Creates a queue pair in the RESET state.

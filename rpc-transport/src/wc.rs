@@ -115,6 +115,10 @@ pub enum WcOpcode {
     RdmaRead,
     CompSwap,
     FetchAdd,
+    /// A memory window bound (`IBV_WC_BIND_MW`).
+    BindMw,
+    /// A remote key invalidated (`IBV_WC_LOCAL_INV`).
+    LocalInv,
     /// A receive consumed by a Send.
     Recv,
     /// A receive consumed by an RDMA Write with immediate.

@@ -88,6 +88,37 @@ pub enum SendOp {
         /// Value stored if the comparison holds.
         swap: u64,
     },
+    /// Binds a type-2 memory window to a range of a region (`IBV_WR_BIND_MW`); made
+    /// by [`crate::QueuePair::post_bind_mw`], which is how it is posted.
+    BindMw(MwBindOp),
+    /// Invalidates a memory window's remote key (`IBV_WR_LOCAL_INV`): Reads, Writes
+    /// and atomics through it fail from then on, until the window is bound again.
+    LocalInv {
+        /// The window's current rkey.
+        rkey: u32,
+    },
+}
+
+/// The operands of a bind WR: which window, which region, the range, the rights and
+/// the window's new rkey. Built only by [`crate::QueuePair::post_bind_mw`], which
+/// keeps the window and region it names alive for the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwBindOp {
+    /// The window (soft: its key's index; verbs: its `ibv_mw` address).
+    pub(crate) mw: usize,
+    /// The region (soft: its lkey; verbs: its `ibv_mr` address).
+    pub(crate) mr: usize,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) access: crate::access::AccessFlags,
+    pub(crate) rkey: u32,
+}
+
+impl MwBindOp {
+    /// The rkey the window has once the bind executes.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
 }
 
 /// Where a UD send goes (`wr.ud` in `struct ibv_send_wr`).

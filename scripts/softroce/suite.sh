@@ -119,7 +119,9 @@ if part rpc; then
   # (e2e-reconnect), serve_with_shutdown with calls in flight, a server process paused
   # by SIGSTOP with calls in flight and keepalive finding it (e2e-stall), silent
   # handshakes timed out and evicted (e2e-handshake_faults), streaming calls on RC
-  # (their semantics, teardown, a killed server, messages by reference), a server run into
+  # (their semantics, teardown, a killed server, messages by reference), old or borrowed
+  # descriptors refused by the server's memory windows (e2e-rendezvous_windows; on
+  # siw0, which has none, the stated exposure instead), a server run into
   # its descriptor limit (e2e-fd_exhaustion), UD sessions (e2e-ud: its
   # fault-injection tests open soft devices, the rest run on rxe0), over verbs on rxe0.
   # e2e-ud opens a thousand UD sessions (a TCP connection each way and a completion

@@ -13,6 +13,7 @@ fn roce() -> DeviceCaps {
         ud: true,
         atomics: true,
         srq: true,
+        mw_type2: true,
         max_inline: 256,
         max_sge: 32,
         max_msg_size: Some(1 << 30),
@@ -25,6 +26,7 @@ fn iwarp() -> DeviceCaps {
         imm_data: false,
         ud: false,
         atomics: false,
+        mw_type2: false,
         ..roce()
     }
 }

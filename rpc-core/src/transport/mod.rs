@@ -83,6 +83,7 @@ mod client;
 mod completion;
 mod endpoint;
 mod heap_release;
+pub(crate) mod lend_windows;
 mod limit;
 mod ready;
 pub(crate) mod rendezvous;

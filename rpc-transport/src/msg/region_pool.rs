@@ -12,9 +12,11 @@
 //! nothing per message. A message larger than the whole limit is refused at once
 //! with an error naming the limit.
 //!
-//! Regions are registered with `LOCAL_WRITE | REMOTE_READ`: the local device writes
-//! them as RDMA Read targets, and the peer reads them when they are lent; no peer
-//! may write them. A region comes back to the pool when its [`PooledRegion`] drops,
+//! Regions are registered with `LOCAL_WRITE | REMOTE_READ` by default: the local
+//! device writes them as RDMA Read targets, and the peer reads them when they are
+//! lent; no peer may write them. [`RegionPool::with_access`] registers otherwise:
+//! `LOCAL_WRITE` alone for a pool only ever read into, `LOCAL_WRITE | MW_BIND` for
+//! one lent through memory windows only (the region's own rkey then reads nothing). A region comes back to the pool when its [`PooledRegion`] drops,
 //! including when it was turned into [`Bytes`] ([`PooledRegion::into_bytes`]) and the
 //! last clone of those drops.
 
@@ -72,6 +74,7 @@ struct State {
 struct Inner {
     pd: ProtectionDomain,
     limit: usize,
+    access: AccessFlags,
     state: Mutex<State>,
 }
 
@@ -122,11 +125,21 @@ impl RegionPool {
     /// A pool on `pd` that never registers more than `limit` bytes (rounded down to
     /// [`GRAIN`], at least one grain). Nothing is registered until asked for.
     pub fn new(pd: &ProtectionDomain, limit: usize) -> RegionPool {
+        Self::with_access(
+            pd,
+            limit,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        )
+    }
+
+    /// As [`RegionPool::new`], registering regions with `access`.
+    pub fn with_access(pd: &ProtectionDomain, limit: usize, access: AccessFlags) -> RegionPool {
         let limit = (limit / GRAIN).max(1) * GRAIN;
         RegionPool {
             inner: Arc::new(Inner {
                 pd: pd.clone(),
                 limit,
+                access,
                 state: Mutex::new(State {
                     free: Vec::new(),
                     registered: 0,
@@ -143,6 +156,11 @@ impl RegionPool {
     /// A handle that does not keep the pool alive.
     pub fn downgrade(&self) -> WeakRegionPool {
         WeakRegionPool(Arc::downgrade(&self.inner))
+    }
+
+    /// What its regions are registered with.
+    pub fn access(&self) -> AccessFlags {
+        self.inner.access
     }
 
     /// The byte limit.
@@ -221,8 +239,7 @@ impl Inner {
             let m = st.free.pop().expect("in_use + need <= limit");
             st.registered -= m.len();
         }
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
-        Some(self.pd.alloc_mr(need, access).inspect(|_| {
+        Some(self.pd.alloc_mr(need, self.access).inspect(|_| {
             st.registered += need;
             st.registrations += 1;
         }))
@@ -313,7 +330,8 @@ impl std::fmt::Debug for Ticket {
 }
 
 impl PooledRegion {
-    fn mr(&self) -> &MemoryRegion {
+    /// The registration (what a memory window is bound to).
+    pub fn mr(&self) -> &MemoryRegion {
         self.mr.as_ref().expect("present until drop")
     }
 

@@ -184,6 +184,7 @@ impl Device {
             max_srq_wr: MAX_WR,
             max_qp_rd_atom: 16,
             atomics: self.profile.atomics(),
+            mw_type2: self.profile.memory_windows(),
         }
     }
 

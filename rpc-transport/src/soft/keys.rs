@@ -4,11 +4,17 @@
 //! so a stale key fails at once even if the slot is reused. Entries hold the
 //! buffer by `Arc`, so an operation that resolved a key before deregistration keeps
 //! the memory alive until it finishes copying.
+//!
+//! A slot may also hold a type-2 memory window: its key's low byte is the one its
+//! latest bind chose, and it resolves (remotely only) to exactly its bound range,
+//! with its bound rights, for the QP it was bound on, while the region it was bound
+//! to is still registered.
 
 use std::sync::{Arc, RwLock};
 
 use crate::access::AccessFlags;
 use crate::mr_buffer::MrBuffer;
+use crate::wr::MwBindOp;
 
 /// Why an access was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,9 +36,30 @@ struct Entry {
     access: AccessFlags,
 }
 
+/// What a bound window grants.
+struct Binding {
+    buf: Arc<MrBuffer>,
+    /// The region's key, checked live at each use (deregistration ends the window).
+    mr_key: u32,
+    addr: u64,
+    len: u64,
+    access: AccessFlags,
+    qpn: u32,
+}
+
+struct Window {
+    pd: u32,
+    bound: Option<Binding>,
+}
+
+enum Kind {
+    Mr(Entry),
+    Mw(Window),
+}
+
 struct Slot {
     gen: u8,
-    entry: Option<Entry>,
+    entry: Option<Kind>,
 }
 
 #[derive(Default)]
@@ -59,7 +86,11 @@ impl KeyTable {
     /// Registers `buf` for `pd` with `access`; returns its key (lkey = rkey).
     pub(crate) fn insert(&self, buf: Arc<MrBuffer>, pd: u32, access: AccessFlags) -> u32 {
         let mut t = self.t.write().unwrap_or_else(|e| e.into_inner());
-        let entry = Some(Entry { buf, pd, access });
+        let entry = Some(Kind::Mr(Entry { buf, pd, access }));
+        Self::place(&mut t, entry)
+    }
+
+    fn place(t: &mut Table, entry: Option<Kind>) -> u32 {
         let idx = match t.free.pop() {
             Some(i) => {
                 t.slots[i as usize].entry = entry;
@@ -103,28 +134,168 @@ impl KeyTable {
         need: AccessFlags,
     ) -> Result<Resolved, KeyError> {
         let t = self.t.read().unwrap_or_else(|e| e.into_inner());
-        let e = t
-            .slots
-            .get((key >> 8) as usize)
-            .filter(|s| u32::from(s.gen) == key & 0xff)
-            .and_then(|s| s.entry.as_ref())
-            .ok_or(KeyError::Invalid)?;
-        if e.pd != pd {
-            return Err(KeyError::WrongPd);
+        let Some(Kind::Mr(e)) = live(&t, key) else {
+            // A window has no lkey, and an rkey of one resolves through `resolve_remote`.
+            return Err(KeyError::Invalid);
+        };
+        check_mr(e, pd, addr, len, need)
+    }
+
+    /// As [`KeyTable::resolve`], for an rkey a peer used on QP `qpn`: it may also
+    /// name a memory window bound on that QP.
+    pub(crate) fn resolve_remote(
+        &self,
+        key: u32,
+        pd: u32,
+        qpn: u32,
+        addr: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<Resolved, KeyError> {
+        let t = self.t.read().unwrap_or_else(|e| e.into_inner());
+        match live(&t, key).ok_or(KeyError::Invalid)? {
+            Kind::Mr(e) => check_mr(e, pd, addr, len, need),
+            Kind::Mw(w) => {
+                let b = w.bound.as_ref().ok_or(KeyError::Invalid)?;
+                if w.pd != pd || b.qpn != qpn {
+                    return Err(KeyError::WrongPd);
+                }
+                if !matches!(live(&t, b.mr_key), Some(Kind::Mr(_))) {
+                    return Err(KeyError::Invalid);
+                }
+                let inside = addr >= b.addr
+                    && addr
+                        .checked_add(len)
+                        .is_some_and(|end| end <= b.addr + b.len);
+                if !inside {
+                    return Err(KeyError::Bounds);
+                }
+                if !b.access.contains(need) {
+                    return Err(KeyError::Rights);
+                }
+                Ok(resolved(&b.buf, addr))
+            }
         }
-        if !e.buf.contains(addr, len) {
-            return Err(KeyError::Bounds);
+    }
+
+    /// Allocates an unbound type-2 window in `pd`; returns its key.
+    pub(crate) fn insert_mw(&self, pd: u32) -> u32 {
+        let mut t = self.t.write().unwrap_or_else(|e| e.into_inner());
+        Self::place(&mut t, Some(Kind::Mw(Window { pd, bound: None })))
+    }
+
+    /// Deallocates the window at slot `idx` (ending any binding).
+    pub(crate) fn remove_mw(&self, idx: u32) {
+        let mut t = self.t.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = t.slots.get_mut(idx as usize) {
+            if matches!(slot.entry, Some(Kind::Mw(_))) {
+                slot.entry = None;
+                slot.gen = slot.gen.wrapping_add(1).max(1);
+                t.free.push(idx);
+            }
         }
-        if !e.access.contains(need) {
+    }
+
+    /// Executes a bind WR posted on QP `qpn` of `pd`, with the checks rxe makes
+    /// (`rxe_check_bind_mw`); a refusal is the WR's `MW_BIND_ERR`.
+    pub(crate) fn bind_mw(&self, pd: u32, qpn: u32, op: &MwBindOp) -> Result<(), KeyError> {
+        let mut t = self.t.write().unwrap_or_else(|e| e.into_inner());
+        let (buf, mr_access) = match live(&t, op.mr as u32) {
+            Some(Kind::Mr(e)) if e.pd == pd => (e.buf.clone(), e.access),
+            Some(Kind::Mr(_)) => return Err(KeyError::WrongPd),
+            _ => return Err(KeyError::Invalid),
+        };
+        if !mr_access.contains(AccessFlags::MW_BIND) {
             return Err(KeyError::Rights);
         }
-        // Derived from the buffer's own pointer (not from the integer `addr`), so the
-        // result carries the allocation's provenance.
-        let base = e.buf.as_ptr();
-        Ok(Resolved {
-            ptr: base.wrapping_add((addr - base as u64) as usize),
-            buf: e.buf.clone(),
-        })
+        // A writable window needs a locally writable region (C10-74).
+        if op
+            .access
+            .intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !mr_access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(KeyError::Rights);
+        }
+        if op.len == 0 || !buf.contains(op.addr, op.len) {
+            return Err(KeyError::Bounds);
+        }
+        // Only the key byte may change (the index names the window).
+        if op.rkey >> 8 != op.mw as u32 {
+            return Err(KeyError::Invalid);
+        }
+        let slot = t.slots.get_mut(op.mw).ok_or(KeyError::Invalid)?;
+        let Some(Kind::Mw(w)) = slot.entry.as_mut() else {
+            return Err(KeyError::Invalid);
+        };
+        // A type-2 window must be invalidated before it is bound again (o10-36.2.2).
+        if w.pd != pd || w.bound.is_some() {
+            return Err(KeyError::WrongPd);
+        }
+        w.bound = Some(Binding {
+            buf,
+            mr_key: op.mr as u32,
+            addr: op.addr,
+            len: op.len,
+            access: op.access,
+            qpn,
+        });
+        slot.gen = op.rkey as u8;
+        Ok(())
+    }
+
+    /// Executes a local-invalidate WR of `pd`: the window named by `rkey` (its
+    /// current key) is unbound.
+    pub(crate) fn invalidate(&self, pd: u32, rkey: u32) -> Result<(), KeyError> {
+        let mut t = self.t.write().unwrap_or_else(|e| e.into_inner());
+        let slot = t
+            .slots
+            .get_mut((rkey >> 8) as usize)
+            .filter(|s| s.gen == rkey as u8)
+            .ok_or(KeyError::Invalid)?;
+        match slot.entry.as_mut() {
+            Some(Kind::Mw(w)) if w.pd == pd => {
+                w.bound = None;
+                Ok(())
+            }
+            _ => Err(KeyError::Invalid),
+        }
+    }
+}
+
+/// The live entry `key` names (slot and key byte both current).
+fn live(t: &Table, key: u32) -> Option<&Kind> {
+    t.slots
+        .get((key >> 8) as usize)
+        .filter(|s| u32::from(s.gen) == key & 0xff)
+        .and_then(|s| s.entry.as_ref())
+}
+
+fn check_mr(
+    e: &Entry,
+    pd: u32,
+    addr: u64,
+    len: u64,
+    need: AccessFlags,
+) -> Result<Resolved, KeyError> {
+    if e.pd != pd {
+        return Err(KeyError::WrongPd);
+    }
+    if !e.buf.contains(addr, len) {
+        return Err(KeyError::Bounds);
+    }
+    if !e.access.contains(need) {
+        return Err(KeyError::Rights);
+    }
+    Ok(resolved(&e.buf, addr))
+}
+
+/// `addr` (checked to lie in `buf`) as a pointer derived from the buffer's own (not
+/// from the integer), so that it carries the allocation's provenance.
+fn resolved(buf: &Arc<MrBuffer>, addr: u64) -> Resolved {
+    let base = buf.as_ptr();
+    Resolved {
+        ptr: base.wrapping_add((addr - base as u64) as usize),
+        buf: buf.clone(),
     }
 }
 
@@ -180,6 +351,64 @@ mod tests {
         assert_eq!(
             t.resolve(k, 1, base, 1, AccessFlags::empty()).err(),
             Some(KeyError::Invalid)
+        );
+    }
+
+    #[test]
+    fn a_window_reaches_its_range_on_its_qp_until_its_region_goes() {
+        let t = KeyTable::default();
+        let buf = Arc::new(MrBuffer::zeroed(256));
+        let base = buf.as_ptr() as u64;
+        let mr = t.insert(buf, 1, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+        let mw = t.insert_mw(1);
+        let need = AccessFlags::REMOTE_READ;
+        assert!(
+            t.resolve_remote(mr, 1, 7, base, 8, need).is_err(),
+            "no remote rights"
+        );
+        assert_eq!(
+            t.resolve_remote(mw, 1, 7, base, 8, need).err(),
+            Some(KeyError::Invalid),
+            "unbound"
+        );
+        let op = MwBindOp {
+            mw: (mw >> 8) as usize,
+            mr: mr as usize,
+            addr: base + 64,
+            len: 32,
+            access: need,
+            rkey: crate::mw::inc_rkey(mw),
+        };
+        t.bind_mw(1, 7, &op).unwrap();
+        let k = op.rkey;
+        assert!(t.resolve_remote(k, 1, 7, base + 64, 32, need).is_ok());
+        assert!(
+            t.resolve(k, 1, base + 64, 32, AccessFlags::empty())
+                .is_err(),
+            "no lkey"
+        );
+        assert_eq!(
+            t.resolve_remote(mw, 1, 7, base + 64, 8, need).err(),
+            Some(KeyError::Invalid)
+        );
+        assert_eq!(
+            t.resolve_remote(k, 1, 8, base + 64, 8, need).err(),
+            Some(KeyError::WrongPd)
+        );
+        assert_eq!(
+            t.resolve_remote(k, 1, 7, base + 90, 8, need).err(),
+            Some(KeyError::Bounds)
+        );
+        assert_eq!(
+            t.resolve_remote(k, 1, 7, base + 64, 8, AccessFlags::REMOTE_WRITE)
+                .err(),
+            Some(KeyError::Rights)
+        );
+        t.remove(mr);
+        assert_eq!(
+            t.resolve_remote(k, 1, 7, base + 64, 8, need).err(),
+            Some(KeyError::Invalid),
+            "the region's deregistration ends the window"
         );
     }
 }

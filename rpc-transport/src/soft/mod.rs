@@ -59,6 +59,7 @@ mod idle_receives;
 mod keys;
 mod lid;
 mod mem;
+mod mw;
 mod pd;
 mod pieces;
 mod profile;
@@ -78,6 +79,7 @@ use std::net::Ipv4Addr;
 
 pub(crate) use cq::Cq;
 pub(crate) use device::Device;
+pub(crate) use mw::Mw;
 pub(crate) use pd::{Ah, Mr, Pd};
 pub use profile::{SoftProfile, SOFT_PROFILE_ENV};
 pub(crate) use qp::Qp;

@@ -98,6 +98,11 @@ impl SoftProfile {
         self != SoftProfile::IwarpLike
     }
 
+    /// Type-2 memory windows work (siw, which `iwarp_like` follows, has none).
+    pub fn memory_windows(self) -> bool {
+        self != SoftProfile::IwarpLike
+    }
+
     /// Refuses a QP type the profile lacks, as `ibv_create_qp` does.
     pub(crate) fn check_qp_type(self, t: QpType) -> Result<()> {
         if t == QpType::Ud && !self.ud() {
@@ -127,6 +132,7 @@ impl SoftProfile {
         let ok = match op {
             SendOp::SendWithImm { .. } | SendOp::RdmaWriteWithImm { .. } => self.imm_data(),
             SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. } => self.atomics(),
+            SendOp::BindMw(_) | SendOp::LocalInv { .. } => self.memory_windows(),
             _ => true,
         };
         if ok {
@@ -151,6 +157,7 @@ impl Device {
             ud: p.ud(),
             atomics: p.atomics(),
             srq: true,
+            mw_type2: p.memory_windows(),
             max_inline: MAX_INLINE,
             max_sge: MAX_SGE as u32,
             // An RC message may be up to 2^31 bytes (`check_send`); UD is bounded

@@ -61,6 +61,7 @@ pub(super) fn detect(dev: &Arc<Device>) -> Result<DeviceCaps> {
         ud,
         atomics: attr.atomics,
         srq: attr.max_srq > 0,
+        mw_type2: attr.mw_type2,
         max_inline,
         max_sge: attr.max_sge,
         max_msg_size: (port.max_msg_sz > 0).then_some(port.max_msg_sz),
@@ -157,6 +158,7 @@ fn lacks(caps: &DeviceCaps, op: &SendOp) -> bool {
     match op {
         SendOp::SendWithImm { .. } | SendOp::RdmaWriteWithImm { .. } => !caps.imm_data,
         SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. } => !caps.atomics,
+        SendOp::BindMw(_) | SendOp::LocalInv { .. } => !caps.mw_type2,
         _ => false,
     }
 }

@@ -154,6 +154,12 @@ impl Device {
             max_srq_wr: u(a.max_srq_wr),
             max_qp_rd_atom: u(a.max_qp_rd_atom),
             atomics: a.atomic_cap != ffi::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            mw_type2: {
+                use ffi::ibv_device_cap_flags as F;
+                let flags = F(a.device_cap_flags);
+                (flags & (F::IBV_DEVICE_MEM_WINDOW_TYPE_2A | F::IBV_DEVICE_MEM_WINDOW_TYPE_2B)).0
+                    != 0
+            },
         })
     }
 

@@ -58,6 +58,11 @@ impl Mr {
     pub(crate) fn rkey(&self) -> u32 {
         self.rkey
     }
+
+    /// What a bind WR names the region by.
+    pub(crate) fn handle(&self) -> usize {
+        self.mr.as_ptr() as usize
+    }
 }
 
 impl Drop for Mr {
@@ -80,6 +85,7 @@ pub(super) fn access_to_raw(a: AccessFlags) -> std::os::raw::c_int {
         (AccessFlags::REMOTE_WRITE, F::IBV_ACCESS_REMOTE_WRITE),
         (AccessFlags::REMOTE_READ, F::IBV_ACCESS_REMOTE_READ),
         (AccessFlags::REMOTE_ATOMIC, F::IBV_ACCESS_REMOTE_ATOMIC),
+        (AccessFlags::MW_BIND, F::IBV_ACCESS_MW_BIND),
     ] {
         if a.contains(ours) {
             raw |= theirs.0;
@@ -100,5 +106,6 @@ mod tests {
             access_to_raw(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC),
             4 | 8
         );
+        assert_eq!(access_to_raw(AccessFlags::MW_BIND), 16);
     }
 }

@@ -236,6 +236,23 @@ fn fill_send(
             };
             O::IBV_WR_ATOMIC_CMP_AND_SWP
         }
+        SendOp::BindMw(b) => {
+            raw.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
+                mw: b.mw as *mut ffi::ibv_mw,
+                rkey: b.rkey,
+                bind_info: ffi::ibv_mw_bind_info {
+                    mr: b.mr as *mut ffi::ibv_mr,
+                    addr: b.addr,
+                    length: b.len,
+                    mw_access_flags: super::mr::access_to_raw(b.access) as u32,
+                },
+            };
+            O::IBV_WR_BIND_MW
+        }
+        SendOp::LocalInv { rkey } => {
+            raw.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+            O::IBV_WR_LOCAL_INV
+        }
     };
     Ok(())
 }

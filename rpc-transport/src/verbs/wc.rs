@@ -31,9 +31,11 @@ fn opcode_from_raw(op: ffi::ibv_wc_opcode::Type) -> WcOpcode {
         O::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
         O::IBV_WC_COMP_SWAP => WcOpcode::CompSwap,
         O::IBV_WC_FETCH_ADD => WcOpcode::FetchAdd,
+        O::IBV_WC_BIND_MW => WcOpcode::BindMw,
+        O::IBV_WC_LOCAL_INV => WcOpcode::LocalInv,
         O::IBV_WC_RECV => WcOpcode::Recv,
         O::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
-        // IBV_WC_SEND, and opcodes we never post (bind, invalidate, TSO).
+        // IBV_WC_SEND, and opcodes we never post (TSO).
         _ => WcOpcode::Send,
     }
 }

@@ -18,6 +18,7 @@ use crate::payload::Payload;
 use crate::request::ConnAddrs;
 use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
+use crate::transport::lend_windows::{LendRefusal, LendWindows, Lent};
 use crate::transport::lock;
 use crate::transport::rendezvous::{pool_refusal, read_failed};
 
@@ -43,16 +44,52 @@ struct PeerRendezvous {
     /// Wakes the server's read pump when the pool has room for a Read that waits.
     waker: std::task::Waker,
     /// Response regions lent, by call id, until the client's `RDONE` or `CANCEL`.
-    lent: IdMap<u32, PooledRegion>,
+    lent: IdMap<u32, Lent>,
     /// Stream message regions lent, by address, until the client's `RDONE`.
-    lent_msgs: IdMap<u64, PooledRegion>,
+    lent_msgs: IdMap<u64, Lent>,
+    /// What exposes the regions lent to the client (a window per body, or none).
+    windows: LendWindows,
 }
 
 impl RcPeerState {
     /// Keeps a stream message's region lent until the client's `RDONE` names it.
-    pub(super) fn lend_message(&mut self, region: PooledRegion) {
+    pub(super) fn lend_message(&mut self, lent: Lent) {
         if let Some(rdv) = &mut self.rdv {
-            rdv.lent_msgs.insert(region.addr(), region);
+            rdv.lent_msgs.insert(lent.addr(), lent);
+        }
+    }
+
+    /// Exposes `region[..len]` to the client (binding its window before the frame
+    /// that names it is posted); the rkey for the descriptor. `NoRoom` gives the
+    /// region back to try again after a send completion; a broken QP ends the
+    /// connection.
+    pub(super) fn lend(
+        &mut self,
+        region: PooledRegion,
+        len: usize,
+    ) -> Result<(u32, Lent), Option<PooledRegion>> {
+        let Some(rdv) = &mut self.rdv else {
+            return Err(None);
+        };
+        match rdv.windows.lend(region, len) {
+            Ok(x) => Ok(x),
+            Err(LendRefusal::NoRoom(r)) => Err(Some(r)),
+            Err(LendRefusal::Broken(why)) => {
+                tracing::debug!(%why, "server cannot lend; dropping connection");
+                self.dead = true;
+                Err(None)
+            }
+        }
+    }
+
+    /// The client is done with `lent` (or it was never announced): its window is
+    /// invalidated, then the region is free.
+    pub(super) fn unlend(&mut self, lent: Lent) {
+        if let Some(rdv) = &mut self.rdv {
+            if let Err(why) = rdv.windows.release(lent) {
+                tracing::debug!(%why, "dropping connection");
+                self.dead = true;
+            }
         }
     }
 }
@@ -85,7 +122,7 @@ impl RcPeer {
         addrs: ConnAddrs,
         limit: Option<usize>,
         credit: PeerCredit,
-        reads: Option<(Reader, RegionPool, std::task::Waker)>,
+        reads: Option<(Reader, RegionPool, std::task::Waker, LendWindows)>,
     ) -> RcPeer {
         let by_ref_above = reads.as_ref().and(engine.rendezvous());
         RcPeer {
@@ -96,12 +133,13 @@ impl RcPeer {
                 dead: false,
                 running: IdMap::default(),
                 streams: IdMap::default(),
-                rdv: reads.map(|(reader, lend_pool, waker)| PeerRendezvous {
+                rdv: reads.map(|(reader, lend_pool, waker, windows)| PeerRendezvous {
                     lend_pool,
                     reader,
                     waker,
                     lent: IdMap::default(),
                     lent_msgs: IdMap::default(),
+                    windows,
                 }),
             }),
             slot_wait: Notify::new(),
@@ -143,6 +181,7 @@ impl RcPeer {
             // Regions lent or read into come back to the server's pool.
             rdv.lent.clear();
             rdv.lent_msgs.clear();
+            rdv.windows.clear();
             rdv.reader.abandon();
         }
         drop(st);
@@ -188,6 +227,24 @@ impl RcPeer {
     /// complete calls to run).
     pub(crate) fn on_send_completion(self: &Arc<Self>, wc: &WorkCompletion) -> Vec<Dispatch> {
         let mut st = lock(&self.state);
+        if LendWindows::owns(wc) {
+            let r = st.rdv.as_mut().map(|rdv| rdv.windows.on_completion(wc));
+            let wake = match r {
+                Some(Err(why)) => {
+                    tracing::debug!(%why, "dropping connection");
+                    st.dead = true;
+                    true
+                }
+                Some(Ok(room_back)) => room_back,
+                None => false,
+            };
+            drop(st);
+            if wake {
+                // A body waiting for window room may go now (or learn the end).
+                self.slot_wait.notify_waiters();
+            }
+            return Vec::new();
+        }
         if Reader::owns(wc) {
             if let Some(rdv) = &mut st.rdv {
                 rdv.reader.handle_completion(wc);
@@ -226,12 +283,19 @@ impl RcPeer {
         let Some(rdv) = &mut st.rdv else {
             return calls;
         };
+        let mut unlent = Vec::new();
         while let Some(id) = st.engine.poll_released() {
-            rdv.lent.remove(&id);
+            unlent.extend(rdv.lent.remove(&id));
         }
         while let Some(addr) = st.engine.poll_released_message() {
-            rdv.lent_msgs.remove(&addr);
+            unlent.extend(rdv.lent_msgs.remove(&addr));
         }
+        for l in unlent {
+            st.unlend(l);
+        }
+        let Some(rdv) = &mut st.rdv else {
+            return calls;
+        };
         if st.dead {
             return calls;
         }
@@ -398,25 +462,47 @@ impl RcPeer {
                     return;
                 }
                 st.running.remove(&id);
-                if let Some(slot) = st.ring.acquire() {
+                'slot: {
+                    let Some(slot) = st.ring.acquire() else {
+                        break 'slot;
+                    };
+                    // The window first (posted ahead of the frame that names it).
+                    let lent = match region.take().filter(|_| parts.is_ok()) {
+                        Some((r, len)) => match st.lend(r, len) {
+                            Ok((rkey, lent)) => Some((rkey, lent, len)),
+                            Err(Some(r)) => {
+                                // No window room: wait for a send completion.
+                                region = Some((r, len));
+                                st.ring.release(slot);
+                                break 'slot;
+                            }
+                            Err(None) => return, // the connection is over
+                        },
+                        None => None,
+                    };
                     let RcPeerState {
                         engine, ring, rdv, ..
                     } = &mut *st;
-                    let t = match (region.take(), &parts, rdv) {
-                        (Some((r, len)), Ok((metadata, _)), Some(rdv)) => {
+                    let mut unannounced = None;
+                    let t = match (lent, &parts, rdv) {
+                        (Some((rkey, l, len)), Ok((metadata, _)), Some(rdv)) => {
                             let desc = Descriptor {
-                                addr: r.addr(),
-                                rkey: r.rkey(),
+                                addr: l.addr(),
+                                rkey,
                                 len: len as u32,
                             };
-                            engine
-                                .respond_by_ref(id, metadata, desc, ring.buf(&slot))
-                                .map(|(t, lent)| {
-                                    if lent {
-                                        rdv.lent.insert(id, r);
-                                    }
-                                    t
-                                })
+                            match engine.respond_by_ref(id, metadata, desc, ring.buf(&slot)) {
+                                Some((t, true)) => {
+                                    rdv.lent.insert(id, l);
+                                    Some(t)
+                                }
+                                // Not lent after all (or nothing to send): its window
+                                // is invalidated like any other.
+                                other => {
+                                    unannounced = Some(l);
+                                    other.map(|(t, _)| t)
+                                }
+                            }
                         }
                         _ => {
                             let r = parts
@@ -426,6 +512,9 @@ impl RcPeer {
                             engine.respond(id, r, ring.buf(&slot))
                         }
                     };
+                    if let Some(l) = unannounced {
+                        st.unlend(l);
+                    }
                     match t {
                         Some(t) => {
                             if let Err(e) = st.ring.post(slot, t.len, t.imm) {

@@ -31,6 +31,7 @@ use crate::payload::Payload;
 use crate::server::{BoxMessage, ReplyBody, ServerReply};
 use crate::status::Status;
 use crate::stream::{BoxInbound, BoxMessageSource, InboundMessages, MessageSource};
+use crate::transport::lend_windows::Lent;
 use crate::transport::lock;
 use crate::transport::stream_batch::{Next, Staged};
 
@@ -289,32 +290,68 @@ impl RcPeer {
             if self.wait_sendable(id).await.is_none() {
                 return false;
             }
-            let mut st = lock(&self.state);
-            let sendable = !st.dead && st.engine.streams().can_send(id);
-            let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
-                continue; // another call took it first
-            };
-            let r = region.take().expect("sent once");
-            let desc = Descriptor {
-                addr: r.addr(),
-                rkey: r.rkey(),
-                len: len as u32,
-            };
-            let RcPeerState { engine, ring, .. } = &mut *st;
-            match engine.send_stream_message_by_ref(id, desc, ring.buf(&slot)) {
-                Ok(t) => {
-                    // Lent before the frame leaves: its `RDONE` finds it.
-                    st.lend_message(r);
-                    if let Err(e) = st.ring.post(slot, t.len, t.imm) {
-                        tracing::debug!(error = %e, "server post failed");
-                        st.dead = true;
+            let notified = self.slot_wait.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = lock(&self.state);
+                let sendable = !st.dead && st.engine.streams().can_send(id);
+                let Some(slot) = sendable.then(|| st.ring.acquire()).flatten() else {
+                    continue; // another call took it first
+                };
+                // Its window first (posted ahead of the frame that names it).
+                match st.lend(region.take().expect("sent once"), len) {
+                    Ok((rkey, lent)) => {
+                        self.post_lent(&mut st, id, slot, rkey, lent, len);
+                        return true;
+                    }
+                    // No window room: try again after a send completion.
+                    Err(Some(r)) => {
+                        st.ring.release(slot);
+                        region = Some(r);
+                    }
+                    // The connection is over.
+                    Err(None) => {
+                        st.ring.release(slot);
+                        return false;
                     }
                 }
-                Err(_) => st.ring.release(slot),
             }
-            self.route_stream_events(&mut st);
-            return true;
+            notified.await;
         }
+    }
+
+    /// Sends the descriptor of a message lent (its window bound) in `slot`.
+    fn post_lent(
+        &self,
+        st: &mut RcPeerState,
+        id: u32,
+        slot: rpc_transport::msg::SendSlot,
+        rkey: u32,
+        lent: Lent,
+        len: usize,
+    ) {
+        let desc = Descriptor {
+            addr: lent.addr(),
+            rkey,
+            len: len as u32,
+        };
+        let RcPeerState { engine, ring, .. } = &mut *st;
+        match engine.send_stream_message_by_ref(id, desc, ring.buf(&slot)) {
+            Ok(t) => {
+                // Lent before the frame leaves: its `RDONE` finds it.
+                st.lend_message(lent);
+                if let Err(e) = st.ring.post(slot, t.len, t.imm) {
+                    tracing::debug!(error = %e, "server post failed");
+                    st.dead = true;
+                }
+            }
+            Err(_) => {
+                st.unlend(lent);
+                st.ring.release(slot);
+            }
+        }
+        self.route_stream_events(st);
     }
 
     /// Sends what `staged` holds (one message as a plain `MSG`, several as a

@@ -179,7 +179,10 @@ where
         // its connection's window, and the windows sum to the pool).
         // And the RDMA Reads of requests by reference, a few per connection.
         let reads = crate::transport::rendezvous::SERVER_READ_WRS as usize * s.max_connections;
-        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64 + reads.min(1 << 16) as u32)?);
+        // And the memory-window binds and invalidations of bodies lent, a few per connection.
+        let windows = crate::transport::lend_windows::WINDOW_WRS as usize * s.max_connections;
+        let extra = (reads + windows).min(1 << 17) as u32;
+        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64 + extra)?);
         // Shared by every connection: framed in this device's mode (`handshake::device`).
         let pool = RecvPool::with_mode(
             &pd,
@@ -215,8 +218,13 @@ where
         };
         // Half for responses lent, half for requests read: a response waiting for
         // room never holds memory a request's Read needs, nor the reverse.
-        let lend_regions = rpc_transport::msg::RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
-        let read_regions = rpc_transport::msg::RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
+        // Lent regions are read through a memory window per body where the device
+        // has them (`lend_windows`); regions read into are never read by a peer.
+        let half = s.rendezvous_pool_bytes / 2;
+        let lend = crate::transport::lend_windows::lend_access(dev.caps().mw_type2);
+        let lend_regions = rpc_transport::msg::RegionPool::with_access(&pd, half, lend);
+        let read_access = rpc_transport::AccessFlags::LOCAL_WRITE;
+        let read_regions = rpc_transport::msg::RegionPool::with_access(&pd, half, read_access);
         if let Some(stats) = &s.rendezvous_stats {
             stats.watch(&lend_regions);
             stats.watch(&read_regions);

@@ -27,6 +27,7 @@ use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Pol
 use crate::id_map::IdMap;
 use crate::request::ConnAddrs;
 use crate::transport::completion::serve_cq;
+use crate::transport::lend_windows::{LendWindows, WINDOW_WRS};
 use crate::transport::rendezvous::{SERVER_READ_WRS, UNKNOWN_MAX_READ};
 use crate::transport::{lock, Error, DEFAULT_RC_RETRY};
 
@@ -274,7 +275,7 @@ pub(super) async fn accept(
         let mut init = QpInitAttr::new(QpType::Rc, &sh.cq, &sh.cq);
         init.srq = Some(&sh.srq);
         init.cap = QpCap {
-            max_send_wr: window.max() + SERVER_READ_WRS,
+            max_send_wr: window.max() + SERVER_READ_WRS + WINDOW_WRS,
             max_recv_wr: 1,
             max_send_sge: 1,
             max_recv_sge: 1,
@@ -331,7 +332,9 @@ pub(super) async fn accept(
         let conn = Arc::new_cyclic(|me| {
             let reads = reads.map(|r| {
                 let waker = sh.read_wakeups.waker_for(me.clone());
-                (r, sh.lend_regions.clone(), waker)
+                let on = sh.lend_regions.access().contains(AccessFlags::MW_BIND);
+                let windows = LendWindows::new(qp.clone(), on);
+                (r, sh.lend_regions.clone(), waker, windows)
             });
             RcPeer::new(engine, ring, addrs, s.concurrency_limit, credit, reads)
         });

@@ -134,6 +134,8 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
         SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
         SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
         SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+        SendOp::BindMw(_) => WcOpcode::BindMw,
+        SendOp::LocalInv { .. } => WcOpcode::LocalInv,
     }
 }
 

@@ -10,7 +10,7 @@ use crate::wc::{WcOpcode, WcStatus};
 use crate::wr::{RecvWr, SendFlags, SendOp, SendWr};
 
 use super::super::{rc, ud};
-use super::wqe::{refuse, RecvWqe};
+use super::wqe::{refuse, RecvWqe, TxState};
 use super::{wc_opcode, Inner, Qp};
 
 impl Qp {
@@ -47,6 +47,10 @@ impl Qp {
                         result = Err(refuse(index, reason));
                         break;
                     }
+                    if let Some(done) = self.run_local(&wr.opcode) {
+                        let last = g.sq.len() - 1;
+                        g.sq.get_mut(last).state = done;
+                    }
                 }
                 QpType::Ud => {
                     // SAFETY: forwarded contract.
@@ -68,6 +72,28 @@ impl Qp {
             self.after_rc_pass(&g, needs);
         }
         result
+    }
+
+    /// Executes a bind or an invalidation now, in the key table; `None` for WRs that
+    /// go to the peer. The WQE then waits in the send queue, already finished, for
+    /// its in-order completion (the requester skips it). Executing at post rather
+    /// than when earlier WRs finish changes nothing a peer can observe: those WRs
+    /// never use a window, and a peer learns a window's key only from a later WR.
+    fn run_local(&self, op: &SendOp) -> Option<TxState> {
+        let keys = &self.dev.keys;
+        let r = match op {
+            SendOp::BindMw(b) => keys
+                .bind_mw(self.pd.id, self.qpn, b)
+                .map_err(|_| WcStatus::MwBindErr),
+            SendOp::LocalInv { rkey } => keys
+                .invalidate(self.pd.id, *rkey)
+                .map_err(|_| WcStatus::LocQpOpErr),
+            _ => return None,
+        };
+        Some(match r {
+            Ok(()) => TxState::Done,
+            Err(st) => TxState::Failed(st),
+        })
     }
 
     fn check_send(&self, g: &Inner, wr: &SendWr<'_>) -> std::result::Result<(), PostError> {

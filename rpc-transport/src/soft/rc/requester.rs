@@ -296,6 +296,11 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
                 sent(cx, i);
                 continue;
             }
+            // Local WRs finish when posted (qp/post.rs) and are never Pending here.
+            SendOp::BindMw(_) | SendOp::LocalInv { .. } => {
+                cx.sq.tx += 1;
+                continue;
+            }
         };
         let want = ((w.len - w.done_bytes) as usize).min(CHUNK);
         let seg = cx.tx.room_for(want);

@@ -212,7 +212,8 @@ pub(super) fn write_head(
     if h.len > 0 {
         let need = AccessFlags::REMOTE_WRITE;
         let len = u64::from(h.len);
-        match cx.qp.dev.keys.resolve(rkey, cx.qp.pd.id, va, len, need) {
+        let (pd, qpn) = (cx.qp.pd.id, cx.qp.qpn);
+        match cx.qp.dev.keys.resolve_remote(rkey, pd, qpn, va, len, need) {
             Ok(r) => into.set_one(r.ptr, h.len as usize, r.buf),
             // A receive taken by a Write with immediate is flushed.
             Err(_) => return fail_recv(cx, h.seq, WcStatus::WrFlushErr, Nak::RemoteAccess),
@@ -262,9 +263,10 @@ pub(super) fn on_read_req(
     let (ptr, buf) = if len == 0 {
         (std::ptr::null(), None)
     } else {
-        match cx.qp.dev.keys.resolve(
+        match cx.qp.dev.keys.resolve_remote(
             rkey,
             cx.qp.pd.id,
+            cx.qp.qpn,
             va,
             u64::from(len),
             AccessFlags::REMOTE_READ,
@@ -301,12 +303,14 @@ pub(super) fn on_atomic(
         fatal(cx, seq, Nak::InvalidRequest);
         return Ok(());
     }
-    let r = match cx
-        .qp
-        .dev
-        .keys
-        .resolve(rkey, cx.qp.pd.id, va, 8, AccessFlags::REMOTE_ATOMIC)
-    {
+    let r = match cx.qp.dev.keys.resolve_remote(
+        rkey,
+        cx.qp.pd.id,
+        cx.qp.qpn,
+        va,
+        8,
+        AccessFlags::REMOTE_ATOMIC,
+    ) {
         Ok(r) => r,
         Err(_) => {
             fatal(cx, seq, Nak::RemoteAccess);

@@ -41,6 +41,17 @@ pub const RXE_RECV_TOO_SMALL_NAK: Quirk = Quirk {
           not Invalid Request",
 };
 
+/// A Read through a type-2 memory window, inside the window's region but outside
+/// the window.
+pub const RXE_MW_RANGE: Quirk = Quirk {
+    device_prefix: "rxe",
+    status: WcStatus::Success,
+    why: "rxe_resp's check_rkey() looks the window up, then checks the range with \
+          mr_check_range() on the window's MR, never against the window's own address \
+          and length: a window reaches its whole region (still only from the QP it is \
+          bound on, and only until it is invalidated)",
+};
+
 /// Asserts that `wc` completed with the IBA status `iba`, or on a device `quirk`
 /// applies to, with the status that device is known to report.
 pub fn assert_status(dev: &Device, wc: &WorkCompletion, iba: WcStatus, quirk: Option<&Quirk>) {

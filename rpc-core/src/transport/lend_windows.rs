@@ -1,0 +1,211 @@
+//! What a peer may read of the regions a connection lends: through a type-2 memory
+//! window bound to exactly one body's bytes on that connection's QP, invalidated
+//! when the peer is done with it (where the device has windows), or through the
+//! region's own rkey (where it has none: siw). `docs/large-messages.md`, "Exposure".
+//!
+//! Windows are kept per connection and reused: a body costs a bind WR and an
+//! invalidate WR on the QP's send queue, no allocation once the connection has as
+//! many windows as it ever lent at once (bounded by its pool's regions, each at
+//! least one [`GRAIN`](rpc_transport::msg::GRAIN)). Window WRs are signaled under
+//! [`WINDOW_BIT`], at most [`WINDOW_WRS`] outstanding per connection (the QP's send
+//! queue and the CQ are sized for them); a bind that finds none free waits like a
+//! send that finds no slot, an invalidation waits in line holding its region.
+//! A region goes back to its pool only once its window's invalidation completed,
+//! so a peer can never read a region after it was lent again.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rpc_transport::msg::PooledRegion;
+use rpc_transport::{AccessFlags, MemoryWindow, MwBind, QueuePair, WcOpcode, WorkCompletion};
+
+/// Bit of a window WR's `wr_id` (send rings use the low 32 bits, Reads bit 63).
+pub(crate) const WINDOW_BIT: u64 = 1 << 62;
+/// Window WRs (binds and invalidations) one connection keeps outstanding.
+pub(crate) const WINDOW_WRS: u32 = 16;
+/// Free windows a connection keeps for later bodies; more are deallocated.
+const SPARE_WINDOWS: usize = 64;
+
+/// How a pool that lends must register its regions: with windows, the region
+/// itself grants no remote access at all.
+pub(crate) fn lend_access(windows: bool) -> AccessFlags {
+    if windows {
+        AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND
+    } else {
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ
+    }
+}
+
+/// A region lent to the peer, with the window that exposes it (none on the
+/// region-rkey path). Dropping it (the connection died) deallocates the window,
+/// which ends its binding, and returns the region.
+pub(crate) struct Lent {
+    // Field order: the window goes before the region it exposes.
+    window: Option<MemoryWindow>,
+    region: PooledRegion,
+}
+
+impl Lent {
+    /// Where the body lies, and the key that reads it.
+    pub(crate) fn addr(&self) -> u64 {
+        self.region.addr()
+    }
+}
+
+/// One connection's windows.
+pub(crate) struct LendWindows {
+    qp: Arc<QueuePair>,
+    /// Windows on (`false`: lend by the region's rkey).
+    on: bool,
+    free: Vec<MemoryWindow>,
+    /// Window WRs that may still be posted.
+    room: u32,
+    /// Invalidations posted, in posting order (their completions come in that order).
+    invalidating: VecDeque<Lent>,
+    /// Invalidations waiting for room.
+    waiting: VecDeque<Lent>,
+}
+
+/// Why a body could not be lent now.
+pub(crate) enum LendRefusal {
+    /// No window WR may be posted now: try again after a send completion.
+    NoRoom(PooledRegion),
+    /// The bind could not be posted (the QP is broken): the connection is over.
+    Broken(String),
+}
+
+impl LendWindows {
+    /// `on`: the device has type-2 windows and the pool registers with
+    /// [`lend_access`]`(true)`.
+    pub(crate) fn new(qp: Arc<QueuePair>, on: bool) -> LendWindows {
+        tracing::debug!(
+            qp = qp.qp_num(),
+            exposure = if on {
+                "a memory window per body"
+            } else {
+                "the pool region's rkey"
+            },
+            "bodies by reference lent through"
+        );
+        LendWindows {
+            qp,
+            on,
+            free: Vec::new(),
+            room: WINDOW_WRS,
+            invalidating: VecDeque::new(),
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// Whether `wc` is a window WR's completion.
+    pub(crate) fn owns(wc: &WorkCompletion) -> bool {
+        wc.wr_id & WINDOW_BIT != 0
+    }
+
+    /// Lends `region`'s first `len` bytes: binds a window to them (posted before
+    /// the frame that names it, so it is in place when the peer reads); returns the
+    /// rkey for the descriptor and what to keep until the peer is done.
+    pub(crate) fn lend(
+        &mut self,
+        region: PooledRegion,
+        len: usize,
+    ) -> Result<(u32, Lent), LendRefusal> {
+        if !self.on {
+            let rkey = region.rkey();
+            return Ok((
+                rkey,
+                Lent {
+                    window: None,
+                    region,
+                },
+            ));
+        }
+        if self.room == 0 {
+            return Err(LendRefusal::NoRoom(region));
+        }
+        let window = match self.free.pop() {
+            Some(w) => w,
+            None => match self.qp.pd().alloc_mw() {
+                Ok(w) => w,
+                Err(e) => return Err(LendRefusal::Broken(format!("ibv_alloc_mw: {e}"))),
+            },
+        };
+        let bind = MwBind {
+            mr: region.mr(),
+            addr: region.addr(),
+            len: len.max(1) as u64,
+            access: AccessFlags::REMOTE_READ,
+        };
+        // The window and the region's registration live in the `Lent` returned,
+        // kept until the bind and its invalidation completed (or the connection is
+        // over and the QP executes nothing more).
+        match self.qp.post_bind_mw(WINDOW_BIT, &window, &bind) {
+            Ok(rkey) => {
+                self.room -= 1;
+                Ok((
+                    rkey,
+                    Lent {
+                        window: Some(window),
+                        region,
+                    },
+                ))
+            }
+            Err(e) => Err(LendRefusal::Broken(format!("posting a window bind: {e}"))),
+        }
+    }
+
+    /// The peer is done with `lent` (or the call ended without lending it):
+    /// invalidates its window; the region goes back once that completed.
+    pub(crate) fn release(&mut self, lent: Lent) -> Result<(), String> {
+        if lent.window.is_none() {
+            return Ok(());
+        }
+        self.waiting.push_back(lent);
+        self.post_waiting()
+    }
+
+    fn post_waiting(&mut self) -> Result<(), String> {
+        while self.room > 0 {
+            let Some(lent) = self.waiting.pop_front() else {
+                break;
+            };
+            let rkey = lent.window.as_ref().map_or(0, MemoryWindow::rkey);
+            self.qp
+                .post_local_inv(WINDOW_BIT | 1, rkey)
+                .map_err(|e| format!("posting a window invalidation: {e}"))?;
+            self.room -= 1;
+            self.invalidating.push_back(lent);
+        }
+        Ok(())
+    }
+
+    /// The connection is over: every window goes (which ends its binding) and
+    /// every region held for an invalidation comes back.
+    pub(crate) fn clear(&mut self) {
+        self.waiting.clear();
+        self.invalidating.clear();
+        self.free.clear();
+    }
+
+    /// A window WR completed: its room is free again; an invalidation returns its
+    /// window for reuse and its region to the pool. An error means the QP is
+    /// broken (a bind the device refused, or a flush): the connection is over.
+    /// `Ok(true)`: room came back from none, so a body may be waiting for it.
+    pub(crate) fn on_completion(&mut self, wc: &WorkCompletion) -> Result<bool, String> {
+        let was_full = self.room == 0;
+        self.room += 1;
+        if !wc.is_ok() {
+            return Err(format!("a memory window WR failed: {}", wc.status));
+        }
+        if wc.opcode == WcOpcode::LocalInv {
+            if let Some(Lent { window, region }) = self.invalidating.pop_front() {
+                drop(region);
+                if let Some(w) = window.filter(|_| self.free.len() < SPARE_WINDOWS) {
+                    self.free.push(w);
+                }
+            }
+        }
+        self.post_waiting()?;
+        Ok(was_full && self.room > 0)
+    }
+}
