@@ -10,6 +10,7 @@ use crate::{
 
 mod alloc;
 mod bulk;
+mod doorbells;
 mod errors;
 mod ib;
 mod idle_receives;
