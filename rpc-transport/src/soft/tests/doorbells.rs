@@ -18,8 +18,10 @@ fn doorbells(s: &Side) -> u64 {
 /// polled, which asks the peer to ring) rings at most the first doorbell each way,
 /// not one per message: a poller that polls again withdraws its request. Before,
 /// every poll of an armed CQ renewed it and each message rang (about 1.4 eventfd
-/// writes and 1.1 reads per call and side in rpc-bench). The bound leaves room for
-/// the helper thread and the 1 ms unread nudge on a machine that stalls this thread.
+/// writes and 1.1 reads per call and side in rpc-bench; here 2 per message). The
+/// bound leaves room for what a stall of this thread rightly causes: the helper
+/// taking over a side not polled for 1 ms asks to be rung, and a writer whose bytes
+/// sat unread for 1 ms rings (94 for 2,000 messages in four loaded parallel runs).
 #[test]
 fn spinning_pollers_ring_no_doorbell_per_message() {
     const ROUNDS: u64 = 1000;
@@ -43,10 +45,10 @@ fn spinning_pollers_ring_no_doorbell_per_message() {
         }
     }
     let rung = doorbells(&a) + doorbells(&b) - before;
+    let messages = 2 * ROUNDS;
     assert!(
-        rung <= ROUNDS / 20,
-        "{rung} doorbells for {} messages between two spinning pollers",
-        2 * ROUNDS
+        rung <= messages / 4,
+        "{rung} doorbells for {messages} messages between two spinning pollers"
     );
 }
 
