@@ -138,11 +138,17 @@ impl CompletionQueue {
                 }
             } else {
                 // The caller may have polled since (spinning before it sleeps), which
-                // withdrew the soft provider's requests for doorbells: renew them.
-                match &self.imp {
+                // withdrew the soft provider's requests for doorbells: renew them, and
+                // poll instead if input arrived meanwhile.
+                let input = match &self.imp {
                     CqImp::Soft(c) => c.prepare_sleep(),
                     #[cfg(feature = "rdma")]
-                    CqImp::Verbs(_) => {}
+                    CqImp::Verbs(_) => false,
+                };
+                if input {
+                    if let Some(n) = self.arm_and_poll(wc)? {
+                        return Ok(n);
+                    }
                 }
             }
             let afd = self.async_fd()?;

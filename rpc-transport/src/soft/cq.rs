@@ -386,18 +386,30 @@ impl Cq {
     /// The poller of an armed CQ sleeps now on the event descriptor, without arming
     /// and polling again (it did so before it last found the CQ empty, and may have
     /// spun since): asks the peers of its shared-memory QPs to ring for their next
-    /// bytes (a doorbell rings at once for bytes already waiting), and counts as
-    /// asleep (see [`Cq::asleep`]). Unarmed, an event is already on its way.
-    pub(crate) fn prepare_sleep(&self) {
+    /// bytes, and counts as asleep (see [`Cq::asleep`]). Returns whether bytes
+    /// already wait in one of their inboxes: then the caller polls instead (ringing
+    /// its own bell for them would cost a write, a read and a wake-up). Unarmed, an
+    /// event is already on its way.
+    pub(crate) fn prepare_sleep(&self) -> bool {
         if self.armed.load(Ordering::SeqCst) == ARM_NONE {
-            return;
+            return false;
         }
         self.armed_at
             .store(self.polls.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.announce_sleep();
+        self.announced.store(true, Ordering::Relaxed);
+        let mut input = false;
+        for (_, w, _) in self
+            .inboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            input |= w.upgrade().is_some_and(|i| i.ask_to_be_rung());
+        }
         if self.stalled.load(Ordering::SeqCst) > 0 {
             self.dev.helper.poke();
         }
+        input
     }
 
     /// Whether the poller sleeps on the event descriptor: the CQ is armed and was

@@ -519,14 +519,27 @@ impl Inbox {
     /// If bytes already wait, the bell is rung here, so a sleeper wakes at once;
     /// returns whether it was.
     pub(crate) fn announce_sleep(&self) -> bool {
+        let waiting = self.ask_to_be_rung();
+        if waiting {
+            self.ring_own_bell();
+        }
+        waiting
+    }
+
+    /// The reader's half of the Dekker handshake: the producer's next publish rings
+    /// the bell. Returns whether bytes already wait, which no bell announces: the
+    /// caller reads them instead of sleeping, or rings ([`Inbox::ring_own_bell`]).
+    pub(crate) fn ask_to_be_rung(&self) -> bool {
         self.map.u32_at(OFF_WAITING).store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        if self.has_data() {
-            self.bell.signal();
-            self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
-            return true;
-        }
-        false
+        self.has_data()
+    }
+
+    /// Rings the bell as a producer does (a reader that will sleep on it after all).
+    pub(crate) fn ring_own_bell(&self) {
+        self.bell.signal();
+        // After the signal: a reader that sees `rung` drains a readable eventfd.
+        self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
     }
 
     /// The reader polls again: withdraws a request to ring that it made before it
@@ -551,13 +564,6 @@ impl Inbox {
         let r = unsafe { libc::mincore(self.map.data().cast(), RING_BYTES, v.as_mut_ptr()) };
         assert_eq!(r, 0, "{}", io::Error::last_os_error());
         v.iter().filter(|b| *b & 1 == 1).count()
-    }
-
-    /// Tests only: rings the bell as a producer does.
-    #[cfg(test)]
-    pub(crate) fn ring_own_bell(&self) {
-        self.bell.signal();
-        self.map.u32_at(OFF_RUNG).store(1, Ordering::SeqCst);
     }
 
     /// Tests only: whether a ring is requested (`waiting`) and one is unread (`rung`).
