@@ -17,11 +17,10 @@ fn doorbells(s: &Side) -> u64 {
 /// A conversation between two pollers that spin (each slept once: armed its CQ and
 /// polled, which asks the peer to ring) rings at most the first doorbell each way,
 /// not one per message: a poller that polls again withdraws its request. Before,
-/// every poll of an armed CQ renewed it and each message rang (about 1.4 eventfd
-/// writes and 1.1 reads per call and side in rpc-bench; here 2 per message). The
-/// bound leaves room for what a stall of this thread rightly causes: the helper
-/// taking over a side not polled for 1 ms asks to be rung, and a writer whose bytes
-/// sat unread for 1 ms rings (94 for 2,000 messages in four loaded parallel runs).
+/// every poll of an armed CQ renewed it and every message rang (2 per message
+/// here). The bound leaves room for what a stall of this thread rightly causes: the
+/// helper taking over a side not polled for 1 ms asks to be rung, and a writer
+/// whose bytes sat unread for 1 ms rings anyway.
 #[test]
 fn spinning_pollers_ring_no_doorbell_per_message() {
     const ROUNDS: u64 = 1000;
