@@ -413,7 +413,8 @@ impl Cq {
     }
 
     /// Whether the poller sleeps on the event descriptor: the CQ is armed and was
-    /// polled at most once since (the poll that follows arming, before the sleep).
+    /// polled at most once since it was armed or its poller said it sleeps (the poll
+    /// that follows arming, before the sleep).
     pub(crate) fn asleep(&self) -> bool {
         self.armed.load(Ordering::SeqCst) != ARM_NONE
             && self.polls.load(Ordering::Relaxed) <= self.armed_at.load(Ordering::Relaxed) + 1

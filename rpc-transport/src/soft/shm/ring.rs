@@ -519,11 +519,11 @@ impl Inbox {
     /// If bytes already wait, the bell is rung here, so a sleeper wakes at once;
     /// returns whether it was.
     pub(crate) fn announce_sleep(&self) -> bool {
-        let waiting = self.ask_to_be_rung();
-        if waiting {
+        let input = self.ask_to_be_rung();
+        if input {
             self.ring_own_bell();
         }
-        waiting
+        input
     }
 
     /// The reader's half of the Dekker handshake: the producer's next publish rings
@@ -545,8 +545,8 @@ impl Inbox {
     /// The reader polls again: withdraws a request to ring that it made before it
     /// slept, so that the producer does not ring (a system call on each side) for
     /// every message while the reader spins. Stores only if the request is still
-    /// there: both sides read `waiting` on their fast paths and the line stays
-    /// shared. No handshake needed: a reader that sleeps again announces again.
+    /// there: the producer reads `waiting` on every publish, and a line nobody
+    /// writes stays shared. No handshake needed: a reader about to sleep asks again.
     pub(crate) fn withdraw_sleep(&self) {
         let waiting = self.map.u32_at(OFF_WAITING);
         if waiting.load(Ordering::Relaxed) != 0 {
