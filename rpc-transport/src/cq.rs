@@ -136,6 +136,20 @@ impl CompletionQueue {
                 if let Some(n) = self.arm_and_poll(wc)? {
                     return Ok(n);
                 }
+            } else {
+                // The caller may have polled since (spinning before it sleeps), which
+                // withdrew the soft provider's requests for doorbells: renew them, and
+                // poll instead if input arrived meanwhile.
+                let input = match &self.imp {
+                    CqImp::Soft(c) => c.prepare_sleep(),
+                    #[cfg(feature = "rdma")]
+                    CqImp::Verbs(_) => false,
+                };
+                if input {
+                    if let Some(n) = self.arm_and_poll(wc)? {
+                        return Ok(n);
+                    }
+                }
             }
             let afd = self.async_fd()?;
             self.armed_reaped.store(true, Ordering::Release);
@@ -161,7 +175,11 @@ impl CompletionQueue {
     /// (Completions taken meanwhile by a plain [`CompletionQueue::poll`] raised the
     /// event before they were taken, so the next wait wakes at once and re-arms.)
     fn arm_and_poll(&self, wc: &mut [WorkCompletion]) -> Result<Option<usize>> {
-        self.req_notify(false)?;
+        match &self.imp {
+            CqImp::Soft(c) => c.req_notify_before_poll(false),
+            #[cfg(feature = "rdma")]
+            CqImp::Verbs(_) => self.req_notify(false)?,
+        }
         let n = self.poll(wc)?;
         if n < wc.len() {
             self.armed_reaped.store(true, Ordering::Release);

@@ -13,8 +13,12 @@
 //!
 //! Shared-memory QPs (`shm`) have no socket to wake on while both sides poll: in
 //! epoll mode a poll also visits every member whose inbox holds bytes (one atomic
-//! load each), and arming the CQ asks their peers to ring the inboxes' doorbells
-//! (eventfds in the epoll set) for the next bytes.
+//! load each). A poller about to sleep asks their peers to ring the inboxes'
+//! doorbells (eventfds in the epoll set) for the next bytes: when it arms the CQ, in
+//! the poll that follows (and the polls of its drain, each a full batch), and in
+//! [`Cq::prepare_sleep`]. A poll after those means the poller is spinning again: it
+//! withdraws the request, so that no doorbell is rung, and no system call made on
+//! either side, per message while both sides poll.
 //!
 //! Overrun: a push into a full ring puts the CQ in error (`poll` returns
 //! `CqOverrun`, `CqErr` is raised); its QPs see it and move to ERR.
@@ -96,8 +100,11 @@ pub(crate) struct Cq {
     members: Mutex<Members>,
     deferred: Mutex<Vec<u32>>,
     has_deferred: AtomicBool,
-    /// Inboxes of member QPs on shared memory (a leaf lock: taken under a QP's).
-    inboxes: Mutex<Vec<(u32, Weak<Inbox>)>>,
+    /// Inboxes of member QPs on shared memory (a leaf lock: taken under a QP's), and
+    /// whether another CQ watches the same inbox.
+    inboxes: Mutex<Vec<(u32, Weak<Inbox>, bool)>>,
+    /// This CQ's poller asked its inboxes' peers to ring (see the module docs).
+    announced: AtomicBool,
     ud_qps: AtomicU32,
     /// The device's UDP socket is in `epoll` (see [`MAX_UD_WATCHERS`]).
     watches_ud: AtomicBool,
@@ -134,6 +141,7 @@ impl Cq {
             deferred: Mutex::new(Vec::new()),
             has_deferred: AtomicBool::new(false),
             inboxes: Mutex::new(Vec::new()),
+            announced: AtomicBool::new(false),
             ud_qps: AtomicU32::new(0),
             watches_ud: AtomicBool::new(false),
             last_poll: AtomicU64::new(0),
@@ -153,8 +161,15 @@ impl Cq {
         self.polls.store(polls + 1, Ordering::Relaxed);
         let outer = POLLING.with(|p| p.replace((self.id, None)));
         self.progress(now);
-        if self.armed.load(Ordering::Relaxed) != ARM_NONE {
+        // The poll that follows arming (or continues its drain) precedes a sleep: it
+        // renews the request to ring, which it may have spent on the bytes it just
+        // read. Any other poll is a poller spinning: it withdraws the request.
+        let draining = self.armed.load(Ordering::Relaxed) != ARM_NONE
+            && polls == self.armed_at.load(Ordering::Relaxed);
+        if draining {
             self.announce_sleep();
+        } else if self.announced.load(Ordering::Relaxed) {
+            self.withdraw_sleep();
         }
         let (_, skipped) = POLLING.with(|p| p.replace(outer));
         let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
@@ -170,6 +185,10 @@ impl Cq {
         r.len -= n;
         let left = r.len;
         drop(r);
+        if draining && n > 0 && n == wc.len() {
+            // A full batch: the poller drains on before it sleeps.
+            self.armed_at.store(polls + 1, Ordering::Relaxed);
+        }
         if let Some(urgent) = skipped.filter(|_| left > 0) {
             // Completions this poll made but did not return: wake whoever waits.
             self.wake_if_armed(urgent);
@@ -192,7 +211,7 @@ impl Cq {
             self.inboxes
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .retain(|(_, w)| w.strong_count() > 0);
+                .retain(|(_, w, _)| w.strong_count() > 0);
         }
         if m.qps.len() <= DIRECT_MAX {
             if self.ud_qps.load(Ordering::Relaxed) > 0 {
@@ -226,8 +245,8 @@ impl Cq {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
-                .filter(|(_, w)| w.upgrade().is_some_and(|i| i.has_data()))
-                .map(|(q, _)| *q),
+                .filter(|(_, w, _)| w.upgrade().is_some_and(|i| i.has_data()))
+                .map(|(q, _, _)| *q),
         );
         for qpn in ready.drain(..) {
             if let Some(qp) = m.qps.get(&qpn).and_then(Weak::upgrade) {
@@ -338,6 +357,17 @@ impl Cq {
     }
 
     pub(crate) fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        self.req_notify_before_poll(solicited_only);
+        // The poller may sleep without polling first.
+        self.announce_sleep();
+        Ok(())
+    }
+
+    /// [`Cq::req_notify`] for a caller that polls next: that poll asks the peers of
+    /// the shared-memory QPs to ring, after it has read what they sent. Asked here
+    /// too, a poller woken by a doorbell would find the bytes that rang it still
+    /// waiting and ring its own bell for them (a write and a read for nothing).
+    pub(crate) fn req_notify_before_poll(&self, solicited_only: bool) {
         let v = if solicited_only {
             ARM_SOLICITED
         } else {
@@ -346,17 +376,45 @@ impl Cq {
         self.armed_at
             .store(self.polls.load(Ordering::Relaxed), Ordering::Relaxed);
         self.armed.store(v, Ordering::SeqCst);
-        self.announce_sleep();
         // The poller is about to sleep: output a member QP could not finish (a Read
         // response behind a full socket) is the helper's from now on.
         if self.stalled.load(Ordering::SeqCst) > 0 {
             self.dev.helper.poke();
         }
-        Ok(())
+    }
+
+    /// The poller of an armed CQ sleeps now on the event descriptor, without arming
+    /// and polling again (it did so before it last found the CQ empty, and may have
+    /// spun since): asks the peers of its shared-memory QPs to ring for their next
+    /// bytes, and counts as asleep (see [`Cq::asleep`]). Returns whether bytes
+    /// already wait in one of their inboxes: then the caller polls instead (ringing
+    /// its own bell for them would cost a write, a read and a wake-up). Unarmed, an
+    /// event is already on its way.
+    pub(crate) fn prepare_sleep(&self) -> bool {
+        if self.armed.load(Ordering::SeqCst) == ARM_NONE {
+            return false;
+        }
+        self.armed_at
+            .store(self.polls.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.announced.store(true, Ordering::Relaxed);
+        let mut input = false;
+        for (_, w, _) in self
+            .inboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            input |= w.upgrade().is_some_and(|i| i.ask_to_be_rung());
+        }
+        if self.stalled.load(Ordering::SeqCst) > 0 {
+            self.dev.helper.poke();
+        }
+        input
     }
 
     /// Whether the poller sleeps on the event descriptor: the CQ is armed and was
-    /// polled at most once since (the poll that follows arming, before the sleep).
+    /// polled at most once since it was armed or its poller said it sleeps (the poll
+    /// that follows arming, before the sleep).
     pub(crate) fn asleep(&self) -> bool {
         self.armed.load(Ordering::SeqCst) != ARM_NONE
             && self.polls.load(Ordering::Relaxed) <= self.armed_at.load(Ordering::Relaxed) + 1
@@ -369,17 +427,35 @@ impl Cq {
     }
 
     /// Asks the peers of this CQ's shared-memory QPs to ring for their next bytes. A
-    /// ring is a one-shot request (a publish consumes it), so an armed CQ renews it
-    /// after each poll: the poll may have read the very bytes whose ring it spent.
+    /// ring is a one-shot request (a publish consumes it), so a poller about to sleep
+    /// renews it after each poll: the poll may have read the very bytes whose ring it
+    /// spent.
     fn announce_sleep(&self) {
-        for (_, w) in self
+        self.announced.store(true, Ordering::Relaxed);
+        for (_, w, _) in self
             .inboxes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
         {
-            if let Some(i) = w.upgrade() {
-                i.announce_sleep();
+            if w.upgrade().is_some_and(|i| i.announce_sleep()) {
+                super::device::bump(&self.dev.stats.rc_shm_doorbells);
+            }
+        }
+    }
+
+    /// The poller spins again: takes back the requests to ring [`Cq::announce_sleep`]
+    /// made, except on inboxes another CQ watches too (whose poller may sleep).
+    fn withdraw_sleep(&self) {
+        self.announced.store(false, Ordering::Relaxed);
+        for (_, w, shared) in self
+            .inboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            if let Some(i) = w.upgrade().filter(|_| !shared) {
+                i.withdraw_sleep();
             }
         }
     }
@@ -454,12 +530,12 @@ impl Cq {
     }
 
     /// Visits `qpn` whenever `inbox` holds bytes, and asks its peer for a doorbell
-    /// when this CQ is armed.
-    pub(crate) fn watch_inbox(&self, qpn: u32, inbox: &Arc<Inbox>) {
+    /// when this CQ's poller sleeps (`shared`: another CQ watches it too).
+    pub(crate) fn watch_inbox(&self, qpn: u32, inbox: &Arc<Inbox>, shared: bool) {
         self.inboxes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((qpn, Arc::downgrade(inbox)));
+            .push((qpn, Arc::downgrade(inbox), shared));
     }
 
     /// Watches a QP's socket, so that `event_fd` wakes on its traffic.

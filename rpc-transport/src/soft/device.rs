@@ -54,6 +54,7 @@ pub(crate) struct Stats {
     pub(crate) rc_frames_malformed: AtomicU64,
     pub(crate) rc_connections: AtomicU64,
     pub(crate) rc_shm_links: AtomicU64,
+    pub(crate) rc_shm_doorbells: AtomicU64,
     pub(crate) rc_rnr_naks: AtomicU64,
 }
 
@@ -264,6 +265,7 @@ impl Device {
             rc_frames_malformed: g(&s.rc_frames_malformed),
             rc_connections: g(&s.rc_connections),
             rc_shm_links: g(&s.rc_shm_links),
+            rc_shm_doorbells: g(&s.rc_shm_doorbells),
             rc_rnr_naks: g(&s.rc_rnr_naks),
             live_qps: self.qps.read().unwrap_or_else(|e| e.into_inner()).len() as u64,
             live_mrs: self.keys.live() as u64,

@@ -198,6 +198,11 @@ pub struct SoftStats {
     pub rc_connections: u64,
     /// RC connections whose output (from this device) moved to shared memory.
     pub rc_shm_links: u64,
+    /// Doorbells (eventfd writes) rung on shared-memory links: for a reader that said
+    /// it sleeps, for a writer waiting for room, for bytes left unread for a
+    /// millisecond. While both sides poll, none are rung: a count growing with the
+    /// messages means a side sleeps between them.
+    pub rc_shm_doorbells: u64,
     /// RC frames this device's QPs answered with an RNR NAK (no receive posted).
     pub rc_rnr_naks: u64,
     /// QPs of this device that exist now (a gauge, not a counter: a server's should

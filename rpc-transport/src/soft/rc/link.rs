@@ -75,6 +75,8 @@ pub(crate) struct Link {
     /// written; `None`: not idle, or its pages were already released).
     seen_tail: u64,
     idle_since: Option<u64>,
+    /// The device, once rings are in use: its doorbell count.
+    dev: Option<Arc<Device>>,
 }
 
 /// The bytes of an `SHM_SWITCH` frame.
@@ -101,6 +103,7 @@ impl Link {
             nudged: false,
             seen_tail: 0,
             idle_since: None,
+            dev: None,
         }
     }
 
@@ -125,6 +128,7 @@ impl Link {
             if !self.nudged {
                 self.nudged = true;
                 p.nudge();
+                count_doorbell(&self.dev);
             }
         } else {
             self.seen_head = head;
@@ -180,8 +184,8 @@ impl Link {
 
     /// A poller or the helper may sleep on this QP: the peer's next publish must ring.
     pub(crate) fn announce_sleep(&self) {
-        if let Some(i) = &self.inbox {
-            i.announce_sleep();
+        if self.inbox.as_ref().is_some_and(|i| i.announce_sleep()) {
+            count_doorbell(&self.dev);
         }
     }
 
@@ -214,8 +218,13 @@ impl Link {
                     // SAFETY: the caller guarantees each iovec names live, readable memory.
                     *s = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
                 }
-                p.write(&slices[..k])
-                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "peer broke the ring"))
+                let n = p.write(&slices[..k]).map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidData, "peer broke the ring")
+                })?;
+                if p.take_rang() {
+                    count_doorbell(&self.dev);
+                }
+                Ok(n)
             }
             _ if iov.len() == 1 => {
                 // SAFETY: as above.
@@ -245,6 +254,7 @@ impl Link {
             // The peer's writer waits for this space: its inbox bell wakes it.
             if let Out::Ready(p) | Out::Switching(p, _) | Out::Ring(p) = &self.out {
                 p.nudge();
+                count_doorbell(&self.dev);
             }
         }
         if n > 0 {
@@ -341,17 +351,22 @@ impl Link {
     }
 
     fn install_inbox(&mut self, qp: &Qp, inbox: Arc<Inbox>) {
+        self.dev = Some(qp.dev.clone());
         watch(qp, inbox.bell().raw());
-        qp.send_cq.watch_inbox(qp.qpn, &inbox);
-        if !Arc::ptr_eq(&qp.send_cq, &qp.recv_cq) {
-            qp.recv_cq.watch_inbox(qp.qpn, &inbox);
+        // With two CQs, one may sleep while the other polls: neither withdraws the
+        // other's request to ring (see `Cq::poll`).
+        let shared = !Arc::ptr_eq(&qp.send_cq, &qp.recv_cq);
+        qp.send_cq.watch_inbox(qp.qpn, &inbox, shared);
+        if shared {
+            qp.recv_cq.watch_inbox(qp.qpn, &inbox, shared);
         }
-        // The helper's watch is armed: it must hear of bytes while nobody polls.
-        inbox.announce_sleep();
         self.inbox = Some(inbox);
+        // The helper's watch is armed: it must hear of bytes while nobody polls.
+        self.announce_sleep();
     }
 
     fn use_ring(&mut self, qp: &Qp, p: Producer, peer_pid: Option<i32>) {
+        self.dev = Some(qp.dev.clone());
         self.out = Out::Ready(p);
         bump(&qp.dev.stats.rc_shm_links);
         tracing::debug!(qpn = qp.qpn, peer_pid = ?peer_pid, "soft RC QP sends over shared memory");
@@ -417,6 +432,13 @@ pub(crate) fn serve_handshakes(dev: &Device) -> bool {
             }
             Err(e) => tracing::debug!(error = %e, "shared-memory handshake: answer failed"),
         }
+    }
+}
+
+/// Counts a doorbell rung by a link in its device's statistics.
+fn count_doorbell(dev: &Option<Arc<Device>>) {
+    if let Some(d) = dev {
+        bump(&d.stats.rc_shm_doorbells);
     }
 }
 

@@ -8,7 +8,7 @@
 //! | 0 | magic, capacity | the creator (the reader), before sharing |
 //! | 64 | `tail`: bytes ever published | the producer |
 //! | 128 | `head`: bytes ever consumed | the consumer |
-//! | 192 | `waiting`: the reader may sleep; ring the bell | the reader sets, the producer clears |
+//! | 192 | `waiting`: the reader may sleep; ring the bell | the reader sets (and withdraws), the producer clears |
 //! | 256 | `rung`: the bell was rung and is still readable | the producer sets, the reader clears |
 //! | 320 | `space`: the ring was full; ring the writer's bell when space frees | the producer sets, the reader clears |
 //! | 384 | `jump`: the producer skipped to this position (no bytes before it) | the producer |
@@ -29,6 +29,9 @@
 //! (Dekker): either the reader finds the new bytes and does not sleep, or the producer
 //! sees `waiting`, clears it and writes the eventfd. The reader drains the eventfd
 //! when it finds `rung` set, so a level-triggered epoll set does not keep reporting it.
+//! A reader that polls again after announcing (a poller that was woken, or armed
+//! and then found work) withdraws `waiting`, so that a conversation between two
+//! spinning sides rings no bell: the request is made only by a side about to sleep.
 //!
 //! The same handshake runs the other way for a writer that found the ring full: it
 //! stores `space = 1`, fences, and looks at `head` once more; the reader stores
@@ -248,6 +251,8 @@ fn copy_out(m: &Mapping, pos: u64, dst: &mut [u8]) {
 pub(crate) struct Producer {
     map: Mapping,
     tail: u64,
+    /// The last write rang the bell (see [`Producer::take_rang`]).
+    rang: bool,
     /// Where the last jump went (0: none yet); the reader's `head` counts as at
     /// least this (see the module docs, "Memory").
     jump: u64,
@@ -264,6 +269,7 @@ impl Producer {
         Ok(Producer {
             map,
             tail,
+            rang: false,
             jump: 0,
             touched: 0,
             bell,
@@ -307,8 +313,14 @@ impl Producer {
         self.map
             .u64_at(OFF_TAIL)
             .store(self.tail, Ordering::Release);
-        self.ring_bell();
+        self.rang = self.ring_bell();
         Ok(n)
+    }
+
+    /// Whether the last [`Producer::write`] rang the bell (its reader had said it
+    /// sleeps); asking forgets it. For the device's doorbell count.
+    pub(crate) fn take_rang(&mut self) -> bool {
+        std::mem::take(&mut self.rang)
     }
 
     /// The ring is empty and the caller saw no write for a while: gives the pages
@@ -401,7 +413,7 @@ impl Producer {
     /// Tests and fuzzing only: publishes `tail` as given, as a misbehaving peer would.
     pub(crate) fn poke_tail(&mut self, v: u64) {
         self.map.u64_at(OFF_TAIL).store(v, Ordering::Release);
-        self.ring_bell();
+        self.rang = self.ring_bell();
     }
 
     /// Fuzzing only: stores `jump` as given, as a misbehaving peer would.
@@ -409,15 +421,18 @@ impl Producer {
         self.map.u64_at(OFF_JUMP).store(v, Ordering::Release);
     }
 
-    /// The producer's half of the Dekker handshake (see the module docs).
-    fn ring_bell(&self) {
+    /// The producer's half of the Dekker handshake (see the module docs). Returns
+    /// whether it rang.
+    fn ring_bell(&self) -> bool {
         fence(Ordering::SeqCst);
         let waiting = self.map.u32_at(OFF_WAITING);
         if waiting.load(Ordering::Relaxed) != 0 && waiting.swap(0, Ordering::AcqRel) != 0 {
             self.bell.signal();
             // After the signal: a reader that sees `rung` drains a readable eventfd.
             self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
+            return true;
         }
+        false
     }
 }
 
@@ -501,13 +516,41 @@ impl Inbox {
     }
 
     /// The reader may sleep from now on: the producer's next publish rings the bell.
-    /// If bytes already wait, the bell is rung here, so a sleeper wakes at once.
-    pub(crate) fn announce_sleep(&self) {
+    /// If bytes already wait, the bell is rung here, so a sleeper wakes at once;
+    /// returns whether it was.
+    pub(crate) fn announce_sleep(&self) -> bool {
+        let input = self.ask_to_be_rung();
+        if input {
+            self.ring_own_bell();
+        }
+        input
+    }
+
+    /// The reader's half of the Dekker handshake: the producer's next publish rings
+    /// the bell. Returns whether bytes already wait, which no bell announces: the
+    /// caller reads them instead of sleeping, or rings ([`Inbox::ring_own_bell`]).
+    pub(crate) fn ask_to_be_rung(&self) -> bool {
         self.map.u32_at(OFF_WAITING).store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        if self.has_data() {
-            self.bell.signal();
-            self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
+        self.has_data()
+    }
+
+    /// Rings the bell as a producer does (a reader that will sleep on it after all).
+    pub(crate) fn ring_own_bell(&self) {
+        self.bell.signal();
+        // After the signal: a reader that sees `rung` drains a readable eventfd.
+        self.map.u32_at(OFF_RUNG).store(1, Ordering::Release);
+    }
+
+    /// The reader polls again: withdraws a request to ring that it made before it
+    /// slept, so that the producer does not ring (a system call on each side) for
+    /// every message while the reader spins. Stores only if the request is still
+    /// there: the producer reads `waiting` on every publish, and a line nobody
+    /// writes stays shared. No handshake needed: a reader about to sleep asks again.
+    pub(crate) fn withdraw_sleep(&self) {
+        let waiting = self.map.u32_at(OFF_WAITING);
+        if waiting.load(Ordering::Relaxed) != 0 {
+            waiting.store(0, Ordering::Relaxed);
         }
     }
 
@@ -521,20 +564,6 @@ impl Inbox {
         let r = unsafe { libc::mincore(self.map.data().cast(), RING_BYTES, v.as_mut_ptr()) };
         assert_eq!(r, 0, "{}", io::Error::last_os_error());
         v.iter().filter(|b| *b & 1 == 1).count()
-    }
-
-    /// Tests only: withdraws the request to ring, as a poller does that read (and
-    /// drained the bell of) the bytes a sleeper's request was spent on.
-    #[cfg(test)]
-    pub(crate) fn withdraw_sleep(&self) {
-        self.map.u32_at(OFF_WAITING).store(0, Ordering::SeqCst);
-    }
-
-    /// Tests only: rings the bell as a producer does.
-    #[cfg(test)]
-    pub(crate) fn ring_own_bell(&self) {
-        self.bell.signal();
-        self.map.u32_at(OFF_RUNG).store(1, Ordering::SeqCst);
     }
 
     /// Tests only: whether a ring is requested (`waiting`) and one is unread (`rung`).
@@ -649,6 +678,29 @@ mod tests {
             (10, false),
             "asked once, rung once"
         );
+    }
+
+    /// A reader that polls again withdraws its request: the next publish rings
+    /// nothing (no system call on either side), and announcing again re-arms it.
+    #[test]
+    fn a_withdrawn_request_rings_nothing() {
+        let (mut p, c) = pair();
+        c.announce_sleep();
+        c.withdraw_sleep();
+        p.write(&[b"a"]).unwrap();
+        assert!(
+            !p.take_rang(),
+            "rang for a reader that withdrew its request"
+        );
+        let mut b = [0u8; 8];
+        c.read(&mut [&mut b[..]]).unwrap();
+        assert!(
+            !c.announce_sleep(),
+            "rang its own bell with nothing waiting"
+        );
+        p.write(&[b"b"]).unwrap();
+        assert!(p.take_rang(), "did not ring for a reader that sleeps");
+        assert!(!p.take_rang(), "a second look saw a second ring");
     }
 
     /// The bell rings only after the reader announced sleep, once per announcement,

@@ -11,6 +11,7 @@ use crate::{
 mod alloc;
 mod bulk;
 mod compact;
+mod doorbells;
 mod errors;
 mod ib;
 mod idle_receives;

@@ -218,7 +218,7 @@ fn thousand_shm_qps_leak_no_fd_or_mapping() {
 /// `a` and `b` connected (1 s retry budget) with both directions on rings: Sends
 /// each way until both have switched (a side's output moves to its ring with the
 /// first bytes it writes after the handshake, so traffic must follow it).
-fn ring_pair() -> (Side, Side) {
+pub(super) fn ring_pair() -> (Side, Side) {
     let (a, b) = rc_pair();
     let on_rings = |s: &Side| {
         let g = soft(s).lock();
@@ -250,7 +250,7 @@ fn soft(s: &Side) -> &crate::soft::Qp {
     }
 }
 
-fn with_link<T>(s: &Side, f: impl FnOnce(&crate::soft::rc::Link) -> T) -> T {
+pub(super) fn with_link<T>(s: &Side, f: impl FnOnce(&crate::soft::rc::Link) -> T) -> T {
     let g = soft(s).lock();
     f(g.rc
         .as_ref()
