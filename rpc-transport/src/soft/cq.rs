@@ -508,7 +508,7 @@ impl Cq {
         m.qps.retain(|_, w| w.strong_count() > 0);
         super::compact::shrink_map(&mut m.qps);
         let mut inboxes = self.inboxes.lock().unwrap_or_else(|e| e.into_inner());
-        inboxes.retain(|(_, w)| w.strong_count() > 0);
+        inboxes.retain(|(_, w, _)| w.strong_count() > 0);
         super::compact::shrink_vec(&mut inboxes);
     }
 
