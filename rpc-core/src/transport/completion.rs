@@ -52,7 +52,8 @@ pub(crate) struct CqWaiter {
 
 impl CqWaiter {
     /// Waits for completions into `wc` by `mode`, returning early with 0 when `kick`
-    /// is notified (someone has work for the driver that no completion will announce).
+    /// is notified (someone has work for the driver that no completion will announce)
+    /// or, while it spins, when `stop` is set (a caller takes over the CQ).
     ///
     /// One async fn with a labelled block rather than a helper future: every nested
     /// future is built and then moved into its parent's state, a copy per wait, and
@@ -64,6 +65,7 @@ impl CqWaiter {
         mode: CompletionMode,
         wc: &mut [WorkCompletion],
         kick: &tokio::sync::Notify,
+        stop: &AtomicBool,
     ) -> rpc_transport::Result<usize> {
         let r = 'wait: {
             let spin = match mode {
@@ -87,6 +89,9 @@ impl CqWaiter {
                 let n = cq.poll(wc)?;
                 if n > 0 {
                     break 'wait Ok(n);
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break 'wait Ok(0);
                 }
                 match spin {
                     Some(d) if start.elapsed() >= d => break,
@@ -123,7 +128,7 @@ impl CqWaiter {
 /// the poller, and every connection's calls with it, while the other worker idles
 /// (`tests/tests/large_fairness.rs`). Here the task is in the run queue, where
 /// an idle worker steals it.
-async fn yield_stealable() {
+pub(crate) async fn yield_stealable() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
         if yielded {
@@ -148,8 +153,10 @@ pub(crate) async fn serve_cq(
 ) {
     let mut wcs = [WorkCompletion::default(); 64];
     let mut waiter = CqWaiter::default();
+    // Nobody takes the server's CQ over.
+    let never = AtomicBool::new(false);
     while !closing.load(Ordering::Acquire) {
-        match waiter.wait(cq, mode, &mut wcs, kick).await {
+        match waiter.wait(cq, mode, &mut wcs, kick, &never).await {
             Ok(0) => {}
             Ok(n) => handle(&wcs[..n]),
             Err(e) => {
