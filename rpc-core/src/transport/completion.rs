@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rpc_transport::{CompletionQueue, WorkCompletion};
 
+use super::unstranded::unstranded;
+
 /// How completions are reaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompletionMode {
@@ -151,18 +153,22 @@ pub(crate) async fn serve_cq(
     what: &'static str,
     mut handle: impl FnMut(&[WorkCompletion]),
 ) {
-    let mut wcs = [WorkCompletion::default(); 64];
-    let mut waiter = CqWaiter::default();
-    // Nobody takes the server's CQ over.
-    let never = AtomicBool::new(false);
-    while !closing.load(Ordering::Acquire) {
-        match waiter.wait(cq, mode, &mut wcs, kick, &never).await {
-            Ok(0) => {}
-            Ok(n) => handle(&wcs[..n]),
-            Err(e) => {
-                tracing::error!(error = %e, "{what} completion queue failed");
-                return;
+    // Every call the server serves waits for this one task (`unstranded`).
+    unstranded(async move {
+        let mut wcs = [WorkCompletion::default(); 64];
+        let mut waiter = CqWaiter::default();
+        // Nobody takes the server's CQ over.
+        let never = AtomicBool::new(false);
+        while !closing.load(Ordering::Acquire) {
+            match waiter.wait(cq, mode, &mut wcs, kick, &never).await {
+                Ok(0) => {}
+                Ok(n) => handle(&wcs[..n]),
+                Err(e) => {
+                    tracing::error!(error = %e, "{what} completion queue failed");
+                    return;
+                }
             }
         }
-    }
+    })
+    .await;
 }

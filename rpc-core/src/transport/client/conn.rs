@@ -16,6 +16,7 @@ use crate::status::Status;
 use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter};
 use crate::transport::endpoint::{Endpoint, Settings};
 use crate::transport::lock;
+use crate::transport::unstranded::unstranded;
 use crate::transport::Error;
 
 /// A transport whose connections a channel can dial (and dial again).
@@ -66,7 +67,7 @@ impl<L: Link> Conn<L> {
             mode: settings.mode,
             default_timeout: settings.timeout,
         });
-        tokio::spawn(drive(conn.clone()));
+        tokio::spawn(unstranded(drive(conn.clone())));
         tokio::spawn(watch(conn.clone(), tcp, settings.keepalive()));
         conn
     }
