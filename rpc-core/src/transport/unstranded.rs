@@ -76,14 +76,14 @@ impl<F: Future> Future for Unstranded<F> {
         let this = self.project();
         let relay = &**this.relay;
         relay.task.register(cx.waker());
-        relay.state.store(POLLING, Ordering::SeqCst);
+        relay.state.store(POLLING, Ordering::Release);
         let r = this.fut.poll(&mut Context::from_waker(this.waker));
         if r.is_pending() {
             // Unless woken meanwhile (then it is requeued already).
             let _ =
                 relay
                     .state
-                    .compare_exchange(POLLING, ASLEEP, Ordering::SeqCst, Ordering::Relaxed);
+                    .compare_exchange(POLLING, ASLEEP, Ordering::AcqRel, Ordering::Relaxed);
         }
         r
     }
@@ -106,7 +106,7 @@ impl Wake for Relay {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        match self.state.swap(WOKEN, Ordering::SeqCst) {
+        match self.state.swap(WOKEN, Ordering::AcqRel) {
             ASLEEP => {
                 // The poller takes this worker's LIFO slot, then the decoy takes it
                 // from the poller, which moves to the run queue.
