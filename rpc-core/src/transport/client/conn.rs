@@ -259,8 +259,9 @@ impl<L: Link> Conn<L> {
         }
     }
 
-    /// After a driver step that may have ended calls with no completion (a timer,
-    /// a kick): a caller asleep on the CQ in the driver's place looks at its reply.
+    /// After a driver step that may have ended a call whose caller reaps (a timer,
+    /// a kick, a batch reaped before the driver stepped aside): a caller asleep on
+    /// the CQ in the driver's place looks at its reply.
     fn wake_reaper(&self) {
         if self.sig.aside.load(Ordering::Acquire) {
             self.sig.reaper.notify_one();
@@ -415,7 +416,14 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>) {
                 conn.wake_reaper();
                 next
             }
-            Ok(n) => conn.handle(&wcs[..n]),
+            Ok(n) => {
+                let next = conn.handle(&wcs[..n]);
+                // A call that started alone while this batch was on its way may
+                // have had its reply in it: its caller, if it took the CQ after
+                // looking for the reply, sleeps on it and must look again.
+                conn.wake_reaper();
+                next
+            }
             Err(e) => {
                 let mut st = conn.lock();
                 conn.fail(

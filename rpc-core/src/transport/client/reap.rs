@@ -166,13 +166,17 @@ impl<L: Link> Turn<'_, L> {
     }
 
     /// The caller has its reply: the driver stays aside only if no call is open
-    /// (and nobody called it back meanwhile).
+    /// (and nobody called it back meanwhile). A call open now started alone after
+    /// this one's reply was handled, and its caller may be asleep on the CQ in the
+    /// driver's place: [`Conn::driver_reaps`] wakes it too, else the driver would
+    /// take its reply and nothing would wake it to look.
     fn finish(&mut self) {
         self.done = true;
         let sig = &self.conn.sig;
-        if !sig.aside.load(Ordering::SeqCst) || self.conn.open_calls() > 0 {
-            sig.aside.store(false, Ordering::SeqCst);
+        if !sig.aside.load(Ordering::SeqCst) {
             sig.kick.notify_one();
+        } else if self.conn.open_calls() > 0 {
+            self.conn.driver_reaps();
         }
     }
 }
