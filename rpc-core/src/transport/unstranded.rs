@@ -17,6 +17,11 @@
 //! The protection is gone only while the decoy itself waits to run, woken and not
 //! yet polled (stranded in turn, say): then a second worker must block at the same
 //! time for the poller to wait.
+//!
+//! Its price is paid per wake of a poller asleep: the decoy's poll, and the idle
+//! worker tokio wakes to steal. Spinning pollers rarely sleep under load; in
+//! `CompletionMode::Event`, where a server's poller sleeps between calls, it shows
+//! in the instructions per call (`scripts/callgrind-per-call`).
 
 use std::future::Future;
 use std::pin::Pin;
