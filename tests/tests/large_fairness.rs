@@ -16,6 +16,7 @@
 //! What bounds a small call's wait beside 64 MiB transfers, and the figures measured,
 //! are in the `small_beside_large` example.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 use rpc_core::client::Grpc;
 use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
-use rpc_core::transport::{Channel, Endpoint, Server};
+use rpc_core::transport::{Channel, CompletionMode, Endpoint, Server};
 use rpc_core::{Request, Response, Status};
 use tests::{init_tracing, path, serve_echo, serve_router, Echo, EchoService};
 use tokio::sync::{oneshot, Notify};
@@ -427,5 +428,67 @@ async fn encoding_a_request_by_reference_does_not_hold_its_connection() {
         "the request was encoded without its release: no small call on its connection \
          completed within {HOLD_LIMIT:?} while its encoding held the thread (the client \
          encoded it under the connection's lock)"
+    );
+}
+
+/// A caller that wakes its connection's driver and then blocks its thread does not
+/// hold the driver, nor the replies of the connection's other calls. tokio leaves a
+/// task woken from a worker in that worker's LIFO slot, which no other worker takes:
+/// the driver waited there for the blocked thread (as the server's poller did beside
+/// the encoding above, woken by an I/O poll of the worker that then took it).
+/// Starting a call with a deadline wakes a driver asleep (`Event` mode: it sleeps as
+/// soon as it is idle) for the call's timer; the caller then blocks in the same poll
+/// until a small call on the same channel has completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_blocking_its_thread_after_waking_the_driver_does_not_hold_the_connection() {
+    let (addr, _stop) = serve_router(Server::builder().add_service(EchoService)).await;
+    let ch = Endpoint::from_shared(format!("rdma://{addr}"))
+        .unwrap()
+        .completion_mode(CompletionMode::Event)
+        .connect()
+        .await
+        .unwrap();
+    // Warm: the first call on a connection waits for its credit window.
+    echo(&ch, 0, vec![]).await;
+    let hold = HoldService::default();
+    let started = hold.started.notified();
+    let blocker = {
+        let (ch, hold) = (ch.clone(), hold.clone());
+        tokio::spawn(async move {
+            let mut g = Grpc::new(ch);
+            let mut req = Request::new(Echo {
+                id: 1,
+                data: vec![],
+            });
+            req.set_timeout(Duration::from_secs(600));
+            let mut call = std::pin::pin!(g.unary::<Echo, Echo>(req, path("Echo")));
+            // One poll starts the call (and wakes the driver for its deadline).
+            let mut done = None;
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = call.as_mut().poll(cx) {
+                    done = Some(r);
+                }
+                Poll::Ready(())
+            })
+            .await;
+            let released = hold.hold();
+            let reply = match done {
+                Some(r) => r,
+                None => call.await,
+            };
+            (released, reply.map(|r| r.into_inner().id))
+        })
+    };
+    started.await;
+    let small = echo(&ch, 2, b"small".to_vec()).await;
+    assert_eq!(small.data, b"small");
+    hold.release();
+    let (released, first) = blocker.await.unwrap();
+    assert_eq!(first.expect("the blocking caller's call"), 1);
+    assert!(
+        released,
+        "no small call completed within {HOLD_LIMIT:?} while a caller that had woken \
+         the connection's driver blocked its thread (the driver waited in that \
+         worker's LIFO slot)"
     );
 }

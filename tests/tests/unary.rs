@@ -295,6 +295,37 @@ async fn a_cancelled_call_stops_its_handler_when_handlers_are_spawned_at_once() 
     cancelled_call_stops_its_handler(Server::builder().inline_handlers(false), 600_124).await;
 }
 
+/// A call alone on its connection reaps its own reply while its future is polled.
+/// Left unpolled (held in a `select!`, say), it must hold up neither the calls
+/// made meanwhile on the same connection nor, once polled again, its own reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_left_unpolled_holds_up_no_other_call() {
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    // Warm: the first call on a connection waits for its credit window.
+    echo(&ch, 0, vec![]).await.unwrap();
+    let mut g = Grpc::new(ch.clone());
+    // A handler that answers after 200 ms: one poll cannot see its reply.
+    let req = Request::new(Echo {
+        id: 200,
+        data: vec![],
+    });
+    let mut first = Box::pin(g.unary::<Echo, Echo>(req, path("Sleep")));
+    assert!(tokio::time::timeout(Duration::ZERO, &mut first)
+        .await
+        .is_err());
+    for i in 1..=50 {
+        let r = tokio::time::timeout(Duration::from_secs(10), echo(&ch, i, vec![]))
+            .await
+            .expect("a call behind an unpolled one completes");
+        assert_eq!(r.unwrap().id, i);
+    }
+    let r = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the unpolled call's reply arrives once it is polled again");
+    assert_eq!(r.unwrap().into_inner().id, 200);
+}
+
 /// `millis`: a handler that would sleep ten minutes, distinct per test; no deadline.
 async fn cancelled_call_stops_its_handler(builder: Server, millis: u64) {
     let (uri, _stop) = echo_server(builder).await;

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rpc_transport::{CompletionQueue, WorkCompletion};
 
+use super::unstranded::unstranded;
+
 /// How completions are reaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompletionMode {
@@ -52,7 +54,8 @@ pub(crate) struct CqWaiter {
 
 impl CqWaiter {
     /// Waits for completions into `wc` by `mode`, returning early with 0 when `kick`
-    /// is notified (someone has work for the driver that no completion will announce).
+    /// is notified (someone has work for the driver that no completion will announce)
+    /// or, while it spins, when `stop` is set (a caller takes over the CQ).
     ///
     /// One async fn with a labelled block rather than a helper future: every nested
     /// future is built and then moved into its parent's state, a copy per wait, and
@@ -64,6 +67,7 @@ impl CqWaiter {
         mode: CompletionMode,
         wc: &mut [WorkCompletion],
         kick: &tokio::sync::Notify,
+        stop: &AtomicBool,
     ) -> rpc_transport::Result<usize> {
         let r = 'wait: {
             let spin = match mode {
@@ -87,6 +91,9 @@ impl CqWaiter {
                 let n = cq.poll(wc)?;
                 if n > 0 {
                     break 'wait Ok(n);
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break 'wait Ok(0);
                 }
                 match spin {
                     Some(d) if start.elapsed() >= d => break,
@@ -123,7 +130,7 @@ impl CqWaiter {
 /// the poller, and every connection's calls with it, while the other worker idles
 /// (`tests/tests/large_fairness.rs`). Here the task is in the run queue, where
 /// an idle worker steals it.
-async fn yield_stealable() {
+pub(crate) async fn yield_stealable() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
         if yielded {
@@ -146,16 +153,22 @@ pub(crate) async fn serve_cq(
     what: &'static str,
     mut handle: impl FnMut(&[WorkCompletion]),
 ) {
-    let mut wcs = [WorkCompletion::default(); 64];
-    let mut waiter = CqWaiter::default();
-    while !closing.load(Ordering::Acquire) {
-        match waiter.wait(cq, mode, &mut wcs, kick).await {
-            Ok(0) => {}
-            Ok(n) => handle(&wcs[..n]),
-            Err(e) => {
-                tracing::error!(error = %e, "{what} completion queue failed");
-                return;
+    // Every call the server serves waits for this one task (`unstranded`).
+    unstranded(async move {
+        let mut wcs = [WorkCompletion::default(); 64];
+        let mut waiter = CqWaiter::default();
+        // Nobody takes the server's CQ over.
+        let never = AtomicBool::new(false);
+        while !closing.load(Ordering::Acquire) {
+            match waiter.wait(cq, mode, &mut wcs, kick, &never).await {
+                Ok(0) => {}
+                Ok(n) => handle(&wcs[..n]),
+                Err(e) => {
+                    tracing::error!(error = %e, "{what} completion queue failed");
+                    return;
+                }
             }
         }
-    }
+    })
+    .await;
 }

@@ -90,6 +90,7 @@ pub(crate) mod rendezvous;
 pub mod server;
 mod stream_batch;
 mod ud_device;
+mod unstranded;
 
 use std::fmt;
 

@@ -11,6 +11,7 @@ use tower::{Service, ServiceExt};
 use super::conn::Conn;
 use super::conn::Dial;
 use super::handle::Handle;
+use super::reap::{reap_until_reply, ReplyReceiver};
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::CallHead;
 use crate::server::BoxFuture;
@@ -95,13 +96,18 @@ impl<L: Dial> LinkChannel<L> {
             self.reserved = Some(conn.clone());
             return Some(Ok(()));
         }
+        // Room comes back with completions: someone must reap them.
+        conn.driver_reaps();
         None
     }
 
     /// Takes this clone's reservation (made by `poll_ready`) for a call of its own
     /// kind (a streaming call): the connection and the handle that keeps it open.
     pub(crate) fn take_reserved(&mut self) -> Option<Reserved<L>> {
-        self.reserved.take().map(|c| (c, self.inner.clone()))
+        self.reserved.take().map(|c| {
+            c.driver_reaps();
+            (c, self.inner.clone())
+        })
     }
 
     /// Gives back this clone's reservation, if it holds one.
@@ -231,14 +237,14 @@ impl<L: Dial> LinkChannel<L> {
         let (tx, rx) = oneshot::channel();
         let started = conn.start(tx, head, &call.message, region);
         match started {
-            Ok(id) => Box::pin(
+            Ok((id, alone)) => Box::pin(
                 CallGuard {
                     _handle: self.inner.clone(),
                     conn,
                     id,
                     armed: true,
                 }
-                .wait(rx),
+                .wait(rx, alone),
             ),
             Err(_) if retry && !conn.usable() => {
                 // The connection died before the request left (nothing was posted,
@@ -284,11 +290,16 @@ struct CallGuard<L: Dial> {
 }
 
 impl<L: Dial> CallGuard<L> {
-    async fn wait(
-        mut self,
-        rx: oneshot::Receiver<Result<IncomingReply, Status>>,
-    ) -> Result<IncomingReply, Status> {
+    /// Waits for the reply; a call `alone` on its connection reaps it itself
+    /// (`reap.rs`) while the completion mode spins.
+    async fn wait(mut self, mut rx: ReplyReceiver, alone: bool) -> Result<IncomingReply, Status> {
         // Deadlines are the engine's: it ends the call at its deadline.
+        if alone {
+            if let Some(r) = reap_until_reply(&self.conn, &mut rx).await {
+                self.armed = false;
+                return r;
+            }
+        }
         let r = rx.await;
         self.armed = false;
         r.unwrap_or_else(|_| Err(Status::unavailable("connection closed")))

@@ -13,9 +13,10 @@ use tokio::net::TcpStream;
 use super::link::{EncodedBody, Link, NewCall, Signals};
 use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
-use crate::transport::completion::{CompletionMode, CqWaiter};
+use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter};
 use crate::transport::endpoint::{Endpoint, Settings};
 use crate::transport::lock;
+use crate::transport::unstranded::unstranded;
 use crate::transport::Error;
 
 /// A transport whose connections a channel can dial (and dial again).
@@ -66,7 +67,7 @@ impl<L: Link> Conn<L> {
             mode: settings.mode,
             default_timeout: settings.timeout,
         });
-        tokio::spawn(drive(conn.clone()));
+        tokio::spawn(unstranded(drive(conn.clone())));
         tokio::spawn(watch(conn.clone(), tcp, settings.keepalive()));
         conn
     }
@@ -105,6 +106,7 @@ impl<L: Link> Conn<L> {
         st.link.fail(status);
         self.sig.ready.wake_all();
         self.sig.kick.notify_one();
+        self.sig.reaper.notify_one();
     }
 
     /// Starts a reserved call and makes sure the driver wakes for its timer.
@@ -115,13 +117,16 @@ impl<L: Link> Conn<L> {
     /// waiting on the lock with its worker thread. The region was taken in line
     /// already ([`Link::region_for`]); only the post needs the lock. A small call
     /// (no region) is encoded into its send slot under the lock, as before.
+    ///
+    /// Returns the call's id and whether its caller reaps its own reply
+    /// ([`Conn::caller_reaps`], decided under the same lock).
     pub(crate) fn start(
         &self,
         reply: super::ReplySender,
         head: crate::engine::CallHead<'_>,
         body: &dyn crate::server::EncodeMessage,
         region: Option<rpc_transport::msg::PooledRegion>,
-    ) -> Result<u32, Status> {
+    ) -> Result<(u32, bool), Status> {
         let now = Instant::now();
         let region = region.map(|mut region| {
             let len = body.encoded_len();
@@ -153,7 +158,114 @@ impl<L: Link> Conn<L> {
                 self.sig.kick.notify_one();
             }
         }
-        Ok(id)
+        Ok((id, self.caller_reaps(&st)))
+    }
+
+    /// How this connection's completions are reaped.
+    pub(crate) fn mode(&self) -> CompletionMode {
+        self.mode
+    }
+
+    /// Calls open (started and not ended, streams included).
+    pub(crate) fn open_calls(&self) -> usize {
+        self.lock().link.open_calls()
+    }
+
+    /// Decides, under the lock a call was just started under, who reaps its reply
+    /// (`reap.rs`): its caller, if it is the only call open and no other caller
+    /// holds a reservation (the driver steps aside); else the driver, called back
+    /// if it stepped aside. Under the lock, so that a second call either sees the
+    /// driver aside (and calls it back) or makes the first one not alone.
+    pub(crate) fn caller_reaps(&self, st: &State<L>) -> bool {
+        let alone = st.link.open_calls() == 1 && st.link.reserved() == 0;
+        if alone {
+            self.sig.aside.store(true, Ordering::SeqCst);
+        } else {
+            self.driver_reaps();
+        }
+        alone
+    }
+
+    /// The driver reaps the CQ again if it had left it to a caller (`reap.rs`):
+    /// a second call, or one only the driver serves (a streaming call), starts, or
+    /// a caller waits for room that only reaped completions bring back.
+    pub(crate) fn driver_reaps(&self) {
+        // A load first: most calls find the driver reaping, and a swap per call
+        // would bounce the flag's cache line between the workers.
+        if self.sig.aside.load(Ordering::SeqCst) && self.sig.aside.swap(false, Ordering::SeqCst) {
+            self.sig.kick.notify_one();
+            // A caller asleep on the CQ in the driver's place awaits its reply
+            // from the driver from now on.
+            self.sig.reaper.notify_one();
+        }
+    }
+
+    /// The connection's CQ.
+    pub(crate) fn cq(&self) -> &CompletionQueue {
+        &self.cq
+    }
+
+    /// One poll of the CQ by a caller, its batch handled as the driver would, if
+    /// it can take `sig.reaping` (released before returning). `None` if it cannot
+    /// (the driver has the CQ); else whether anything was reaped.
+    pub(crate) fn reap(&self, wcs: &mut [WorkCompletion]) -> Option<bool> {
+        let reaping = &self.sig.reaping;
+        if reaping
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        let reaped = match self.cq.poll(wcs) {
+            Ok(0) => false,
+            r => {
+                self.handle_reaped(r, wcs);
+                true
+            }
+        };
+        reaping.store(false, Ordering::Release);
+        Some(reaped)
+    }
+
+    /// Handles what a caller holding `sig.reaping` reaped (`r` completions in
+    /// `wcs`, or the CQ's failure) as the driver would, and kicks the driver if it
+    /// must look: the connection died, or the batch set an engine timer earlier
+    /// than the one it sleeps until.
+    pub(crate) fn handle_reaped(&self, r: rpc_transport::Result<usize>, wcs: &[WorkCompletion]) {
+        let n = match r {
+            Ok(n) => n,
+            Err(e) => {
+                let mut st = self.lock();
+                let status = Status::unavailable(format!("completion queue failed: {e}"));
+                self.fail(&mut st, status);
+                return;
+            }
+        };
+        let mut st = self.lock();
+        let before = st.armed;
+        let next = if st.link.dead().is_some() {
+            Next::Stop
+        } else {
+            let room = st.link.handle(Instant::now(), &wcs[..n], &self.pool);
+            self.after(st, room)
+        };
+        let wake = match next {
+            Next::Stop => true,
+            Next::Until(Some(t)) => before.is_none_or(|b| t < b),
+            Next::Until(None) => false,
+        };
+        if wake {
+            self.sig.kick.notify_one();
+        }
+    }
+
+    /// After a driver step that may have ended a call whose caller reaps (a timer,
+    /// a kick, a batch reaped before the driver stepped aside): a caller asleep on
+    /// the CQ in the driver's place looks at its reply.
+    fn wake_reaper(&self) {
+        if self.sig.aside.load(Ordering::Acquire) {
+            self.sig.reaper.notify_one();
+        }
     }
 
     /// Handles a batch of completions under one lock; then the next timer.
@@ -228,6 +340,10 @@ enum Next {
 /// connection dies or closes. It sleeps until the engine's next timer, never on a
 /// timer of its own; each step computes the next timer under the lock it already
 /// holds, and with none armed it waits on the CQ alone (no timer to poll).
+///
+/// While a caller reaps the CQ itself (`reap.rs`), the driver leaves it alone and
+/// waits for a kick or its timer only: the caller's reply then reaches it with no
+/// task switch, and the driver's task is not polled at all.
 async fn drive<L: Link>(conn: Arc<Conn<L>>) {
     let mut wcs = [WorkCompletion::default(); 64];
     let mut waiter = CqWaiter::default();
@@ -238,36 +354,76 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>) {
         let st = conn.lock();
         conn.after(st, false)
     };
+    let sig = &conn.sig;
+    // The driver holds `reaping` from when it takes the CQ until it steps aside,
+    // not per step: then a step writes no flag the callers read.
+    let mut reaps = false;
     loop {
-        if conn.sig.closing.load(Ordering::Acquire) {
+        if sig.closing.load(Ordering::Acquire) {
             return;
         }
-        let r = match next {
-            Next::Stop => return,
-            Next::Until(None) => {
-                waiter
-                    .wait(&conn.cq, conn.mode, &mut wcs, &conn.sig.kick)
-                    .await
+        let Next::Until(until) = next else { return };
+        // The CQ is the driver's unless a caller has it (or asked for it).
+        if sig.aside.load(Ordering::Acquire) {
+            if reaps {
+                sig.reaping.store(false, Ordering::Release);
+                reaps = false;
             }
-            Next::Until(Some(t)) => {
+        } else if !reaps {
+            reaps = sig
+                .reaping
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+            if !reaps {
+                // A caller is within one poll of the CQ (it never holds it longer):
+                // look again at once rather than wait for a kick nobody sends.
+                yield_stealable().await;
+                continue;
+            }
+        }
+        let cq_wait = async {
+            if reaps {
+                waiter
+                    .wait(&conn.cq, conn.mode, &mut wcs, &sig.kick, &sig.aside)
+                    .await
+            } else {
+                sig.kick.notified().await;
+                Ok(0)
+            }
+        };
+        let r = match until {
+            None => cq_wait.await,
+            Some(t) => {
                 if timer_at != Some(t) {
                     // One timer entry re-armed in place, not a new one per step.
                     timer.as_mut().reset(t.into());
                     timer_at = Some(t);
                 }
                 tokio::select! {
-                    r = waiter.wait(&conn.cq, conn.mode, &mut wcs, &conn.sig.kick) => r,
+                    r = cq_wait => r,
                     () = &mut timer => {
                         timer_at = None;
                         next = conn.timer();
+                        conn.wake_reaper();
                         continue;
                     }
                 }
             }
         };
         next = match r {
-            Ok(0) => conn.kicked(),
-            Ok(n) => conn.handle(&wcs[..n]),
+            Ok(0) => {
+                let next = conn.kicked();
+                conn.wake_reaper();
+                next
+            }
+            Ok(n) => {
+                let next = conn.handle(&wcs[..n]);
+                // A call that started alone while this batch was on its way may
+                // have had its reply in it: its caller, if it took the CQ after
+                // looking for the reply, sleeps on it and must look again.
+                conn.wake_reaper();
+                next
+            }
             Err(e) => {
                 let mut st = conn.lock();
                 conn.fail(

@@ -28,6 +28,17 @@ pub(crate) struct Signals {
     pub(crate) closing: AtomicBool,
     /// The server said GOAWAY: no new call starts here; calls in flight finish.
     pub(crate) draining: AtomicBool,
+    /// Someone polls the CQ and handles what it reaps: the driver (across its whole
+    /// wait), or a caller waiting alone for its reply (`reap.rs`; within one poll of
+    /// its future, never across a wait). So batches are handled in the order the CQ
+    /// gave them.
+    pub(crate) reaping: AtomicBool,
+    /// The driver leaves the CQ to the one call open, whose caller reaps it, and
+    /// waits for a kick or its timer only (`reap.rs` says when it comes back).
+    pub(crate) aside: AtomicBool,
+    /// Wakes the caller asleep on the CQ in the driver's place when the driver
+    /// ended calls itself (a deadline, a failure, a Read it completed).
+    pub(crate) reaper: Notify,
 }
 
 /// Send slots promised to callers by `poll_ready` and not yet used by a call: a
@@ -98,6 +109,9 @@ pub(crate) trait Link: Send + Sized + 'static {
 
     /// Gives back an unused reservation.
     fn unreserve(&mut self);
+
+    /// Reservations made and not yet used by a call or given back.
+    fn reserved(&self) -> usize;
 
     /// For a request body of `body_len` bytes that goes by reference (RC with RDMA
     /// Read agreed, above the threshold), a place in line for a region of the

@@ -21,6 +21,7 @@ mod dial;
 mod handle;
 mod link;
 pub(crate) mod rc;
+mod reap;
 pub(crate) mod stream;
 mod stream_shared;
 pub(crate) mod ud;

@@ -392,6 +392,10 @@ impl Link for RcLink {
         ok
     }
 
+    fn reserved(&self) -> usize {
+        self.promised.count()
+    }
+
     fn unreserve(&mut self) {
         self.promised.redeem();
         if self.engine.dead().is_none() {

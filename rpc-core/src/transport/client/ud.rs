@@ -167,6 +167,10 @@ impl Link for UdLink {
             .take(self.ring.free_slots(), || engine.reserve())
     }
 
+    fn reserved(&self) -> usize {
+        self.promised.count()
+    }
+
     fn unreserve(&mut self) {
         self.promised.redeem();
         self.engine.unreserve();
