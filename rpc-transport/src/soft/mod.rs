@@ -106,20 +106,26 @@ pub struct SoftConfig {
     pub link: SoftLink,
 }
 
-/// Environment variable that forces every soft device onto TCP for RC: `tcp`. Unset,
-/// empty or `auto`: [`SoftConfig::link`] decides. Any other value makes opens fail
-/// with an error naming it.
+/// Environment variable that forces every soft device onto TCP for RC: `tcp`; or onto
+/// shared-memory rings without direct copies (every payload through the ring): `rings`.
+/// Unset, empty or `auto`: [`SoftConfig::link`] decides. Any other value makes opens
+/// fail with an error naming it.
 pub const SOFT_LINK_ENV: &str = "RDMA_RPC_SOFT_LINK";
 
 /// How a soft device's RC QPs carry their frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SoftLink {
     /// Shared memory when both ends are on this host, in this network namespace, run
-    /// by this user (and both devices allow it); TCP otherwise.
+    /// by this user (and both devices allow it); TCP otherwise. On shared memory, Read
+    /// responses are placed into the requester's memory with one copy where the kernel
+    /// allows it (`process_vm_writev`; see [`SoftStats::rc_direct_links`]).
     #[default]
     Auto,
     /// Always TCP.
     Tcp,
+    /// As [`SoftLink::Auto`], but every payload goes through the rings (two copies):
+    /// no process writes into another.
+    Rings,
 }
 
 impl SoftLink {
@@ -127,13 +133,14 @@ impl SoftLink {
     pub(crate) fn with_env(self) -> crate::error::Result<SoftLink> {
         match std::env::var(SOFT_LINK_ENV) {
             Ok(v) if v == "tcp" => Ok(SoftLink::Tcp),
+            Ok(v) if v == "rings" && self != SoftLink::Tcp => Ok(SoftLink::Rings),
             Ok(v) if v.is_empty() || v == "auto" => Ok(self),
             Err(std::env::VarError::NotPresent) => Ok(self),
             Ok(v) => Err(crate::error::Error::InvalidArgument(format!(
-                "${SOFT_LINK_ENV}={v:?}: expected tcp or auto"
+                "${SOFT_LINK_ENV}={v:?}: expected tcp, rings or auto"
             ))),
             Err(std::env::VarError::NotUnicode(v)) => Err(crate::error::Error::InvalidArgument(
-                format!("${SOFT_LINK_ENV}={v:?}: expected tcp or auto"),
+                format!("${SOFT_LINK_ENV}={v:?}: expected tcp, rings or auto"),
             )),
         }
     }
@@ -189,6 +196,15 @@ pub struct SoftStats {
     pub rc_connections: u64,
     /// RC connections whose output (from this device) moved to shared memory.
     pub rc_shm_links: u64,
+    /// Of those, connections on which this device places Read responses straight into
+    /// the requester's memory (its probe `process_vm_writev` passed).
+    pub rc_direct_links: u64,
+    /// Shared-memory connections on which this device tried to place Read responses
+    /// directly and may not (the probe failed, or a later copy was refused): their
+    /// Read responses go through the ring.
+    pub rc_direct_refused: u64,
+    /// Read response bytes this device placed into requesters directly.
+    pub rc_read_bytes_placed: u64,
     /// RC frames this device's QPs answered with an RNR NAK (no receive posted).
     pub rc_rnr_naks: u64,
     /// QPs of this device that exist now (a gauge, not a counter: a server's should

@@ -27,7 +27,8 @@ use std::sync::Arc;
 
 use crate::soft::device::{bump, Device};
 use crate::soft::qp::Qp;
-use crate::soft::shm::{Answer, Inbox, Offer, Producer};
+use crate::soft::shm::handshake::Probe;
+use crate::soft::shm::{direct, Answer, Inbox, Offer, PeerWriter, Producer};
 use crate::soft::wire::{self, Body, HDR_LEN};
 
 use super::Fault;
@@ -75,6 +76,8 @@ pub(crate) struct Link {
     /// written; `None`: not idle, or its pages were already released).
     seen_tail: u64,
     idle_since: Option<u64>,
+    /// This side's right to place Read responses into the peer (`shm::direct`).
+    direct: Option<PeerWriter>,
 }
 
 /// The bytes of an `SHM_SWITCH` frame.
@@ -101,6 +104,7 @@ impl Link {
             nudged: false,
             seen_tail: 0,
             idle_since: None,
+            direct: None,
         }
     }
 
@@ -146,6 +150,12 @@ impl Link {
     /// Whether the ring this side reads holds bytes (one atomic load).
     pub(crate) fn ring_has_input(&self) -> bool {
         self.reading_ring && self.inbox.as_ref().is_some_and(|i| i.has_data())
+    }
+
+    /// Where Read responses may be placed into the peer directly (a probe passed and
+    /// no copy was refused since).
+    pub(crate) fn direct(&self) -> Option<&PeerWriter> {
+        self.direct.as_ref().filter(|w| w.usable())
     }
 
     pub(crate) fn tcp_fd(&self) -> RawFd {
@@ -300,7 +310,7 @@ impl Link {
         {
             return;
         }
-        match Offer::send(listener, qp.qpn, peer_qpn, gid) {
+        match Offer::send(listener, qp.qpn, peer_qpn, gid, qp.dev.direct) {
             Ok(mut o) => {
                 let inbox = Arc::new(o.inbox.take().expect("a new offer has its inbox"));
                 watch(qp, o.raw());
@@ -318,8 +328,9 @@ impl Link {
         let Some(o) = &self.offer else { return };
         match o.poll() {
             Answer::Pending => {}
-            Answer::Accepted(p) => {
+            Answer::Accepted(p, probe) => {
                 self.offer = None;
+                self.direct = direct::settle(&qp.dev, qp.qpn, probe);
                 self.use_ring(qp, p, None);
             }
             Answer::Refused(e) => {
@@ -330,7 +341,15 @@ impl Link {
     }
 
     /// The connecting side: the peer's handshake was accepted.
-    pub(crate) fn accept_rings(&mut self, qp: &Qp, out: Producer, inbox: Inbox, peer_pid: i32) {
+    pub(crate) fn accept_rings(
+        &mut self,
+        qp: &Qp,
+        out: Producer,
+        inbox: Inbox,
+        peer_pid: i32,
+        probe: Probe,
+    ) {
+        self.direct = direct::settle(&qp.dev, qp.qpn, probe);
         self.install_inbox(qp, Arc::new(inbox));
         self.use_ring(qp, out, Some(peer_pid));
     }
@@ -410,10 +429,10 @@ pub(crate) fn serve_handshakes(dev: &Device) -> bool {
             continue; // dropping the request refuses it
         }
         let pid = req.pid;
-        match req.answer() {
-            Ok((out, inbox)) => {
+        match req.answer(dev.direct) {
+            Ok((out, inbox, probe)) => {
                 let link = rc.link.as_mut().expect("checked above");
-                link.accept_rings(&qp, out, inbox, pid);
+                link.accept_rings(&qp, out, inbox, pid, probe);
             }
             Err(e) => tracing::debug!(error = %e, "shared-memory handshake: answer failed"),
         }

@@ -38,10 +38,12 @@
 //! `RDMA_RPC_SOFT_LINK=tcp` or [`crate::SoftLink::Tcp`] keeps every QP of a device
 //! on TCP.
 
+pub(crate) mod direct;
 pub(crate) mod handshake;
 pub(crate) mod ident;
 pub(crate) mod ring;
 pub(crate) mod unix;
 
+pub(crate) use direct::PeerWriter;
 pub(crate) use handshake::{Answer, Listener, Offer};
 pub(crate) use ring::{Inbox, Producer};
