@@ -122,7 +122,7 @@ pub(crate) struct RcProtocol {
     /// link is on shared memory and this device allows it).
     offer_place: bool,
     /// Destinations so offered, held until the peer is done with them.
-    placing: placed::Placing,
+    pub(crate) placing: placed::Placing,
 }
 
 impl RcProtocol {

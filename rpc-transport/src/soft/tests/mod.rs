@@ -10,6 +10,7 @@ use crate::{
 
 mod alloc;
 mod bulk;
+mod direct;
 mod errors;
 mod ib;
 mod idle_receives;
