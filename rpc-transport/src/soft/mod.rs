@@ -205,6 +205,8 @@ pub struct SoftStats {
     pub rc_direct_refused: u64,
     /// Read response bytes this device placed into requesters directly.
     pub rc_read_bytes_placed: u64,
+    /// Read response bytes responders placed into this device's Reads directly.
+    pub rc_read_bytes_placed_by_peer: u64,
     /// RC frames this device's QPs answered with an RNR NAK (no receive posted).
     pub rc_rnr_naks: u64,
     /// QPs of this device that exist now (a gauge, not a counter: a server's should

@@ -28,6 +28,7 @@ mod common;
 mod atomics;
 mod cq;
 mod link;
+mod placed_reads;
 mod protection;
 mod qp_state;
 mod rdma;

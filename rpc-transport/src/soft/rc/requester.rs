@@ -155,6 +155,8 @@ pub(super) fn read_placed(
     if w.state != TxState::Sent || !matches!(w.op, SendOp::RdmaRead { .. }) {
         return Err(Fault::Broken);
     }
+    let s = &cx.qp.dev.stats.rc_read_bytes_placed_by_peer;
+    s.fetch_add(u64::from(len), std::sync::atomic::Ordering::Relaxed);
     w.done_bytes += u64::from(len);
     if w.done_bytes > w.len {
         return Err(Fault::Broken);

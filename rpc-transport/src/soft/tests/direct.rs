@@ -105,7 +105,10 @@ fn a_read_of_several_mib_is_placed_byte_for_byte() {
     let data = pattern(LEN, 5);
     remote.write(7, &data);
     local.write(0, &[0xee; 64]);
-    let before = stats(&b).rc_read_bytes_placed;
+    let (before, before_in) = (
+        stats(&b).rc_read_bytes_placed,
+        stats(&a).rc_read_bytes_placed_by_peer,
+    );
     let wc = read(&a, &b, &remote, 7, &local, 3, LEN as u32);
     assert_eq!(
         (wc.status, wc.opcode, wc.byte_len),
@@ -121,6 +124,10 @@ fn a_read_of_several_mib_is_placed_byte_for_byte() {
         stats(&b).rc_read_bytes_placed - before,
         LEN as u64,
         "the response did not go directly"
+    );
+    assert_eq!(
+        stats(&a).rc_read_bytes_placed_by_peer - before_in,
+        LEN as u64
     );
     // The requester let go of the destination it offered.
     assert_eq!(soft(&a).lock().rc.as_ref().unwrap().st.placing.len(), 0);
@@ -203,6 +210,7 @@ fn with_direct_copies_off_reads_go_through_the_ring() {
         assert!(local.to_vec(0, LEN) == data, "{la:?}/{lb:?}: bytes differ");
         let (sa, sb) = (stats(&a), stats(&b));
         assert_eq!(sb.rc_read_bytes_placed, 0, "{la:?}/{lb:?}");
+        assert_eq!(sa.rc_read_bytes_placed_by_peer, 0, "{la:?}/{lb:?}");
         assert_eq!(sa.rc_direct_links + sb.rc_direct_links, 0, "{la:?}/{lb:?}");
         assert!(
             sa.rc_shm_links >= 1 && sb.rc_shm_links >= 1,
