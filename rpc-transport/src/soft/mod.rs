@@ -20,8 +20,12 @@
 //! connection starts on TCP and then moves its frames onto shared-memory rings
 //! (`shm`): a payload is copied into the ring and out of it (two copies, as through
 //! the kernel), and no system call is made per message while both sides poll; the TCP
-//! socket stays as the liveness signal. [`SoftLink::Tcp`] or `RDMA_RPC_SOFT_LINK=tcp`
-//! keeps TCP; [`SoftStats::rc_shm_links`] counts the connections that moved.
+//! socket stays as the liveness signal. RDMA Read responses skip the ring where the
+//! kernel allows one process to write the other: the responder copies them straight
+//! into the requester's memory (one copy, `shm::direct`). [`SoftLink::Tcp`] or
+//! `RDMA_RPC_SOFT_LINK=tcp` keeps TCP, [`SoftLink::Rings`] or `rings` keeps every
+//! payload in the rings; [`SoftStats::rc_shm_links`] counts the connections that
+//! moved, [`SoftStats::rc_read_bytes_placed`] the bytes placed directly.
 //!
 //! Where the work happens: `post_send` encodes frames and writes them at once;
 //! `CompletionQueue::poll` reads the sockets of that CQ's QPs, processes frames and

@@ -846,7 +846,7 @@ mod tests {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    (x % 11) as u8
+                    (x % 13) as u8
                 })
                 .collect();
             fuzz_one(&v);
