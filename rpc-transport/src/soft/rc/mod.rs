@@ -381,6 +381,15 @@ pub(crate) fn output_waits(g: &Inner) -> bool {
         .is_some_and(|rc| rc.link.is_some() && (!rc.tx.is_empty() || rc.st.budget_cut))
 }
 
+/// Whether the last pass stopped at its byte budget with nothing left queued: its
+/// output waits for a turn, not for room (placed Read responses: nothing but this side
+/// moves them), so whoever watches it must come back at once. Waiting for a timer
+/// tick instead cost 1 ms per MiB placed (rpc-bench 4 MiB × 1: p50 from ~5 to ~9 ms).
+pub(crate) fn output_ready(g: &Inner) -> bool {
+    g.rc.as_deref()
+        .is_some_and(|rc| rc.link.is_some() && rc.st.budget_cut && rc.tx.is_empty())
+}
+
 /// Progress right after a post: send what was posted, without reading. Returns
 /// whether the QP wants another visit.
 pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) -> bool {
