@@ -23,9 +23,9 @@ use super::tx::{CHUNK, COPY_MAX};
 use super::{Fault, FrameContext};
 
 /// Bytes of one placed Read response segment (`READ_PLACED`): a message queued behind
-/// a placed Read waits for at most one such copy (about 40 µs at 6 GB/s). Larger than
-/// a ring [`CHUNK`] because each segment also costs a look at the peer's pidfd and
-/// a frame.
+/// a placed Read waits for at most one such copy. Larger than a ring [`CHUNK`] because
+/// each segment also costs a look at the peer's pidfd, a system call and a frame; not
+/// tuned by measurement yet.
 pub(crate) const PLACE_CHUNK: usize = 256 * 1024;
 
 /// A message being received into a receive WQE (Send, or Write with immediate).
