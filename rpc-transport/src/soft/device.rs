@@ -55,6 +55,10 @@ pub(crate) struct Stats {
     pub(crate) rc_connections: AtomicU64,
     pub(crate) rc_shm_links: AtomicU64,
     pub(crate) rc_shm_doorbells: AtomicU64,
+    pub(crate) rc_direct_links: AtomicU64,
+    pub(crate) rc_direct_refused: AtomicU64,
+    pub(crate) rc_read_bytes_placed: AtomicU64,
+    pub(crate) rc_read_bytes_placed_by_peer: AtomicU64,
     pub(crate) rc_rnr_naks: AtomicU64,
 }
 
@@ -81,6 +85,10 @@ pub(crate) struct Device {
     pub(crate) profile: SoftProfile,
     /// Where shared-memory handshakes arrive (`None`: this device keeps to TCP).
     pub(crate) shm: Option<Listener>,
+    /// Read responses on shared-memory links are placed into the requester with one
+    /// copy where the kernel allows it (`shm::direct`), and this device's Reads offer
+    /// their destination for that.
+    pub(crate) direct: bool,
     /// The `ib` profile's LID (0 on the others, as on RoCE).
     lid: u16,
     epoch: Instant,
@@ -124,7 +132,7 @@ impl Device {
         let (listener, udp) = bind_pair(&config).map_err(verb)?;
         // Without a listener (the abstract namespace refused it) the device keeps to TCP.
         let shm = match link {
-            SoftLink::Auto => Listener::open()
+            SoftLink::Auto | SoftLink::Rings => Listener::open()
                 .inspect_err(|e| tracing::debug!(error = %e, "soft device keeps to TCP"))
                 .ok(),
             SoftLink::Tcp => None,
@@ -156,6 +164,7 @@ impl Device {
             ud_watchers: AtomicU32::new(0),
             helper: shared.clone(),
             profile,
+            direct: link == SoftLink::Auto && shm.is_some(),
             shm,
             lid,
             epoch: Instant::now(),
@@ -266,6 +275,10 @@ impl Device {
             rc_connections: g(&s.rc_connections),
             rc_shm_links: g(&s.rc_shm_links),
             rc_shm_doorbells: g(&s.rc_shm_doorbells),
+            rc_direct_links: g(&s.rc_direct_links),
+            rc_direct_refused: g(&s.rc_direct_refused),
+            rc_read_bytes_placed: g(&s.rc_read_bytes_placed),
+            rc_read_bytes_placed_by_peer: g(&s.rc_read_bytes_placed_by_peer),
             rc_rnr_naks: g(&s.rc_rnr_naks),
             live_qps: self.qps.read().unwrap_or_else(|e| e.into_inner()).len() as u64,
             live_mrs: self.keys.live() as u64,

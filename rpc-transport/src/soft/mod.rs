@@ -20,8 +20,12 @@
 //! connection starts on TCP and then moves its frames onto shared-memory rings
 //! (`shm`): a payload is copied into the ring and out of it (two copies, as through
 //! the kernel), and no system call is made per message while both sides poll; the TCP
-//! socket stays as the liveness signal. [`SoftLink::Tcp`] or `RDMA_RPC_SOFT_LINK=tcp`
-//! keeps TCP; [`SoftStats::rc_shm_links`] counts the connections that moved.
+//! socket stays as the liveness signal. RDMA Read responses skip the ring where the
+//! kernel allows one process to write the other: the responder copies them straight
+//! into the requester's memory (one copy, `shm::direct`). [`SoftLink::Tcp`] or
+//! `RDMA_RPC_SOFT_LINK=tcp` keeps TCP, [`SoftLink::Rings`] or `rings` keeps every
+//! payload in the rings; [`SoftStats::rc_shm_links`] counts the connections that
+//! moved, [`SoftStats::rc_read_bytes_placed`] the bytes placed directly.
 //!
 //! Where the work happens: `post_send` encodes frames and writes them at once;
 //! `CompletionQueue::poll` reads the sockets of that CQ's QPs, processes frames and
@@ -115,20 +119,26 @@ pub struct SoftConfig {
     pub link: SoftLink,
 }
 
-/// Environment variable that forces every soft device onto TCP for RC: `tcp`. Unset,
-/// empty or `auto`: [`SoftConfig::link`] decides. Any other value makes opens fail
-/// with an error naming it.
+/// Environment variable that forces every soft device onto TCP for RC: `tcp`; or onto
+/// shared-memory rings without direct copies (every payload through the ring): `rings`.
+/// Unset, empty or `auto`: [`SoftConfig::link`] decides. Any other value makes opens
+/// fail with an error naming it.
 pub const SOFT_LINK_ENV: &str = "RDMA_RPC_SOFT_LINK";
 
 /// How a soft device's RC QPs carry their frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SoftLink {
     /// Shared memory when both ends are on this host, in this network namespace, run
-    /// by this user (and both devices allow it); TCP otherwise.
+    /// by this user (and both devices allow it); TCP otherwise. On shared memory, Read
+    /// responses are placed into the requester's memory with one copy where the kernel
+    /// allows it (`process_vm_writev`; see [`SoftStats::rc_direct_links`]).
     #[default]
     Auto,
     /// Always TCP.
     Tcp,
+    /// As [`SoftLink::Auto`], but every payload goes through the rings (two copies):
+    /// no process writes into another.
+    Rings,
 }
 
 impl SoftLink {
@@ -136,13 +146,14 @@ impl SoftLink {
     pub(crate) fn with_env(self) -> crate::error::Result<SoftLink> {
         match std::env::var(SOFT_LINK_ENV) {
             Ok(v) if v == "tcp" => Ok(SoftLink::Tcp),
+            Ok(v) if v == "rings" && self != SoftLink::Tcp => Ok(SoftLink::Rings),
             Ok(v) if v.is_empty() || v == "auto" => Ok(self),
             Err(std::env::VarError::NotPresent) => Ok(self),
             Ok(v) => Err(crate::error::Error::InvalidArgument(format!(
-                "${SOFT_LINK_ENV}={v:?}: expected tcp or auto"
+                "${SOFT_LINK_ENV}={v:?}: expected tcp, rings or auto"
             ))),
             Err(std::env::VarError::NotUnicode(v)) => Err(crate::error::Error::InvalidArgument(
-                format!("${SOFT_LINK_ENV}={v:?}: expected tcp or auto"),
+                format!("${SOFT_LINK_ENV}={v:?}: expected tcp, rings or auto"),
             )),
         }
     }
@@ -203,6 +214,17 @@ pub struct SoftStats {
     /// millisecond. While both sides poll, none are rung: a count growing with the
     /// messages means a side sleeps between them.
     pub rc_shm_doorbells: u64,
+    /// Of those, connections on which this device places Read responses straight into
+    /// the requester's memory (its probe `process_vm_writev` passed).
+    pub rc_direct_links: u64,
+    /// Shared-memory connections on which this device tried to place Read responses
+    /// directly and may not (the probe failed, or a later copy was refused): their
+    /// Read responses go through the ring.
+    pub rc_direct_refused: u64,
+    /// Read response bytes this device placed into requesters directly.
+    pub rc_read_bytes_placed: u64,
+    /// Read response bytes responders placed into this device's Reads directly.
+    pub rc_read_bytes_placed_by_peer: u64,
     /// RC frames this device's QPs answered with an RNR NAK (no receive posted).
     pub rc_rnr_naks: u64,
     /// QPs of this device that exist now (a gauge, not a counter: a server's should

@@ -1,4 +1,4 @@
-//! The soft provider's wire format, version 3: the only place it is defined.
+//! The soft provider's wire format, version 4: the only place it is defined.
 //!
 //! # RC frames (over one TCP connection per connected QP pair, both directions)
 //!
@@ -34,6 +34,8 @@
 //! | `ATOMIC_RESP` 7 | original value (8) | none |
 //! | `ACK` 8 | none | none |
 //! | `SHM_SWITCH` 10 | none | none |
+//! | `READ_REQ_PLACE` 11 | remote va (8), rkey (4), length (4), destination (8) | none |
+//! | `READ_PLACED` 12 | bytes placed (4) | none |
 //! | `NAK` 9 | syndrome (1: RNR, 2: invalid request, 3: remote access, 4: remote operational, 5: QP in error), RNR timer code (1), zero (2) | none |
 //!
 //! `HELLO` is the first frame on a new connection, from the connecting side; it names
@@ -41,6 +43,14 @@
 //! connecting device keeps to TCP) let the accepting side offer shared memory
 //! (`soft::shm`). `SHM_SWITCH` is the last frame a side sends on TCP: its later frames
 //! come through the shared-memory ring.
+//!
+//! `READ_REQ_PLACE` is a `READ_REQ` from a requester on shared memory that also names
+//! the address, in its own process, where the `length` bytes go (one contiguous,
+//! checked range it holds until the Read ends). A responder that may write there
+//! (`soft::shm::direct`) copies the bytes itself, a segment at a time, and answers each
+//! segment with `READ_PLACED` (flags `FIRST`/`LAST` as a `READ_RESP` segment's) once
+//! its bytes are in place; one that may not answers with `READ_RESP` as usual, and so
+//! may switch from the one to the other at any segment boundary.
 //!
 //! # UD datagrams (one UDP datagram each)
 //!
@@ -54,7 +64,8 @@
 //!
 //! Version 2 raised [`MAX_SEG`] from 32 KiB to 1 MiB (a version-1 peer would refuse
 //! the larger frames, so it is refused at its `HELLO` instead). Version 3 added the
-//! `HELLO`'s host identity and listener and `SHM_SWITCH`.
+//! `HELLO`'s host identity and listener and `SHM_SWITCH`; version 4 `READ_REQ_PLACE`
+//! and `READ_PLACED`.
 //!
 //! Versioning: every frame and datagram starts with [`VERSION`]. A peer speaking
 //! another version is refused, not misread: its `HELLO` fails to decode and the
@@ -64,7 +75,7 @@
 use std::fmt;
 
 /// Wire format version carried in every frame and datagram.
-pub(crate) const VERSION: u8 = 3;
+pub(crate) const VERSION: u8 = 4;
 /// Length of the common RC frame header.
 pub(crate) const HDR_LEN: usize = 16;
 /// Largest payload of one RC frame a receiver accepts; senders cut messages into
@@ -98,6 +109,8 @@ const OP_ATOMIC_RESP: u8 = 7;
 const OP_ACK: u8 = 8;
 const OP_NAK: u8 = 9;
 const OP_SHM_SWITCH: u8 = 10;
+const OP_READ_REQ_PLACE: u8 = 11;
+const OP_READ_PLACED: u8 = 12;
 const OP_UD_SEND: u8 = 0x10;
 
 /// Why a NAK was sent.
@@ -171,9 +184,17 @@ pub(crate) enum Body {
         rkey: u32,
         /// Bytes to read.
         len: u32,
+        /// Where the bytes go in the requester's process, if the responder may place
+        /// them there itself (`READ_REQ_PLACE`).
+        place: Option<u64>,
     },
     /// A segment of an RDMA Read response.
     ReadResp,
+    /// A segment of an RDMA Read response that the responder placed itself.
+    ReadPlaced {
+        /// Bytes of the segment.
+        len: u32,
+    },
     /// An atomic request.
     AtomicReq {
         /// Remote address (8-byte aligned).
@@ -293,6 +314,8 @@ fn ext_len(op: u8) -> Option<usize> {
         OP_ACK => 0,
         OP_NAK => 4,
         OP_SHM_SWITCH => 0,
+        OP_READ_REQ_PLACE => 24,
+        OP_READ_PLACED => 4,
         _ => return None,
     })
 }
@@ -300,7 +323,7 @@ fn ext_len(op: u8) -> Option<usize> {
 fn allowed_flags(op: u8) -> u8 {
     match op {
         OP_SEND | OP_WRITE => FIRST | LAST | IMM | SOLICITED,
-        OP_READ_RESP => FIRST | LAST,
+        OP_READ_RESP | OP_READ_PLACED => FIRST | LAST,
         _ => 0,
     }
 }
@@ -376,12 +399,14 @@ pub(crate) fn decode_head(buf: &[u8]) -> Result<Option<(Head, usize)>, WireError
             rkey: be32(e, 8),
             imm: be32(e, 12),
         },
-        OP_READ_REQ => Body::ReadReq {
+        OP_READ_REQ | OP_READ_REQ_PLACE => Body::ReadReq {
             va: be64(e, 0),
             rkey: be32(e, 8),
             len: be32(e, 12),
+            place: (op == OP_READ_REQ_PLACE).then(|| be64(e, 16)),
         },
         OP_READ_RESP => Body::ReadResp,
+        OP_READ_PLACED => Body::ReadPlaced { len: be32(e, 0) },
         OP_ATOMIC_REQ => {
             let (a, b) = (be64(e, 16), be64(e, 24));
             let op = match be32(e, 12) {
@@ -494,13 +519,28 @@ pub(crate) fn encode(
                 e[12..16].copy_from_slice(&imm.to_be_bytes());
                 OP_WRITE
             }
-            Body::ReadReq { va, rkey, len } => {
+            Body::ReadReq {
+                va,
+                rkey,
+                len,
+                place,
+            } => {
                 e[..8].copy_from_slice(&va.to_be_bytes());
                 e[8..12].copy_from_slice(&rkey.to_be_bytes());
                 e[12..16].copy_from_slice(&len.to_be_bytes());
-                OP_READ_REQ
+                match place {
+                    Some(at) => {
+                        e[16..24].copy_from_slice(&at.to_be_bytes());
+                        OP_READ_REQ_PLACE
+                    }
+                    None => OP_READ_REQ,
+                }
             }
             Body::ReadResp => OP_READ_RESP,
+            Body::ReadPlaced { len } => {
+                e[..4].copy_from_slice(&len.to_be_bytes());
+                OP_READ_PLACED
+            }
             Body::AtomicReq { va, rkey, op } => {
                 let (kind, a, b) = match op {
                     Atomic::FetchAdd { add } => (0u32, add, 0),
@@ -704,10 +744,22 @@ mod tests {
                 va: 8,
                 rkey: 4,
                 len: 1 << 30,
+                place: None,
+            },
+            &[],
+        );
+        round_trip(
+            0,
+            Body::ReadReq {
+                va: 8,
+                rkey: 4,
+                len: 1 << 30,
+                place: Some(0x7fff_1234_5000),
             },
             &[],
         );
         round_trip(LAST, Body::ReadResp, &[0; MAX_SEG]);
+        round_trip(FIRST | LAST, Body::ReadPlaced { len: 1 << 20 }, &[]);
         round_trip(
             0,
             Body::AtomicReq {
@@ -746,10 +798,12 @@ mod tests {
             b[i] = v;
             decode(&b).map(|o| o.map(|(_, n)| n))
         };
-        // Versions 1 (32 KiB frames) and 2 (no shared memory) are refused as any other.
+        // Versions 1 (32 KiB frames), 2 (no shared memory) and 3 (no placed Read
+        // responses) are refused as any other.
         assert_eq!(bad(0, 1), Err(WireError::Version(1)));
         assert_eq!(bad(0, 2), Err(WireError::Version(2)));
-        assert_eq!(bad(0, 4), Err(WireError::Version(4)));
+        assert_eq!(bad(0, 3), Err(WireError::Version(3)));
+        assert_eq!(bad(0, 5), Err(WireError::Version(5)));
         assert_eq!(bad(1, 99), Err(WireError::Opcode(99)));
         assert_eq!(bad(2, 0x80), Err(WireError::Flags(0x80)));
         assert_eq!(bad(3, 1), Err(WireError::Reserved));
@@ -792,7 +846,7 @@ mod tests {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    (x % 11) as u8
+                    (x % 13) as u8
                 })
                 .collect();
             fuzz_one(&v);

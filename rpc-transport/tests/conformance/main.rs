@@ -29,6 +29,7 @@ mod atomics;
 mod cq;
 mod link;
 mod mw;
+mod placed_reads;
 mod protection;
 mod qp_state;
 mod rdma;

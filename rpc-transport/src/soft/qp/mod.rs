@@ -453,7 +453,8 @@ impl Qp {
         let g = self.lock();
         if let Some(link) = g.rc.as_ref().and_then(|rc| rc.link.as_ref()) {
             let tcp = link.tcp_fd();
-            let room = stalled && link.output_on_tcp();
+            // A pass cut at its budget goes on at once: its (idle) socket is writable.
+            let room = stalled && (link.output_on_tcp() || rc::output_ready(&g));
             link.wake_fds().for_each(|fd| rearm(fd, room && fd == tcp));
             link.announce_sleep();
         }

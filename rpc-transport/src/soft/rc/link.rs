@@ -27,7 +27,8 @@ use std::sync::Arc;
 
 use crate::soft::device::{bump, Device};
 use crate::soft::qp::Qp;
-use crate::soft::shm::{Answer, Inbox, Offer, Producer};
+use crate::soft::shm::handshake::Probe;
+use crate::soft::shm::{direct, Answer, Inbox, Offer, PeerWriter, Producer};
 use crate::soft::wire::{self, Body, HDR_LEN};
 
 use super::Fault;
@@ -77,6 +78,8 @@ pub(crate) struct Link {
     idle_since: Option<u64>,
     /// The device, once rings are in use: its doorbell count.
     dev: Option<Arc<Device>>,
+    /// This side's right to place Read responses into the peer (`shm::direct`).
+    direct: Option<PeerWriter>,
 }
 
 /// The bytes of an `SHM_SWITCH` frame.
@@ -104,6 +107,7 @@ impl Link {
             seen_tail: 0,
             idle_since: None,
             dev: None,
+            direct: None,
         }
     }
 
@@ -150,6 +154,12 @@ impl Link {
     /// Whether the ring this side reads holds bytes (one atomic load).
     pub(crate) fn ring_has_input(&self) -> bool {
         self.reading_ring && self.inbox.as_ref().is_some_and(|i| i.has_data())
+    }
+
+    /// Where Read responses may be placed into the peer directly (a probe passed and
+    /// no copy was refused since).
+    pub(crate) fn direct(&self) -> Option<&PeerWriter> {
+        self.direct.as_ref().filter(|w| w.usable())
     }
 
     pub(crate) fn tcp_fd(&self) -> RawFd {
@@ -310,7 +320,7 @@ impl Link {
         {
             return;
         }
-        match Offer::send(listener, qp.qpn, peer_qpn, gid) {
+        match Offer::send(listener, qp.qpn, peer_qpn, gid, qp.dev.direct) {
             Ok(mut o) => {
                 let inbox = Arc::new(o.inbox.take().expect("a new offer has its inbox"));
                 watch(qp, o.raw());
@@ -328,8 +338,9 @@ impl Link {
         let Some(o) = &self.offer else { return };
         match o.poll() {
             Answer::Pending => {}
-            Answer::Accepted(p) => {
+            Answer::Accepted(p, probe) => {
                 self.offer = None;
+                self.direct = direct::settle(&qp.dev, qp.qpn, probe);
                 self.use_ring(qp, p, None);
             }
             Answer::Refused(e) => {
@@ -340,7 +351,15 @@ impl Link {
     }
 
     /// The connecting side: the peer's handshake was accepted.
-    pub(crate) fn accept_rings(&mut self, qp: &Qp, out: Producer, inbox: Inbox, peer_pid: i32) {
+    pub(crate) fn accept_rings(
+        &mut self,
+        qp: &Qp,
+        out: Producer,
+        inbox: Inbox,
+        peer_pid: i32,
+        probe: Probe,
+    ) {
+        self.direct = direct::settle(&qp.dev, qp.qpn, probe);
         self.install_inbox(qp, Arc::new(inbox));
         self.use_ring(qp, out, Some(peer_pid));
     }
@@ -425,10 +444,10 @@ pub(crate) fn serve_handshakes(dev: &Device) -> bool {
             continue; // dropping the request refuses it
         }
         let pid = req.pid;
-        match req.answer() {
-            Ok((out, inbox)) => {
+        match req.answer(dev.direct) {
+            Ok((out, inbox, probe)) => {
                 let link = rc.link.as_mut().expect("checked above");
-                link.accept_rings(&qp, out, inbox, pid);
+                link.accept_rings(&qp, out, inbox, pid, probe);
             }
             Err(e) => tracing::debug!(error = %e, "shared-memory handshake: answer failed"),
         }

@@ -37,6 +37,10 @@ fn find(cx: &FrameContext<'_>, seq: u32) -> Option<usize> {
 }
 
 pub(super) fn on_nak(cx: &mut FrameContext<'_>, seq: u32, nak: Nak) {
+    if !matches!(nak, Nak::Rnr(_)) {
+        // The peer's responder is in ERR now (or about to be): it places nothing more.
+        cx.st.placing.release_all();
+    }
     if nak == Nak::QpError {
         // Not about one request: nothing outstanding will ever be answered.
         if cx.sq.len() > 0 && !cx.st.halted {
@@ -113,6 +117,9 @@ pub(super) fn read_resp_head(
 
 /// A Read response segment has landed.
 pub(super) fn read_resp_end(cx: &mut FrameContext<'_>, h: &wire::Head) -> Result<(), Fault> {
+    if h.flags & wire::LAST != 0 {
+        cx.st.placing.release_through(h.seq);
+    }
     let Some(i) = find(cx, h.seq) else {
         return Ok(());
     };
@@ -125,6 +132,61 @@ pub(super) fn read_resp_end(cx: &mut FrameContext<'_>, h: &wire::Head) -> Result
         w.state = TxState::Done;
     }
     Ok(())
+}
+
+/// A Read response segment the peer placed itself (`READ_PLACED`): its bytes are
+/// already in the destination this Read offered.
+pub(super) fn read_placed(
+    cx: &mut FrameContext<'_>,
+    h: &wire::Head,
+    len: u32,
+) -> Result<(), Fault> {
+    if !cx.st.placing.holds(h.seq) {
+        // Placed into memory this side never offered (or no longer holds).
+        return Err(Fault::Broken);
+    }
+    if h.flags & wire::LAST != 0 {
+        cx.st.placing.release_through(h.seq);
+    }
+    let Some(i) = find(cx, h.seq) else {
+        return Ok(()); // a response to a WQE that already failed
+    };
+    let w = cx.sq.get_mut(i);
+    if w.state != TxState::Sent || !matches!(w.op, SendOp::RdmaRead { .. }) {
+        return Err(Fault::Broken);
+    }
+    let s = &cx.qp.dev.stats.rc_read_bytes_placed_by_peer;
+    s.fetch_add(u64::from(len), std::sync::atomic::Ordering::Relaxed);
+    w.done_bytes += u64::from(len);
+    if w.done_bytes > w.len {
+        return Err(Fault::Broken);
+    }
+    if h.flags & wire::LAST != 0 {
+        if w.done_bytes != w.len {
+            return Err(Fault::Broken);
+        }
+        w.state = TxState::Done;
+    }
+    Ok(())
+}
+
+/// The Read WQE `i`'s destination, if the peer may place the response there: one
+/// contiguous range that passes the local checks, held until the peer is done with
+/// it. Otherwise the Read asks for the bytes on the link as usual (and a bad lkey
+/// fails it when they arrive, as before).
+fn offer_destination(cx: &mut FrameContext<'_>, i: usize, seq: u32) -> Option<u64> {
+    let w = cx.sq.get(i);
+    let [sge] = w.sges() else { return None };
+    if w.len == 0 || u64::from(sge.length) != w.len {
+        return None;
+    }
+    let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);
+    let r = keys
+        .resolve(sge.lkey, pd, sge.addr, w.len, AccessFlags::LOCAL_WRITE)
+        .ok()?;
+    let at = r.ptr as u64;
+    cx.st.placing.hold(seq, r.buf);
+    Some(at)
 }
 
 pub(super) fn on_atomic_resp(cx: &mut FrameContext<'_>, seq: u32, orig: u64) -> Result<(), Fault> {
@@ -258,10 +320,16 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
                 true,
             ),
             SendOp::RdmaRead { remote_addr, rkey } => {
+                let place = if cx.st.offer_place {
+                    offer_destination(cx, i, seq)
+                } else {
+                    None
+                };
                 let body = Body::ReadReq {
                     va: remote_addr,
                     rkey,
                     len: w.len as u32,
+                    place,
                 };
                 cx.frame(0, seq, &body, 0);
                 sent(cx, i);

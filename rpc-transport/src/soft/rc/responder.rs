@@ -14,11 +14,19 @@ use crate::access::AccessFlags;
 use crate::mr_buffer::MrBuffer;
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 
+use super::super::device::bump;
 use super::super::pieces::{Pieces, PlanError};
 use super::super::qp::wqe::RecvWqe;
+use super::super::shm::direct::{PeerWriter, WriteError};
 use super::super::wire::{self, Atomic, Body, Nak, SEQ_MASK};
 use super::tx::{CHUNK, COPY_MAX};
 use super::{Fault, FrameContext};
+
+/// Bytes of one placed Read response segment (`READ_PLACED`): a message queued behind
+/// a placed Read waits for at most one such copy. Larger than a ring [`CHUNK`] because
+/// each segment also costs a look at the peer's pidfd, a system call and a frame; not
+/// tuned by measurement yet.
+pub(crate) const PLACE_CHUNK: usize = 256 * 1024;
 
 /// A message being received into a receive WQE (Send, or Write with immediate).
 pub(crate) struct InMsg {
@@ -35,6 +43,8 @@ pub(crate) enum Resp {
         len: u64,
         off: u64,
         buf: Option<Arc<MrBuffer>>,
+        /// Where the requester asked the bytes to be placed (`READ_REQ_PLACE`).
+        place: Option<u64>,
     },
     Atomic {
         seq: u32,
@@ -252,6 +262,7 @@ pub(super) fn on_read_req(
     va: u64,
     rkey: u32,
     len: u32,
+    place: Option<u64>,
 ) -> Result<(), Fault> {
     if !in_order(cx, seq) {
         return Ok(());
@@ -284,6 +295,7 @@ pub(super) fn on_read_req(
         len: u64::from(len),
         off: 0,
         buf,
+        place,
     });
     advance(cx);
     Ok(())
@@ -336,8 +348,10 @@ pub(super) fn on_atomic(
 }
 
 /// Encodes queued responses while the TX buffer has room. Returns `true` once a
-/// fatal NAK has been encoded: the QP must then move to ERR.
-pub(super) fn pump(cx: &mut FrameContext<'_>) -> bool {
+/// fatal NAK has been encoded: the QP must then move to ERR. `writer`: this side may
+/// place Read responses into the peer; a placed segment ends the turn (the requester
+/// half goes next).
+pub(super) fn pump(cx: &mut FrameContext<'_>, writer: Option<&PeerWriter>) -> Result<bool, Fault> {
     while cx.tx.has_room() {
         let Some(r) = cx.st.resps.front_mut() else {
             break;
@@ -348,7 +362,7 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> bool {
                 cx.st.resps.pop_front();
                 cx.frame(0, seq, &Body::Nak(nak), 0);
                 if fatal {
-                    return true;
+                    return Ok(true);
                 }
             }
             Resp::Atomic { seq, orig } => {
@@ -362,8 +376,44 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> bool {
                 len,
                 off,
                 buf,
+                place,
             } => {
                 let (seq, ptr, len, start) = (*seq, *ptr, *len, *off);
+                if let (Some(at), Some(w)) = (*place, writer) {
+                    let seg = ((len - start) as usize).min(PLACE_CHUNK);
+                    // SAFETY: `[ptr + start, + seg)` is inside the range checked at
+                    // request time, in the buffer `buf` holds.
+                    match unsafe { w.write(ptr.add(start as usize), seg, at + start) } {
+                        Ok(()) => {
+                            *off += seg as u64;
+                            let mut flags = if start == 0 { wire::FIRST } else { 0 };
+                            if start + seg as u64 == len {
+                                flags |= wire::LAST;
+                                cx.st.resps.pop_front();
+                            }
+                            // The bytes are in place before the frame that says so
+                            // is published.
+                            cx.frame(flags, seq, &Body::ReadPlaced { len: seg as u32 }, 0);
+                            cx.tx.placed += seg;
+                            let s = &cx.qp.dev.stats;
+                            s.rc_read_bytes_placed
+                                .fetch_add(seg as u64, std::sync::atomic::Ordering::Relaxed);
+                            return Ok(false);
+                        }
+                        Err(WriteError::Denied) => {
+                            // The kernel changed its mind: the ring carries the rest.
+                            bump(&cx.qp.dev.stats.rc_direct_refused);
+                            *place = None;
+                            continue;
+                        }
+                        // A dead peer ends the connection as a closed socket does.
+                        Err(WriteError::Gone) => return Err(Fault::Broken),
+                        Err(WriteError::BadAddress) => {
+                            bump(&cx.qp.dev.stats.rc_frames_malformed);
+                            return Err(Fault::Broken);
+                        }
+                    }
+                }
                 let want = ((len - start) as usize).min(CHUNK);
                 let seg = cx.tx.room_for(want);
                 if seg < want.min(1) {
@@ -402,5 +452,5 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> bool {
             }
         }
     }
-    false
+    Ok(false)
 }

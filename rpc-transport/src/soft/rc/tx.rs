@@ -59,6 +59,9 @@ pub(crate) struct TxBuf {
     off: usize,
     refs: VecDeque<Ref>,
     ref_bytes: usize,
+    /// Payload bytes placed into the peer directly since the last flush (they count
+    /// toward a pass's write budget as if written here).
+    pub(crate) placed: usize,
 }
 
 // SAFETY: each `Ref` pointer is into a buffer the `Ref` keeps alive; it is read only by
@@ -72,6 +75,7 @@ impl TxBuf {
             off: 0,
             refs: VecDeque::new(),
             ref_bytes: 0,
+            placed: 0,
         }
     }
 
@@ -116,9 +120,10 @@ impl TxBuf {
         });
     }
 
-    /// Writes what the link accepts; returns the bytes written.
+    /// Writes what the link accepts; returns the bytes written (and placed since the
+    /// last flush).
     pub(crate) fn flush(&mut self, link: &mut Link) -> io::Result<usize> {
-        let mut total = 0;
+        let mut total = std::mem::take(&mut self.placed);
         while !self.is_empty() {
             if self.refs.is_empty() {
                 // SAFETY: the iovec names the live unsent head bytes.

@@ -32,16 +32,43 @@
 //! frees (see [`ring`]). Each QP pair maps two rings of 1 MiB ([`ring::RING_BYTES`]);
 //! an empty ring jumps its writer back to its start, so a connection of small
 //! messages keeps about two pages of each resident, and one that carried bulk data
-//! gives the pages back once its ring has been idle for 100 ms. Payloads are copied through the ring (bulk
-//! transfers with a single copy, by mapping registered memory into the peer, are not
-//! implemented).
+//! gives the pages back once its ring has been idle for 100 ms.
+//!
+//! Read responses with one copy ([`direct`]). A Read whose destination is one
+//! contiguous range (a single SGE, checked against its lkey) names that address in its
+//! request (`READ_REQ_PLACE`); the responder checks rkey, bounds and rights exactly as
+//! for any Read, then copies from its region straight into the requester's memory
+//! with `process_vm_writev`, 256 KiB at a time (`rc::responder::PLACE_CHUNK`: what a
+//! message queued behind it waits for), and publishes a payload-less `READ_PLACED`
+//! frame per segment once its bytes are in place. The right to do so is agreed per QP
+//! at the handshake by a real probe (a `process_vm_writev` into a word the peer named),
+//! for the pid `SO_PEERCRED` gave (0, a pid outside this pid namespace, is refused); it
+//! fails under Yama's `ptrace_scope` ≥ 1, across user namespaces, or into a
+//! non-dumpable process, and then that QP's Read responses go through the ring, as they
+//! do with [`crate::SoftLink::Rings`] (`RDMA_RPC_SOFT_LINK=rings`). A copy refused later
+//! falls back to the ring for the rest; a copy that finds the peer gone (`ESRCH`, or
+//! its pidfd, opened at the handshake and looked at before each copy, says it exited)
+//! ends the connection as a closed socket does. The pid-reuse window left is between
+//! that look and the copy's own pid lookup (microseconds; the pid space would have to
+//! wrap meanwhile). The requester holds each offered destination until the peer is
+//! done with it (`rc::placed`). The device's statistics count the links that place
+//! (`rc_direct_links`), those refused (`rc_direct_refused`) and the bytes placed each
+//! way. What it saves is CPU: the ring's two copies run on two cores at once (the
+//! writer fills while the reader drains), so on an otherwise idle machine a lone large
+//! Read takes about as long either way; with other work to do, the copy not made is
+//! time given back. Sends and RDMA Writes still go through the ring (two copies):
+//! placing them would need the responder to pull from the requester after its checks
+//! (`process_vm_readv`), with the source held until the ACK; not done.
+//!
 //! `RDMA_RPC_SOFT_LINK=tcp` or [`crate::SoftLink::Tcp`] keeps every QP of a device
 //! on TCP.
 
+pub(crate) mod direct;
 pub(crate) mod handshake;
 pub(crate) mod ident;
 pub(crate) mod ring;
 pub(crate) mod unix;
 
+pub(crate) use direct::PeerWriter;
 pub(crate) use handshake::{Answer, Listener, Offer};
 pub(crate) use ring::{Inbox, Producer};

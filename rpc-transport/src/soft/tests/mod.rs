@@ -12,6 +12,7 @@ mod alloc;
 mod bulk;
 mod compact;
 mod doorbells;
+mod direct;
 mod errors;
 mod ib;
 mod idle_receives;

@@ -48,7 +48,7 @@ fn fake_shm_peer(a: &Side) -> (Producer, TcpStream) {
         assert!(Instant::now() < deadline, "the QP never offered its ring");
     };
     assert_eq!((req.dst_qpn, req.src_qpn), (5, a.qp.qp_num()));
-    let (to_a, _our_inbox) = req.answer().unwrap();
+    let (to_a, _our_inbox, _) = req.answer(false).unwrap();
     let mut switch = Vec::new();
     wire::encode(&mut switch, 0, 0, 0, &Body::ShmSwitch, 0);
     s.write_all(&switch).unwrap();

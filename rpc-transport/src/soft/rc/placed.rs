@@ -1,0 +1,103 @@
+//! The destinations of this requester's Reads that the peer may place bytes into
+//! itself (`READ_REQ_PLACE`, see `shm::direct`), held alive until the peer is done
+//! with them.
+//!
+//! The peer writes those bytes without asking this side, so the memory must outlive
+//! every write it may still make, not only the Read's completion: a WQE flushed by
+//! ERR completes at once, while the peer may be copying its response. A destination
+//! is let go when the peer says it is done with it (the Read's `LAST` response
+//! segment, or a NAK that ends its responder), or when the peer can no longer write
+//! (its connection ended). A QP destroyed while a peer may still be writing keeps
+//! those buffers mapped for the life of the process (leaked, and logged) rather than
+//! let a later mapping at the same address receive the peer's bytes. That protects
+//! against an honest peer finishing a transfer this side gave up on; a hostile peer
+//! that passed the probe may write anywhere in this process anyway (same user,
+//! ptrace access), which is why the probe is the gate.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::mr_buffer::MrBuffer;
+
+use super::super::wire::seq_lt;
+
+/// Destinations held, by Read sequence number, oldest first.
+#[derive(Default)]
+pub(crate) struct Placing {
+    held: VecDeque<(u32, Arc<MrBuffer>)>,
+}
+
+impl Placing {
+    /// Holds `buf` until the Read `seq` is over. A Read sent again (after an RNR NAK
+    /// rewound the send queue, the peer executed nothing from there on) replaces what
+    /// was held for its number and the numbers after it.
+    pub(crate) fn hold(&mut self, seq: u32, buf: Arc<MrBuffer>) {
+        while self.held.back().is_some_and(|b| !seq_lt(b.0, seq)) {
+            self.held.pop_back();
+        }
+        self.held.push_back((seq, buf));
+    }
+
+    /// Whether the Read `seq` offered its destination.
+    pub(crate) fn holds(&self, seq: u32) -> bool {
+        self.held.iter().any(|h| h.0 == seq)
+    }
+
+    /// The peer is done with the Read `seq`, and so (responses come in request
+    /// order) with every earlier one.
+    pub(crate) fn release_through(&mut self, seq: u32) {
+        while self
+            .held
+            .front()
+            .is_some_and(|f| f.0 == seq || seq_lt(f.0, seq))
+        {
+            self.held.pop_front();
+        }
+    }
+
+    /// The peer will write none of them any more.
+    pub(crate) fn release_all(&mut self) {
+        self.held.clear();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.held.len()
+    }
+}
+
+impl Drop for Placing {
+    fn drop(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            reads = self.held.len(),
+            "soft RC QP gone while its peer may still place Read responses: their buffers stay mapped"
+        );
+        for (_, buf) in self.held.drain(..) {
+            std::mem::forget(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_follows_request_order_and_resends_replace() {
+        let buf = Arc::new(MrBuffer::zeroed(8));
+        let mut p = Placing::default();
+        for seq in [0xff_fffe, 0xff_ffff, 0, 1] {
+            p.hold(seq, buf.clone());
+        }
+        p.release_through(0xff_ffff); // across the 24-bit wrap
+        assert!(!p.holds(0xff_fffe) && !p.holds(0xff_ffff));
+        assert!(p.holds(0) && p.holds(1));
+        p.hold(0, buf.clone()); // sent again from 0 after an RNR NAK
+        assert_eq!(p.len(), 1);
+        p.release_all();
+        assert_eq!(Arc::strong_count(&buf), 1);
+    }
+}

@@ -1,0 +1,249 @@
+//! A requester process that dies while this side answers its RDMA Reads. On the soft
+//! provider's shared-memory link the responder places those bytes straight into the
+//! requester's memory (`process_vm_writev`); its death must end the responder's QP
+//! exactly as a closed connection does, whichever it notices first.
+
+use rpc_transport::{AsyncEvent, ProviderKind, QpState, RcRetry, SendOp, SendWr, WcStatus};
+
+use crate::common::child::{hear, mr_from_text, mr_to_text, say, ChildProc};
+use crate::common::link::{expect_shm, wait_link};
+use crate::common::quirks::reports_qp_state;
+use crate::common::rc::{accept, connect, PSN_A, PSN_B};
+use crate::common::wait::Deadline;
+use crate::common::{
+    pattern, post_recv, post_send, wait_event, wait_state, wait_wc, wait_wcs, RcOpts, RcSide,
+};
+
+/// Bytes of each RDMA Read the reading child keeps asking for.
+const READ_LEN: usize = 16 << 20;
+
+fn opts() -> RcOpts {
+    // As `two_process::rc_peer_killed_mid_transfer_ends_qp_in_err`: 6, not 7 (rxe
+    // takes 7 as "retry forever").
+    RcOpts {
+        retry: RcRetry {
+            ack_timeout: 14,
+            retry_cnt: 6,
+        },
+        ..RcOpts::default()
+    }
+}
+
+/// Whether this run's soft devices place Read responses directly.
+fn expect_placed() -> bool {
+    expect_shm() && std::env::var(rpc_transport::SOFT_LINK_ENV).map_or(true, |v| v != "rings")
+}
+
+/// The child reads `READ_LEN` bytes of this side's region again and again until it is
+/// killed; this side, the responder, then has a Send outstanding to it. The Send ends
+/// RETRY_EXC_ERR (or, on iWARP, which completes a Send once TCP has it, Success), the
+/// posted receive is flushed and the QP is in ERR, with QP_FATAL on the soft provider:
+/// the completions of a peer killed on TCP.
+#[test]
+fn requester_killed_while_its_reads_are_answered_ends_qp_in_err() {
+    let opts = opts();
+    let a = RcSide::new(&opts);
+    let region = a.host.mr_all(READ_LEN);
+    region.write(0, &pattern(READ_LEN, 4));
+    let buf = a.host.mr_all(64);
+    let mut peer = ChildProc::spawn("reader");
+    let ep_b = peer.recv("ep").parse().expect("endpoint record");
+    accept(&a.qp, PSN_A, &ep_b, &opts);
+    peer.send("ep", &a.qp.endpoint(PSN_A).expect("endpoint").to_string());
+    peer.send("mr", &mr_to_text(&region.remote()));
+    // SAFETY: `buf` is only read after the receive's completion.
+    unsafe { post_recv(&a.qp, 1, &[buf.sge(0, 64)]) };
+    // The child checked its first Read byte for byte before it says so.
+    peer.recv("reading");
+    wait_link(&a.host.dev, &[&a.scq, &a.rcq]);
+    if let Some(s) = a.host.dev.soft_stats() {
+        if expect_placed() {
+            // The first Reads may go out before the link moved to shared memory; the
+            // child's later ones are placed (the helper answers them meanwhile).
+            let placed = || a.host.dev.soft_stats().expect("soft").rc_read_bytes_placed;
+            let deadline = Deadline::start();
+            while placed() < READ_LEN as u64 {
+                deadline.tick(|| format!("a whole Read placed directly ({} bytes)", placed()));
+            }
+        } else {
+            assert_eq!(s.rc_read_bytes_placed, 0, "placed with direct copies off");
+        }
+    }
+    // SAFETY: `buf` outlives the Send's completion.
+    unsafe { post_send(&a.qp, SendWr::new(2, SendOp::Send, &[buf.sge(0, 8)])) };
+    peer.kill();
+    let soft = a.host.dev.provider() == ProviderKind::Soft;
+    let send = wait_wc(&a.scq, "the Send to the killed requester");
+    let ended = match send.status {
+        WcStatus::RetryExcErr => true,
+        WcStatus::Success => !soft,
+        _ => false,
+    };
+    assert!(
+        ended && send.wr_id == 2,
+        "the Send to the killed requester must fail RETRY_EXC_ERR: {send:?}"
+    );
+    let recv = wait_wcs(&a.rcq, 1, "the flushed receive")[0];
+    assert_eq!(
+        (recv.wr_id, recv.status),
+        (1, WcStatus::WrFlushErr),
+        "{recv:?}"
+    );
+    if reports_qp_state(&a.host.dev) {
+        wait_state(&a.qp, QpState::Err, "after the requester died");
+    }
+    if soft {
+        let qpn = a.qp.qp_num();
+        wait_event(&a.host.dev, "QP_FATAL", |e| *e == AsyncEvent::QpFatal(qpn));
+    }
+}
+
+/// Reads the parent's region into its own again and again until killed.
+pub fn reader_child() {
+    let opts = opts();
+    let b = RcSide::new(&opts);
+    let dst = b.host.mr_all(READ_LEN);
+    say("ep", &b.qp.endpoint(PSN_B).expect("endpoint").to_string());
+    let ep_a = hear("ep").parse().expect("endpoint record");
+    let mr_a = mr_from_text(&hear("mr"));
+    connect(&b.qp, PSN_B, &ep_a, &opts);
+    let sge = [dst.sge(0, READ_LEN as u32)];
+    let read = SendOp::RdmaRead {
+        remote_addr: mr_a.addr,
+        rkey: mr_a.rkey,
+    };
+    for i in 0u64.. {
+        // SAFETY: `dst` lives until this process is killed; it is read only after
+        // the first Read's completion.
+        unsafe { post_send(&b.qp, SendWr::new(i, read, &sge)) };
+        let wc = wait_wc(&b.scq, "a Read");
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        if i == 0 {
+            assert!(
+                dst.to_vec(0, READ_LEN) == pattern(READ_LEN, 4),
+                "the Read's bytes differ"
+            );
+            say("reading", "");
+        }
+    }
+}
+
+/// Reads in flight from this side's region: enough that one is always outstanding.
+const IN_FLIGHT: u64 = 2;
+
+/// The child, the responder, dies (SIGKILL) while this side's Reads of its region
+/// stream in (placed directly on the soft provider's shared-memory link). The Read in
+/// progress fails RETRY_EXC_ERR, those behind it and the posted receive are flushed,
+/// and the QP is in ERR (with QP_FATAL on the soft provider): a dead peer's
+/// completions, as on TCP. Reads that completed before carry the child's bytes.
+#[test]
+fn responder_killed_while_placing_reads_ends_qp_in_err() {
+    let opts = opts();
+    let a = RcSide::new(&opts);
+    let dst = a.host.mr_all(IN_FLIGHT as usize * READ_LEN);
+    let buf = a.host.mr_all(64);
+    let mut peer = ChildProc::spawn("source");
+    let ep_b = peer.recv("ep").parse().expect("endpoint record");
+    accept(&a.qp, PSN_A, &ep_b, &opts);
+    peer.send("ep", &a.qp.endpoint(PSN_A).expect("endpoint").to_string());
+    let mr_b = mr_from_text(&peer.recv("mr"));
+    // SAFETY: `buf` is only read after the receive's completion.
+    unsafe { post_recv(&a.qp, 1, &[buf.sge(0, 64)]) };
+    let read = SendOp::RdmaRead {
+        remote_addr: mr_b.addr,
+        rkey: mr_b.rkey,
+    };
+    let sges: Vec<_> = (0..IN_FLIGHT as usize)
+        .map(|k| [dst.sge(k * READ_LEN, READ_LEN as u32)])
+        .collect();
+    let post_read = |i: u64| {
+        let wr = SendWr::new(i, read, &sges[(i % IN_FLIGHT) as usize]);
+        // SAFETY: `dst` outlives every completion; each slot is read only after its
+        // Read completed and before it is posted again.
+        unsafe { post_send(&a.qp, wr) };
+    };
+    for i in 0..IN_FLIGHT {
+        post_read(i);
+    }
+    // Until one Read was placed directly (soft, shared memory, direct copies on), or
+    // the first Read elsewhere; then the child dies with a Read outstanding.
+    let placed = || {
+        a.host
+            .dev
+            .soft_stats()
+            .map_or(0, |s| s.rc_read_bytes_placed_by_peer)
+    };
+    let mut next = IN_FLIGHT;
+    let deadline = Deadline::start();
+    loop {
+        deadline.tick(|| "a Read placed directly".into());
+        let wc = wait_wc(&a.scq, "a Read before the kill");
+        assert_eq!((wc.wr_id, wc.status), (next - IN_FLIGHT, WcStatus::Success));
+        let slot = (wc.wr_id % IN_FLIGHT) as usize * READ_LEN;
+        assert!(
+            dst.to_vec(slot, READ_LEN) == pattern(READ_LEN, 6),
+            "Read {} differs",
+            wc.wr_id
+        );
+        post_read(next);
+        next += 1;
+        if !expect_placed() || a.host.dev.soft_stats().is_none() || placed() > 0 {
+            break;
+        }
+    }
+    peer.kill();
+    // The Reads still outstanding: some may have finished first; the first that did
+    // not fails RETRY_EXC_ERR and flushes the rest.
+    let mut failed = false;
+    for want in next - IN_FLIGHT..next {
+        let wc = wait_wc(&a.scq, "the Reads outstanding at the kill");
+        assert_eq!(wc.wr_id, want, "{wc:?}");
+        let expected = match (failed, wc.status) {
+            (false, WcStatus::Success) => true,
+            (false, WcStatus::RetryExcErr) => {
+                failed = true;
+                true
+            }
+            (true, WcStatus::WrFlushErr) => true,
+            _ => false,
+        };
+        assert!(expected, "after the responder died: {wc:?}");
+    }
+    if !failed {
+        // Every Read made it: the death shows on the receive alone.
+        let soft = a.host.dev.provider() == ProviderKind::Soft;
+        assert!(soft, "a NIC saw no Read fail");
+    }
+    let recv = wait_wcs(&a.rcq, 1, "the flushed receive")[0];
+    assert_eq!(
+        (recv.wr_id, recv.status),
+        (1, WcStatus::WrFlushErr),
+        "{recv:?}"
+    );
+    if reports_qp_state(&a.host.dev) {
+        wait_state(&a.qp, QpState::Err, "after the responder died");
+    }
+    if a.host.dev.provider() == ProviderKind::Soft {
+        let qpn = a.qp.qp_num();
+        wait_event(&a.host.dev, "QP_FATAL", |e| *e == AsyncEvent::QpFatal(qpn));
+    }
+}
+
+/// Offers its region for Reads and leaves the answering to its provider until killed.
+pub fn source_child() {
+    let opts = opts();
+    let b = RcSide::new(&opts);
+    let region = b.host.mr_all(READ_LEN);
+    region.write(0, &pattern(READ_LEN, 6));
+    say("ep", &b.qp.endpoint(PSN_B).expect("endpoint").to_string());
+    let ep_a = hear("ep").parse().expect("endpoint record");
+    connect(&b.qp, PSN_B, &ep_a, &opts);
+    say("mr", &mr_to_text(&region.remote()));
+    // Polls its CQs so that responses go out without waiting for the helper; the
+    // parent kills it before anything completes here.
+    loop {
+        let _ = b.scq.poll(&mut []);
+        let _ = b.rcq.poll(&mut []);
+        std::thread::yield_now();
+    }
+}
