@@ -11,8 +11,8 @@ use crate::{
 mod alloc;
 mod bulk;
 mod compact;
-mod doorbells;
 mod direct;
+mod doorbells;
 mod errors;
 mod ib;
 mod idle_receives;
