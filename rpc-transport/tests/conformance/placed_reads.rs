@@ -3,16 +3,13 @@
 //! requester's memory (`process_vm_writev`); its death must end the responder's QP
 //! exactly as a closed connection does, whichever it notices first.
 
-use rpc_transport::{AsyncEvent, ProviderKind, QpState, RcRetry, SendOp, SendWr, WcStatus};
+use rpc_transport::{ProviderKind, RcRetry, SendOp, SendWr, WcStatus};
 
 use crate::common::child::{hear, mr_from_text, mr_to_text, say, ChildProc};
 use crate::common::link::{expect_shm, wait_link};
-use crate::common::quirks::reports_qp_state;
 use crate::common::rc::{accept, connect, PSN_A, PSN_B};
 use crate::common::wait::Deadline;
-use crate::common::{
-    pattern, post_recv, post_send, wait_event, wait_state, wait_wc, wait_wcs, RcOpts, RcSide,
-};
+use crate::common::{pattern, post_recv, post_send, wait_wc, RcOpts, RcSide};
 
 /// Bytes of each RDMA Read the reading child keeps asking for.
 const READ_LEN: usize = 16 << 20;
@@ -83,19 +80,7 @@ fn requester_killed_while_its_reads_are_answered_ends_qp_in_err() {
         ended && send.wr_id == 2,
         "the Send to the killed requester must fail RETRY_EXC_ERR: {send:?}"
     );
-    let recv = wait_wcs(&a.rcq, 1, "the flushed receive")[0];
-    assert_eq!(
-        (recv.wr_id, recv.status),
-        (1, WcStatus::WrFlushErr),
-        "{recv:?}"
-    );
-    if reports_qp_state(&a.host.dev) {
-        wait_state(&a.qp, QpState::Err, "after the requester died");
-    }
-    if soft {
-        let qpn = a.qp.qp_num();
-        wait_event(&a.host.dev, "QP_FATAL", |e| *e == AsyncEvent::QpFatal(qpn));
-    }
+    a.expect_ended_by_dead_peer("after the requester died");
 }
 
 /// Reads the parent's region into its own again and again until killed.
@@ -214,19 +199,7 @@ fn responder_killed_while_placing_reads_ends_qp_in_err() {
         let soft = a.host.dev.provider() == ProviderKind::Soft;
         assert!(soft, "a NIC saw no Read fail");
     }
-    let recv = wait_wcs(&a.rcq, 1, "the flushed receive")[0];
-    assert_eq!(
-        (recv.wr_id, recv.status),
-        (1, WcStatus::WrFlushErr),
-        "{recv:?}"
-    );
-    if reports_qp_state(&a.host.dev) {
-        wait_state(&a.qp, QpState::Err, "after the responder died");
-    }
-    if a.host.dev.provider() == ProviderKind::Soft {
-        let qpn = a.qp.qp_num();
-        wait_event(&a.host.dev, "QP_FATAL", |e| *e == AsyncEvent::QpFatal(qpn));
-    }
+    a.expect_ended_by_dead_peer("after the responder died");
 }
 
 /// Offers its region for Reads and leaves the answering to its provider until killed.

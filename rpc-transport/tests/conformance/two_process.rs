@@ -4,17 +4,14 @@
 //! would.
 
 use rpc_transport::{
-    AsyncEvent, Fabric, ProviderKind, QpEndpoint, QpState, RcRetry, SendOp, SendWr, UdDest,
-    WcOpcode, WcStatus, GRH_LEN,
+    Fabric, ProviderKind, QpEndpoint, RcRetry, SendOp, SendWr, UdDest, WcOpcode, WcStatus, GRH_LEN,
 };
 
 use crate::common::child::{self, hear, mr_from_text, mr_to_text, say, ChildProc};
 use crate::common::link::wait_link;
-use crate::common::quirks::reports_qp_state;
 use crate::common::rc::{accept, connect, PSN_A, PSN_B};
 use crate::common::{
-    has_ud_or_refuses_it, pattern, post_recv, post_send, wait_event, wait_state, wait_wc, wait_wcs,
-    RcOpts, RcSide, UdSide, QKEY,
+    has_ud_or_refuses_it, pattern, post_recv, post_send, wait_wc, RcOpts, RcSide, UdSide, QKEY,
 };
 
 const WRITE_LEN: usize = 3000;
@@ -273,19 +270,7 @@ fn rc_peer_killed_mid_transfer_ends_qp_in_err() {
         "the Send to the killed peer must fail RETRY_EXC_ERR (or, on a NIC that \
          had handed it over, succeed): {send:?}"
     );
-    let recv = wait_wcs(&a.rcq, 1, "the flushed receive")[0];
-    assert_eq!(
-        (recv.wr_id, recv.status),
-        (1, WcStatus::WrFlushErr),
-        "{recv:?}"
-    );
-    if reports_qp_state(&a.host.dev) {
-        wait_state(&a.qp, QpState::Err, "after the peer died");
-    }
-    if soft {
-        let qpn = a.qp.qp_num();
-        wait_event(&a.host.dev, "QP_FATAL", |e| *e == AsyncEvent::QpFatal(qpn));
-    }
+    a.expect_ended_by_dead_peer("after the peer died");
 }
 
 /// Writes `FLOOD_LEN` bytes into the parent's region again and again until killed.

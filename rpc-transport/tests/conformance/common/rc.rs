@@ -151,3 +151,26 @@ pub fn connect(qp: &QueuePair, local_psn: u32, remote: &QpEndpoint, opts: &RcOpt
     };
     qp.modify(QpState::Rts, &rts).expect("RTR -> RTS");
 }
+
+impl RcSide {
+    /// The peer process died with receive `wr_id` 1 posted here: that receive is
+    /// flushed, the QP is in ERR where the device reports states, and the soft
+    /// provider raises QP_FATAL for it (`what` names the death in failures).
+    pub fn expect_ended_by_dead_peer(&self, what: &str) {
+        let recv = super::wait_wcs(&self.rcq, 1, "the flushed receive")[0];
+        assert_eq!(
+            (recv.wr_id, recv.status),
+            (1, rpc_transport::WcStatus::WrFlushErr),
+            "{what}: {recv:?}"
+        );
+        if super::quirks::reports_qp_state(&self.host.dev) {
+            super::wait_state(&self.qp, QpState::Err, what);
+        }
+        if self.host.dev.provider() == rpc_transport::ProviderKind::Soft {
+            let qpn = self.qp.qp_num();
+            super::wait_event(&self.host.dev, "QP_FATAL", |e| {
+                *e == rpc_transport::AsyncEvent::QpFatal(qpn)
+            });
+        }
+    }
+}
