@@ -2,40 +2,20 @@
 //! arrive intact, the responder's checks still decide every access, and the ring
 //! carries them when direct copies are off.
 
+use super::shm::soft;
 use super::*;
 use crate::{SendOp, SoftLink, SoftStats, WcOpcode, WcStatus};
 
 fn side_on(link: SoftLink) -> Side {
-    let dev = Device::open_soft(SoftConfig {
+    let config = SoftConfig {
         link,
         ..SoftConfig::default()
-    })
-    .unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(64).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
-        .unwrap();
-    let mr = pd.alloc_mr(4096, ALL).unwrap();
-    Side {
-        dev,
-        pd,
-        cq,
-        qp,
-        mr,
-    }
+    };
+    side_with(QpType::Rc, config)
 }
 
 fn stats(s: &Side) -> SoftStats {
     s.dev.soft_stats().expect("a soft device")
-}
-
-fn soft(s: &Side) -> &crate::soft::Qp {
-    match &s.qp.imp {
-        crate::qp::QpImp::Soft(q) => q,
-        #[allow(unreachable_patterns)]
-        _ => panic!("not a soft QP"),
-    }
 }
 
 /// A connected pair (`a` on `la`, `b` on `lb`) whose outputs both write rings: Sends
@@ -45,25 +25,7 @@ fn pair_on_rings(la: SoftLink, lb: SoftLink) -> (Side, Side) {
     let (a, b) = (side_on(la), side_on(lb));
     connect(&a, &b, 7, 1, 14);
     connect(&b, &a, 7, 1, 14);
-    let on_rings = |s: &Side| {
-        let g = soft(s).lock();
-        let link = g.rc.as_ref().and_then(|rc| rc.link.as_ref());
-        link.is_some_and(|l| l.on_rings())
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !(on_rings(&a) && on_rings(&b)) {
-        for (s, peer) in [(&a, &b), (&b, &a)] {
-            post_recv(peer, 90, 2048, 64);
-            post(s, SendWr::new(91, SendOp::Send, &[s.mr.sge(1024, 8)]));
-            assert!(wait(&peer.cq, &[&s.cq]).is_ok());
-            assert!(wait(&s.cq, &[&peer.cq]).is_ok());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the QPs never moved to shared memory (is {}=tcp set?)",
-            crate::SOFT_LINK_ENV
-        );
-    }
+    super::shm::until_on_rings(&a, &b);
     (a, b)
 }
 

@@ -72,7 +72,12 @@ struct Side {
 }
 
 fn side(qp_type: QpType) -> Side {
-    let dev = Device::open_soft(SoftConfig::default()).unwrap();
+    side_with(qp_type, SoftConfig::default())
+}
+
+/// A side on a device opened with `config`.
+fn side_with(qp_type: QpType, config: SoftConfig) -> Side {
+    let dev = Device::open_soft(config).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let qp = pd.create_qp(&QpInitAttr::new(qp_type, &cq, &cq)).unwrap();

@@ -220,14 +220,20 @@ fn thousand_shm_qps_leak_no_fd_or_mapping() {
 /// first bytes it writes after the handshake, so traffic must follow it).
 pub(super) fn ring_pair() -> (Side, Side) {
     let (a, b) = rc_pair();
+    until_on_rings(&a, &b);
+    (a, b)
+}
+
+/// Sends each way between the connected `a` and `b` until both outputs write rings.
+pub(super) fn until_on_rings(a: &Side, b: &Side) {
     let on_rings = |s: &Side| {
         let g = soft(s).lock();
         let link = g.rc.as_ref().and_then(|rc| rc.link.as_ref());
         link.is_some_and(|l| l.on_rings())
     };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !(on_rings(&a) && on_rings(&b)) {
-        for (s, peer) in [(&a, &b), (&b, &a)] {
+    while !(on_rings(a) && on_rings(b)) {
+        for (s, peer) in [(a, b), (b, a)] {
             post_recv(peer, 90, 2048, 64);
             post(s, SendWr::new(91, SendOp::Send, &[s.mr.sge(1024, 8)]));
             assert!(wait(&peer.cq, &[&s.cq]).is_ok());
@@ -239,10 +245,9 @@ pub(super) fn ring_pair() -> (Side, Side) {
             crate::SOFT_LINK_ENV
         );
     }
-    (a, b)
 }
 
-fn soft(s: &Side) -> &crate::soft::Qp {
+pub(super) fn soft(s: &Side) -> &crate::soft::Qp {
     match &s.qp.imp {
         crate::qp::QpImp::Soft(q) => q,
         #[allow(unreachable_patterns)]
