@@ -153,6 +153,24 @@ pub fn connect(qp: &QueuePair, local_psn: u32, remote: &QpEndpoint, opts: &RcOpt
 }
 
 impl RcSide {
+    /// The Send with `wr_id` 2, posted just before the peer process was killed, ends
+    /// RETRY_EXC_ERR (or Success on a NIC that had handed it over).
+    pub fn expect_send_ended_by_dead_peer(&self, what: &str) {
+        use rpc_transport::WcStatus;
+        let soft = self.host.dev.provider() == rpc_transport::ProviderKind::Soft;
+        let send = super::wait_wc(&self.scq, what);
+        let ended = match send.status {
+            WcStatus::RetryExcErr => true,
+            WcStatus::Success => !soft,
+            _ => false,
+        };
+        assert!(
+            ended && send.wr_id == 2,
+            "{what} must fail RETRY_EXC_ERR (or, on a NIC that had handed it over, \
+             succeed): {send:?}"
+        );
+    }
+
     /// The peer process died with receive `wr_id` 1 posted here: that receive is
     /// flushed, the QP is in ERR where the device reports states, and the soft
     /// provider raises QP_FATAL for it (`what` names the death in failures).
