@@ -8,6 +8,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use rpc_transport::{AsyncEvent, Error, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
+use crate::common::link::wait_link;
 use crate::common::wait::{drain_events, Deadline};
 use crate::common::{post_recv, post_send, wait_wc, RcOpts, RcPair, DEADLINE};
 
@@ -102,6 +103,11 @@ impl<F: Future> Future for CountWakes<F> {
 #[test]
 fn poll_async_sleeps_until_a_peer_completion_wakes_it() {
     let p = RcPair::new();
+    // The shared-memory handshake's answer wakes the CQ it arrives on (its socket is in
+    // the CQ's epoll set): let it land before the idle window counts wakes.
+    for side in [&p.a, &p.b] {
+        wait_link(&side.host.dev, &[&side.scq, &side.rcq]);
+    }
     let src = p.a.host.mr_all(64);
     let dst = p.b.host.mr_all(64);
     src.write(0, b"wake up");
