@@ -204,19 +204,26 @@ fn sender_completion(s: &Side, r: &Side, limit: Duration) -> WorkCompletion {
 }
 
 fn send_all(s: &Side, r: &Side, ms: &crate::MemoryRegion, mr: &crate::MemoryRegion) {
-    let sge = [mr.sge(0, LEN as u32)];
-    // SAFETY: the MR outlives the QP's use of it.
-    unsafe {
-        r.qp.post_recv(&[RecvWr {
-            wr_id: 1,
-            sg_list: &sge,
-        }])
+    transfer(s, r, ms, mr, SendOp::Send);
+}
+
+/// Posts [`LEN`] bytes from `ms` to `mr` with `op` (a Send, or a Write into `mr`).
+fn transfer(s: &Side, r: &Side, ms: &crate::MemoryRegion, mr: &crate::MemoryRegion, op: SendOp) {
+    if matches!(op, SendOp::Send) {
+        let sge = [mr.sge(0, LEN as u32)];
+        // SAFETY: the MR outlives the QP's use of it.
+        unsafe {
+            r.qp.post_recv(&[RecvWr {
+                wr_id: 1,
+                sg_list: &sge,
+            }])
+        }
+        .unwrap();
     }
-    .unwrap();
     let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
     ms.write(0, &data);
     let from = [ms.sge(0, LEN as u32)];
-    let wr = SendWr::new(2, SendOp::Send, &from);
+    let wr = SendWr::new(2, op, &from);
     // SAFETY: as above.
     unsafe { s.qp.post_send(&[wr]) }.unwrap();
 }
@@ -237,6 +244,25 @@ fn a_slow_peer_taking_every_byte_outlasts_the_retry_budget() {
     let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
     assert!(mr.to_vec(0, LEN) == data, "the received bytes differ");
     assert!(relay.forwarded.load(Ordering::Relaxed) >= LEN);
+}
+
+#[test]
+fn a_slow_peer_taking_every_byte_of_a_write_outlasts_the_retry_budget() {
+    let (s, r, _relay, ms, mr) = relayed_pair(usize::MAX);
+    let op = SendOp::RdmaWrite {
+        remote_addr: mr.addr(),
+        rkey: mr.rkey(),
+    };
+    transfer(&s, &r, &ms, &mr, op);
+    let started = Instant::now();
+    let wc = sender_completion(&s, &r, Duration::from_secs(30));
+    assert!(
+        wc.is_ok(),
+        "the slow but live peer failed the Write: {wc:?}"
+    );
+    assert!(started.elapsed() > Duration::from_millis(1200));
+    let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+    assert!(mr.to_vec(0, LEN) == data, "the written bytes differ");
 }
 
 #[test]
