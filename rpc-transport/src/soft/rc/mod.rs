@@ -8,6 +8,9 @@
 //! peer goes silent. ACKs ride on any frame going the other way; a bare ACK is sent
 //! only once one has been owed for [`ACK_DELAY_NS`] (a request's reply normally
 //! carries it), so a request/response exchange costs one write per message per side.
+//! The budget restarts on every frame heard; a message that takes long to arrive is
+//! acknowledged along the way ([`PROGRESS_ACK_NS`]), so a slow but live receiver keeps
+//! its sender's budget from running out, as per-segment ACKs do on hardware.
 //!
 //! Bytes: [`rx`] reads heads into a small buffer and payloads straight into their
 //! destination; [`tx`] sends heads and payloads (by reference) with one `sendmsg`;
