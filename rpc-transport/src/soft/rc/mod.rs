@@ -8,6 +8,9 @@
 //! peer goes silent. ACKs ride on any frame going the other way; a bare ACK is sent
 //! only once one has been owed for [`ACK_DELAY_NS`] (a request's reply normally
 //! carries it), so a request/response exchange costs one write per message per side.
+//! The budget restarts on every frame heard; a message that takes long to arrive is
+//! acknowledged along the way ([`PROGRESS_ACK_NS`]), so a slow but live receiver keeps
+//! its sender's budget from running out, as per-segment ACKs do on hardware.
 //!
 //! Bytes: [`rx`] reads heads into a small buffer and payloads straight into their
 //! destination; [`tx`] sends heads and payloads (by reference) with one `sendmsg`;
@@ -57,6 +60,12 @@ const ACK_DELAY_NS: u64 = 100_000;
 /// whose window is full (64 B streaming ran at 0.05x TCP with the delay alone).
 /// A ping-pong never reaches it: its one request is acknowledged by the reply.
 const ACK_EVERY: u32 = 8;
+/// While a message is being received, a bare ACK goes out at least this often (if
+/// frames of it keep arriving): the sender's retry budget (at least
+/// [`MIN_BUDGET_NS`]) restarts on every frame it hears, as a hardware requester's
+/// timer restarts on every ACK of a segment. Without it, a transfer that outlasts the
+/// budget (64 MiB to a peer slowed by load) fails although every byte is being taken.
+const PROGRESS_ACK_NS: u64 = 100_000_000;
 /// Smallest retry budget. TCP retransmits for us and a responder QP in ERR says so
 /// (`NAK(QP error)`), so the budget only detects a peer that went silent (hung, or
 /// its host unreachable); on a loaded machine a live peer can be descheduled for a
@@ -105,6 +114,12 @@ pub(crate) struct RcProtocol {
     rnr_count: u8,
     pub(crate) progress_at: u64,
     halted: bool,
+    /// When a frame was last heard from the peer, and last sent to it (device clock of
+    /// the pass): a message still arriving is acknowledged as progress in between
+    /// ([`PROGRESS_ACK_NS`]), but only while the peer keeps sending, so a stalled one
+    /// is never kept alive by it.
+    heard_at: u64,
+    sent_at: u64,
     // Responder.
     expected: u32,
     acked_out: u32,
@@ -196,6 +211,8 @@ impl RcConn {
                 rnr_count: 0,
                 progress_at: qp.dev.now_ns(),
                 halted: false,
+                heard_at: 0,
+                sent_at: 0,
                 expected: a.rq_psn,
                 acked_out: a.rq_psn,
                 owed_since: None,
@@ -349,6 +366,7 @@ impl FrameContext<'_> {
         );
         self.st.acked_out = self.st.expected;
         self.st.owed_since = None;
+        self.st.sent_at = self.now;
     }
 
     fn budget_ns(&self) -> Option<u64> {
@@ -464,11 +482,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
                 tx: &mut rc.tx,
                 now,
             };
-            let expired = cx.sq.len() > 0
-                && cx
-                    .budget_ns()
-                    .is_some_and(|b| now.saturating_sub(cx.st.progress_at) > b);
-            if expired {
+            if requester::budget_spent(&cx) {
                 return (Err(Fault::Send(WcStatus::RetryExcErr)), false);
             }
             return (Ok(()), connector || cx.sq.len() > 0);
@@ -590,6 +604,9 @@ fn run(
 ) -> Result<(), Fault> {
     // Bounded, so that one busy connection cannot hold a poll call for long; what is
     // left stays readable for the next pass.
+    // A pass that would not read still does before it declares the peer silent: what
+    // the peer sent (a progress ACK) may be waiting unread in the socket.
+    let read = read || requester::budget_spent(cx);
     if read && rx.receive(sock, MAX_READ_PER_PASS, cx)? == Stop::Eof {
         return Err(Fault::Broken);
     }
@@ -621,6 +638,9 @@ fn run(
         if unacked != 0 && cx.tx.is_empty() && (unacked >= ACK_EVERY || owed_long()) {
             cx.frame(0, 0, &Body::Ack, 0);
         }
+        if cx.tx.is_empty() && receiving_long(cx.st, cx.now) {
+            cx.frame(0, 0, &Body::Ack, 0);
+        }
         written += cx.tx.flush(sock).map_err(|_| Fault::Broken)?;
         if fatal {
             return Err(Fault::Err);
@@ -636,9 +656,18 @@ fn run(
     requester::complete(cx)
 }
 
+/// Whether a message is arriving, with frames of it heard since this side last sent
+/// anything, and that was [`PROGRESS_ACK_NS`] ago: time for an ACK that says so.
+fn receiving_long(st: &RcProtocol, now: u64) -> bool {
+    (st.in_msg.is_some() || st.write_open)
+        && st.heard_at > st.sent_at
+        && now.saturating_sub(st.sent_at) >= PROGRESS_ACK_NS
+}
+
 impl rx::Handler for FrameContext<'_> {
     fn head(&mut self, h: &Head, into: &mut Pieces) -> Result<(), Fault> {
         self.st.progress_at = self.now;
+        self.st.heard_at = self.now;
         requester::on_ack(self, h.ack);
         match h.body {
             Body::Hello { .. } | Body::ShmSwitch => {

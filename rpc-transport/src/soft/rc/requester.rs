@@ -262,14 +262,18 @@ pub(super) fn timers(cx: &mut FrameContext<'_>) -> Result<(), Fault> {
         cx.st.rnr_until = None;
         cx.st.progress_at = cx.now;
     }
-    if cx.sq.len() > 0 {
-        if let Some(b) = cx.budget_ns() {
-            if cx.now.saturating_sub(cx.st.progress_at) > b {
-                return Err(Fault::Send(WcStatus::RetryExcErr));
-            }
-        }
+    if budget_spent(cx) {
+        return Err(Fault::Send(WcStatus::RetryExcErr));
     }
     Ok(())
+}
+
+/// Whether WQEs wait and nothing was heard from the peer for the whole retry budget.
+pub(super) fn budget_spent(cx: &FrameContext<'_>) -> bool {
+    cx.sq.len() > 0
+        && cx
+            .budget_ns()
+            .is_some_and(|b| cx.now.saturating_sub(cx.st.progress_at) > b)
 }
 
 /// Encodes frames for WQEs not yet (fully) transmitted, while the TX buffer has room.

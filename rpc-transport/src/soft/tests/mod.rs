@@ -18,6 +18,7 @@ mod ib;
 mod idle_receives;
 mod rc;
 mod shm;
+mod slow_peer;
 mod srq_cq;
 mod ud;
 mod ud_many;
