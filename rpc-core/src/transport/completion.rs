@@ -50,7 +50,7 @@ impl Default for CompletionMode {
 #[derive(Default)]
 pub(crate) struct CqWaiter {
     drained: bool,
-    /// The waker of the CQ's sleeps, for a poller `unstranded` runs.
+    /// The waker of the CQ's sleeps in `Event` mode, for a poller `unstranded` runs.
     driver: Option<DriverWaker>,
 }
 
@@ -118,8 +118,10 @@ impl CqWaiter {
                     }
                 }
             }
+            // After a spin, the poller's own waker (its decoy on every wake): with
+            // `DriverWaker` here, 256 calls in flight ran a quarter slower (`rpc-bench`).
             tokio::select! {
-                r = on_driver(self.driver.as_ref(), cq.wait_async(wc)) => r,
+                r = cq.wait_async(wc) => r,
                 () = kick.notified() => Ok(0),
             }
         };
