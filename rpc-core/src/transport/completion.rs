@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rpc_transport::{CompletionQueue, WorkCompletion};
 
-use super::unstranded::unstranded;
+use super::unstranded::{on_driver, unstranded, DriverWaker};
 
 /// How completions are reaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,12 +47,22 @@ impl Default for CompletionMode {
 /// A driver's waits on its CQ: remembers whether its last batch drained the CQ (was
 /// shorter than the buffer), so that an event-driven wait can arm at once instead of
 /// polling first (every futile poll of the soft provider is a `recv` per connection).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct CqWaiter {
     drained: bool,
+    /// The waker of the CQ's sleeps in `Event` mode, for a poller `unstranded` runs.
+    driver: Option<DriverWaker>,
 }
 
 impl CqWaiter {
+    /// A waiter for a poller `unstranded` runs, whose CQ sleeps wake it by `driver`.
+    pub(crate) fn woken_by(driver: DriverWaker) -> CqWaiter {
+        CqWaiter {
+            drained: false,
+            driver: Some(driver),
+        }
+    }
+
     /// Waits for completions into `wc` by `mode`, returning early with 0 when `kick`
     /// is notified (someone has work for the driver that no completion will announce)
     /// or, while it spins, when `stop` is set (a caller takes over the CQ).
@@ -80,7 +90,7 @@ impl CqWaiter {
                         }
                     }
                     break 'wait tokio::select! {
-                        r = cq.wait_async(wc) => r,
+                        r = on_driver(self.driver.as_ref(), cq.wait_async(wc)) => r,
                         () = kick.notified() => Ok(0),
                     };
                 }
@@ -108,6 +118,8 @@ impl CqWaiter {
                     }
                 }
             }
+            // After a spin, the poller's own waker (its decoy on every wake): with
+            // `DriverWaker` here, 256 calls in flight ran a quarter slower (`rpc-bench`).
             tokio::select! {
                 r = cq.wait_async(wc) => r,
                 () = kick.notified() => Ok(0),
@@ -154,9 +166,9 @@ pub(crate) async fn serve_cq(
     mut handle: impl FnMut(&[WorkCompletion]),
 ) {
     // Every call the server serves waits for this one task (`unstranded`).
-    unstranded(async move {
+    unstranded(|driver| async move {
         let mut wcs = [WorkCompletion::default(); 64];
-        let mut waiter = CqWaiter::default();
+        let mut waiter = CqWaiter::woken_by(driver);
         // Nobody takes the server's CQ over.
         let never = AtomicBool::new(false);
         while !closing.load(Ordering::Acquire) {

@@ -16,7 +16,7 @@ use crate::status::Status;
 use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter};
 use crate::transport::endpoint::{Endpoint, Settings};
 use crate::transport::lock;
-use crate::transport::unstranded::unstranded;
+use crate::transport::unstranded::{unstranded, DriverWaker};
 use crate::transport::Error;
 
 /// A transport whose connections a channel can dial (and dial again).
@@ -67,7 +67,7 @@ impl<L: Link> Conn<L> {
             mode: settings.mode,
             default_timeout: settings.timeout,
         });
-        tokio::spawn(unstranded(drive(conn.clone())));
+        tokio::spawn(unstranded(|driver| drive(conn.clone(), driver)));
         tokio::spawn(watch(conn.clone(), tcp, settings.keepalive()));
         conn
     }
@@ -344,9 +344,9 @@ enum Next {
 /// While a caller reaps the CQ itself (`reap.rs`), the driver leaves it alone and
 /// waits for a kick or its timer only: the caller's reply then reaches it with no
 /// task switch, and the driver's task is not polled at all.
-async fn drive<L: Link>(conn: Arc<Conn<L>>) {
+async fn drive<L: Link>(conn: Arc<Conn<L>>, driver: DriverWaker) {
     let mut wcs = [WorkCompletion::default(); 64];
-    let mut waiter = CqWaiter::default();
+    let mut waiter = CqWaiter::woken_by(driver);
     let timer = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(timer);
     let mut timer_at = None;
