@@ -43,13 +43,7 @@ fn requester_killed_while_its_reads_are_answered_ends_qp_in_err() {
     let region = a.host.mr_all(READ_LEN);
     region.write(0, &pattern(READ_LEN, 4));
     let buf = a.host.mr_all(64);
-    let mut peer = ChildProc::spawn("reader");
-    let ep_b = peer.recv("ep").parse().expect("endpoint record");
-    accept(&a.qp, PSN_A, &ep_b, &opts);
-    peer.send("ep", &a.qp.endpoint(PSN_A).expect("endpoint").to_string());
-    peer.send("mr", &mr_to_text(&region.remote()));
-    // SAFETY: `buf` is only read after the receive's completion.
-    unsafe { post_recv(&a.qp, 1, &[buf.sge(0, 64)]) };
+    let mut peer = a.accept_child("reader", &region, &buf, &opts);
     // The child checked its first Read byte for byte before it says so.
     peer.recv("reading");
     wait_link(&a.host.dev, &[&a.scq, &a.rcq]);

@@ -246,13 +246,7 @@ fn rc_peer_killed_mid_transfer_ends_qp_in_err() {
     let a = RcSide::new(&opts);
     let target = a.host.mr_all(FLOOD_LEN);
     let buf = a.host.mr_all(64);
-    let mut peer = ChildProc::spawn("flood");
-    let ep_b = endpoint(&peer.recv("ep"));
-    accept(&a.qp, PSN_A, &ep_b, &opts);
-    peer.send("ep", &a.qp.endpoint(PSN_A).expect("endpoint").to_string());
-    peer.send("mr", &mr_to_text(&target.remote()));
-    // SAFETY: `buf` is only read after the receive's completion.
-    unsafe { post_recv(&a.qp, 1, &[buf.sge(0, 64)]) };
+    let mut peer = a.accept_child("flood", &target, &buf, &opts);
     peer.recv("flooding");
     wait_link(&a.host.dev, &[&a.scq, &a.rcq]);
     // SAFETY: `buf` outlives the Send's completion.

@@ -153,6 +153,28 @@ pub fn connect(qp: &QueuePair, local_psn: u32, remote: &QpEndpoint, opts: &RcOpt
 }
 
 impl RcSide {
+    /// Spawns the child `role` and connects to it: takes its endpoint, accepts it,
+    /// tells it ours and `region`'s key, and posts receive `wr_id` 1 into `buf`.
+    pub fn accept_child(
+        &self,
+        role: &str,
+        region: &rpc_transport::MemoryRegion,
+        buf: &rpc_transport::MemoryRegion,
+        opts: &RcOpts,
+    ) -> super::child::ChildProc {
+        let mut peer = super::child::ChildProc::spawn(role);
+        let ep: rpc_transport::QpEndpoint = peer.recv("ep").parse().expect("endpoint record");
+        accept(&self.qp, PSN_A, &ep, opts);
+        peer.send(
+            "ep",
+            &self.qp.endpoint(PSN_A).expect("endpoint").to_string(),
+        );
+        peer.send("mr", &super::child::mr_to_text(&region.remote()));
+        // SAFETY: `buf` is only read after the receive's completion.
+        unsafe { super::post_recv(&self.qp, 1, &[buf.sge(0, 64)]) };
+        peer
+    }
+
     /// The Send with `wr_id` 2, posted just before the peer process was killed, ends
     /// RETRY_EXC_ERR. On a NIC it may also succeed (handed over before the death), or
     /// be flushed: siw moves the QP to ERR when the peer's TCP reset arrives, which
