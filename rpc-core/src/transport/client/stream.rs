@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::conn::Conn;
@@ -26,7 +25,7 @@ use super::rc::RcLink;
 use super::stream_shared::StreamShared;
 use crate::client::{IncomingStream, OutgoingStream};
 use crate::engine::wire::{self, Descriptor, STREAM_GRANT_AT};
-use crate::engine::{CallHead, StreamEvent};
+use crate::engine::{Arrived, CallHead, StreamEvent};
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
 use crate::status::Status;
@@ -401,8 +400,22 @@ pub(crate) struct ClientInbound {
     /// them once they make a grant (one connection lock per grant, not per
     /// message).
     untaken: u64,
-    /// Messages moved out of the shared queue together, read from here.
-    ready: VecDeque<Bytes>,
+    /// Messages moved out of the shared queue together, read from here (a batch
+    /// is cut message by message as it is read).
+    ready: VecDeque<Arrived>,
+}
+
+impl ClientInbound {
+    /// The next message already here.
+    fn next_ready(&mut self) -> Option<bytes::Bytes> {
+        loop {
+            let arrived = self.ready.front_mut()?;
+            if let Some(m) = arrived.next() {
+                return Some(m);
+            }
+            self.ready.pop_front();
+        }
+    }
 }
 
 impl InboundMessages for ClientInbound {
@@ -414,11 +427,13 @@ impl InboundMessages for ClientInbound {
             return Poll::Ready(None);
         }
         let this = &mut *self;
-        if this.ready.is_empty() {
-            // Everything queued at once: one lock per batch, not per message.
+        let mut next = this.next_ready();
+        if next.is_none() {
+            // Everything queued at once: one lock per wake-up, not per message.
             std::mem::swap(&mut lock(&this.shared.0).messages, &mut this.ready);
+            next = this.next_ready();
         }
-        if let Some(m) = self.ready.pop_front() {
+        if let Some(m) = next {
             self.untaken += wire::charge(m.len());
             if self.untaken >= u64::from(STREAM_GRANT_AT) {
                 let n = std::mem::take(&mut self.untaken);
