@@ -378,6 +378,24 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_with_a_message_refused_delivers_the_messages_before_it_in_order() {
+        let mut f = vec![0u8; 256];
+        let mut b = wire::BatchWriter::new(&mut f);
+        for m in [vec![1u8; 10], vec![2; 10], vec![3; 100], vec![4; 10]] {
+            assert!(b.push(m.len(), |o| o.copy_from_slice(&m)));
+        }
+        let n = b.finish();
+        let mut w = Window::default();
+        let (r, got) = take_all(&mut Incoming::default(), &mut w, &f[..n], 50);
+        assert_eq!(r, Received::TooLong(100));
+        assert_eq!(got, vec![vec![1u8; 10], vec![2; 10]]);
+        // A batch whose messages all fit arrives whole, in order.
+        let (r, got) = take_all(&mut Incoming::default(), &mut w, &f[..n], 100);
+        assert_eq!((r, got.len()), (Received::Ok, 4));
+        assert_eq!(got[3], vec![4u8; 10]);
+    }
+
+    #[test]
     fn a_window_of_bytes_grants_back_in_quarters_and_refuses_an_overrun() {
         let mut w = Window::default();
         let c = wire::charge(64 * 1024);
