@@ -4,8 +4,14 @@
 //! ways; an error after them arrives after every message before it; a reader
 //! that reads nothing holds its producer to the window (counted in bytes, so
 //! tens of thousands of tiny messages), while another stream of the connection
-//! keeps moving.
+//! keeps moving. The typed API (`Streaming<T>`) decodes each message in place
+//! from its batch: the same messages, in order, each still held to the decoding
+//! limit.
 
+use examples::route_guide::RouteGuideService;
+use examples::routeguide::route_guide_client::RouteGuideClient;
+use examples::routeguide::route_guide_server::RouteGuideServer;
+use examples::routeguide::{Feature, Point, Rectangle};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::Code;
 use tests::raw_stream::{next, open, read_all, CountSource, Seen, StreamService, Witness};
@@ -156,4 +162,75 @@ async fn a_reader_of_small_messages_holds_its_batching_producer_to_the_window() 
         *s == Seen::ProducerDropped
     })
     .await;
+}
+
+/// A route guide of `n` features along the equator, named by their index, and a
+/// typed client of it (and the server's stop); the feature at `long_at` has a
+/// name of `long` bytes.
+async fn guide(
+    n: i32,
+    long_at: i32,
+    long: usize,
+) -> (
+    RouteGuideClient<Channel>,
+    Rectangle,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let features = (0..n)
+        .map(|i| Feature {
+            name: if i == long_at {
+                "x".repeat(long)
+            } else {
+                i.to_string()
+            },
+            location: Some(Point {
+                latitude: 0,
+                longitude: i,
+            }),
+        })
+        .collect();
+    let server =
+        Server::builder().add_service(RouteGuideServer::new(RouteGuideService::new(features)));
+    let (addr, stop) = tests::serve_router(server).await;
+    let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
+    let all = Rectangle {
+        lo: Some(Point {
+            latitude: 0,
+            longitude: 0,
+        }),
+        hi: Some(Point {
+            latitude: 0,
+            longitude: n,
+        }),
+    };
+    (RouteGuideClient::new(ch), all, stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_stream_of_small_messages_decodes_each_in_order_from_its_batch() {
+    let n = 30_000;
+    let (mut client, all, _stop) = guide(n, -1, 0).await;
+    let mut features = client.list_features(all).await.unwrap().into_inner();
+    let mut i = 0;
+    while let Some(f) = features.message().await.unwrap() {
+        assert_eq!(f.name, i.to_string(), "in order, whole");
+        assert_eq!(f.location.unwrap().longitude, i);
+        i += 1;
+    }
+    assert_eq!(i, n, "every message");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_decoding_limit_mid_batch_ends_the_stream_after_those_before_it() {
+    let (n, long_at) = (5_000, 2_500);
+    let (client, all, _stop) = guide(n, long_at, 200).await;
+    let mut client = client.max_decoding_message_size(100);
+    let mut features = client.list_features(all).await.unwrap().into_inner();
+    for i in 0..long_at {
+        let f = features.message().await.unwrap().expect("a message");
+        assert_eq!(f.name, i.to_string());
+    }
+    let refused = features.message().await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(features.message().await.unwrap(), None, "nothing after it");
 }
