@@ -65,6 +65,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
             duration,
             min_calls: conc.max(10) as u64,
             limit: warmup + duration + STALL_GRACE,
+            gaps: workload == Workload::ServerStream,
         };
         let outcome = match servers.get_mut(&system.server()) {
             Some(Ok(server)) => cell(system, workload, server, &provider, size, conc, window).await,

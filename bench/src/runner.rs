@@ -26,6 +26,10 @@ pub(crate) struct Window {
     pub(crate) min_calls: u64,
     /// A cell that has not finished by then fails (a stalled system).
     pub(crate) limit: Duration,
+    /// Latencies are gaps between a caller's completions (a server stream's
+    /// messages): each completion's clock read also starts the next, one read per
+    /// message instead of two. The same code for every system of the cell.
+    pub(crate) gaps: bool,
 }
 
 /// What a cell measured.
@@ -93,15 +97,18 @@ pub(crate) async fn closed_loop(
         error: Mutex::new(None),
         changed: Notify::new(),
     });
-    // One histogram per caller: its lock is never contended while measuring, and it
-    // outlives the caller's task, which is aborted mid-call at the end.
+    // One histogram per caller: it outlives the caller's task, which is aborted
+    // mid-call at the end and adds what it recorded as it is dropped.
     let hists: Vec<_> = (0..callers.len())
         .map(|_| Arc::new(Mutex::new(Histogram::default())))
         .collect();
     let tasks: Vec<_> = callers
         .into_iter()
         .zip(&hists)
-        .map(|(c, h)| tokio::spawn(caller_loop(c, payload.clone(), shared.clone(), h.clone())))
+        .map(|(c, h)| {
+            let looped = caller_loop(c, payload.clone(), shared.clone(), h.clone(), w.gaps);
+            tokio::spawn(looped)
+        })
         .collect();
     let driven = tokio::time::timeout(w.limit, drive(&shared, w, cpu)).await;
     shared.stop.store(true, Ordering::Release);
@@ -164,15 +171,40 @@ async fn wait_for(sh: &Shared, done: impl Fn() -> bool) -> Result<(), String> {
     }
 }
 
-/// One caller's loop, recording into `hist`. Nothing here allocates per call.
+/// A caller's latencies, recorded without a lock and added to `into` when the
+/// caller's future is dropped (its task ended or was aborted mid-call; awaiting the
+/// task's handle waits for that).
+struct Recorder {
+    local: Histogram,
+    into: Arc<Mutex<Histogram>>,
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let mut into = self.into.lock().unwrap_or_else(|e| e.into_inner());
+        into.merge(&self.local);
+    }
+}
+
+/// One caller's loop, recording into `hist`. Nothing here allocates or locks per
+/// call.
 async fn caller_loop(
     mut caller: Caller,
     payload: Bytes,
     sh: Arc<Shared>,
     hist: Arc<Mutex<Histogram>>,
+    gaps: bool,
 ) {
+    let mut rec = Recorder {
+        local: Histogram::default(),
+        into: hist,
+    };
+    let mut previous: Option<Instant> = None;
     while !sh.stop.load(Ordering::Acquire) {
-        let start = Instant::now();
+        let start = match previous.filter(|_| gaps) {
+            Some(end) => end,
+            None => Instant::now(),
+        };
         if let Err(e) = caller.call(&payload).await {
             sh.error
                 .lock()
@@ -183,11 +215,14 @@ async fn caller_loop(
             break;
         }
         let end = Instant::now();
-        if sh.completed.fetch_add(1, Ordering::AcqRel) + 1 == sh.callers {
+        previous = Some(end);
+        let from = sh.from.load(Ordering::Acquire);
+        // Only the warm-up reads the count (the window starts once it is reached):
+        // no shared counter per call after it.
+        if from == NOT_YET && sh.completed.fetch_add(1, Ordering::AcqRel) + 1 == sh.callers {
             sh.changed.notify_one();
         }
         let end_ns = sh.since_t0(end);
-        let from = sh.from.load(Ordering::Acquire);
         if from == NOT_YET || end_ns < from {
             continue;
         }
@@ -201,7 +236,7 @@ async fn caller_loop(
         match counted {
             Ok(r) => {
                 let ns = (end - start).as_nanos() as u64;
-                hist.lock().unwrap_or_else(|e| e.into_inner()).record(ns);
+                rec.local.record(ns);
                 if !in_window {
                     sh.last.fetch_max(end_ns, Ordering::AcqRel);
                     if r + 1 >= sh.min_calls {

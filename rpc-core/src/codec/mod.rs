@@ -7,6 +7,7 @@
 //! transport encodes it into its send slot.
 
 pub(crate) mod server;
+mod shared_buf;
 mod source;
 mod streaming;
 

@@ -9,9 +9,10 @@ use futures_util::future::poll_fn;
 use futures_util::stream::Stream;
 use prost::Message;
 
+use super::shared_buf::SharedBuf;
 use crate::metadata::MetadataMap;
 use crate::status::Status;
-use crate::stream::BoxInbound;
+use crate::stream::{BoxInbound, MessageBytes};
 
 /// Which end reads the stream, for the status of a message that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,24 +79,34 @@ impl<T: Message + Default> Streaming<T> {
         while self.message().await?.is_some() {}
         Ok(self.trailers.take())
     }
+}
 
-    fn decode(&mut self, payload: crate::Payload) -> Result<T, Status> {
-        let len = payload.as_slice().len();
-        if let Some(limit) = self.max_decoding {
-            if len > limit {
-                return Err(Status::resource_exhausted(format!(
-                    "Error, decoded message length too large: found {len} bytes, the limit \
-                     is: {limit} bytes"
-                )));
-            }
+/// Decodes one message of at most `max_decoding` bytes, read on `side`.
+fn decode<T: Message + Default>(
+    m: MessageBytes<'_>,
+    max_decoding: Option<usize>,
+    side: Side,
+) -> Result<T, Status> {
+    let len = match &m {
+        MessageBytes::Payload(p) => p.as_slice().len(),
+        MessageBytes::Shared(_, range) => range.len(),
+    };
+    if let Some(limit) = max_decoding {
+        if len > limit {
+            return Err(Status::resource_exhausted(format!(
+                "Error, decoded message length too large: found {len} bytes, the limit \
+                 is: {limit} bytes"
+            )));
         }
-        payload.decode(0..len).map_err(|e| match self.side {
-            Side::Server => {
-                Status::invalid_argument(format!("failed to decode request message: {e}"))
-            }
-            Side::Client => Status::internal(format!("failed to decode response message: {e}")),
-        })
     }
+    let decoded = match m {
+        MessageBytes::Payload(p) => p.decode(0..len),
+        MessageBytes::Shared(all, range) => T::decode(SharedBuf::new(all, range)),
+    };
+    decoded.map_err(|e| match side {
+        Side::Server => Status::invalid_argument(format!("failed to decode request message: {e}")),
+        Side::Client => Status::internal(format!("failed to decode response message: {e}")),
+    })
 }
 
 impl<T: Message + Default> Stream for Streaming<T> {
@@ -106,12 +117,16 @@ impl<T: Message + Default> Stream for Streaming<T> {
         let Some(inbound) = this.inbound.as_mut() else {
             return Poll::Ready(None);
         };
-        let item = match ready!(inbound.as_mut().poll_message(cx)) {
-            Some(Ok(payload)) => match this.decode(payload) {
-                Ok(message) => return Poll::Ready(Some(Ok(message))),
+        let (max, side) = (this.max_decoding, this.side);
+        let mut decoded = None;
+        let read = &mut |m: MessageBytes<'_>| decoded = Some(decode::<T>(m, max, side));
+        let item = match ready!(inbound.as_mut().poll_message_in_place(cx, read)) {
+            Some(Ok(())) => match decoded {
+                Some(Ok(message)) => return Poll::Ready(Some(Ok(message))),
                 // Refused: dropping the inbound half tells the transport this side
                 // wants no more of the call.
-                Err(status) => Some(Err(status)),
+                Some(Err(status)) => Some(Err(status)),
+                None => Some(Err(Status::internal("the transport gave no message"))),
             },
             Some(Err(status)) => Some(Err(status)),
             None => {

@@ -72,6 +72,7 @@ pub use rendezvous::ReadOp;
 pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
 pub use stream::client::{ClientStreams, StreamEvent};
 pub use stream::server::{ServerStreamEvent, ServerStreams};
+pub use stream::Arrived;
 
 /// One frame to post: its length at the head of the buffer and its immediate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

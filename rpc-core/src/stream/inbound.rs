@@ -1,7 +1,8 @@
 //! `InboundMessages`: the incoming half of a stream, as the transport delivers it.
 
+use std::ops::Range;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
@@ -28,6 +29,35 @@ pub trait InboundMessages: Send + 'static {
     /// `Ready(None)` (on the client; the server's inbound stream has none and says
     /// `None`).
     fn trailers(self: Pin<&mut Self>) -> Option<MetadataMap>;
+
+    /// The next received message, handed to `read` where it lies: `Ready(Some(Ok(())))`
+    /// once `read` had it, else as [`InboundMessages::poll_message`]. A transport
+    /// that holds several messages in one buffer (a batch frame) lends each in
+    /// place, so decoding it costs no buffer handle of its own; the default hands
+    /// over what `poll_message` gives.
+    fn poll_message_in_place(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        read: &mut dyn FnMut(MessageBytes<'_>),
+    ) -> Poll<Option<Result<(), Status>>> {
+        Poll::Ready(match ready!(self.poll_message(cx)) {
+            Some(Ok(p)) => {
+                read(MessageBytes::Payload(p));
+                Some(Ok(()))
+            }
+            Some(Err(s)) => Some(Err(s)),
+            None => None,
+        })
+    }
+}
+
+/// One received message, as [`InboundMessages::poll_message_in_place`] lends it.
+#[derive(Debug)]
+pub enum MessageBytes<'a> {
+    /// The message's own bytes.
+    Payload(Payload),
+    /// Bytes `range` of a buffer other messages came in too.
+    Shared(&'a bytes::Bytes, Range<usize>),
 }
 
 /// An inbound half-stream owned by its reader.

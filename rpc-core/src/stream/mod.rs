@@ -18,5 +18,5 @@
 mod inbound;
 mod source;
 
-pub use inbound::{BoxInbound, InboundMessages};
+pub use inbound::{BoxInbound, InboundMessages, MessageBytes};
 pub use source::{BoxMessageSource, MessageSource};

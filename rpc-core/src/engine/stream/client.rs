@@ -6,7 +6,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::by_ref::ByRef;
-use super::{check_batch, write_message, Incoming, Outgoing, Received, SendCredit, Window};
+use super::{write_message, Arrived, Incoming, Outgoing, Received, SendCredit, Window};
 use crate::code::Code;
 use crate::engine::codec::{self, Outcome};
 use crate::engine::rendezvous::ReadOp;
@@ -22,8 +22,8 @@ use crate::status::Status;
 pub enum StreamEvent {
     /// The server's handler answered: its response metadata. Comes first, once.
     Headers(MetadataMap),
-    /// A whole message from the server.
-    Message(bytes::Bytes),
+    /// Whole messages from the server: one, or a batch's, read in place.
+    Message(Arrived),
     /// The call may send a message again (credit came back, a long message left).
     Writable,
     /// The call ended: the trailers of an OK end, or the status. The last event.
@@ -344,12 +344,8 @@ impl ClientStreams {
             return Err(Status::failed_precondition("stream cannot send now"));
         }
         let s = self.streams.get_mut(&id).expect("can_send");
-        check_batch(staged, self.limits.max_send_message, &s.send_credit)?;
-        if let Ok(wire::MsgFrame::Batch(b)) = wire::read_msg(staged) {
-            for m in b.messages() {
-                s.send_credit.spend(m.len());
-            }
-        }
+        s.send_credit
+            .spend_batch(staged, self.limits.max_send_message)?;
         out[..staged.len()].copy_from_slice(staged);
         s.awaiting += 1;
         Ok(Transmit {
@@ -724,9 +720,9 @@ impl ClientStreams {
         }
     }
 
-    /// The next event, if it is a message of call `id` (a batch's messages are
-    /// handed over together).
-    pub fn poll_message_of(&mut self, id: u32) -> Option<bytes::Bytes> {
+    /// The next event, if it is messages of call `id` (messages that arrived
+    /// together are handed over together).
+    pub fn poll_message_of(&mut self, id: u32) -> Option<Arrived> {
         match self.events.front() {
             Some((i, StreamEvent::Message(_))) if *i == id => match self.events.pop_front() {
                 Some((_, StreamEvent::Message(m))) => Some(m),

@@ -6,6 +6,7 @@
 //! share is here: a message going out in fragments, one coming in, and the window
 //! of message credits a receiver grants.
 
+mod arrived;
 mod by_ref;
 pub(crate) mod client;
 pub(crate) mod server;
@@ -15,6 +16,8 @@ use std::collections::VecDeque;
 use crate::engine::wire::{self, Descriptor, MsgFrame, STREAM_GRANT_AT, STREAM_WINDOW};
 use crate::status::Status;
 use bytes::Bytes;
+
+pub use arrived::Arrived;
 
 /// A message too long for one frame, sent as consecutive `MSG`s.
 #[derive(Debug)]
@@ -74,7 +77,7 @@ pub(crate) struct Incoming {
 enum Held {
     /// Being read (the read's tag).
     Reading(u32),
-    Ready(Bytes),
+    Ready(Arrived),
 }
 
 /// What one `MSG` frame did, beyond the whole messages it delivered.
@@ -97,17 +100,18 @@ pub(crate) enum Received {
 impl Incoming {
     /// Takes one `MSG` frame, charging each message that begins to `window`; its
     /// whole messages go to `deliver`, in order (behind messages by reference still
-    /// being read). `max` is the receiver's max message. A malformed batch delivers
-    /// nothing.
+    /// being read), a batch's together. `max` is the receiver's max message. A
+    /// malformed batch delivers nothing; one with a message refused (too long,
+    /// beyond the credit) delivers the messages before it.
     pub(crate) fn take(
         &mut self,
         frame: &[u8],
         max: usize,
         window: &mut Window,
-        mut deliver: impl FnMut(Bytes),
+        mut deliver: impl FnMut(Arrived),
     ) -> Received {
         let Incoming { partial, held } = self;
-        let mut deliver = |m: Bytes| {
+        let mut deliver = |m: Arrived| {
             if held.is_empty() {
                 deliver(m);
             } else {
@@ -124,19 +128,25 @@ impl Incoming {
                 if partial.is_some() {
                     return Received::Malformed("message batch inside a message");
                 }
-                // One copy out of the slot for the whole batch; each message is a
-                // view of it (no allocation per message).
-                let all = Bytes::copy_from_slice(b.entries());
+                // One copy out of the slot for the whole batch, handed on whole:
+                // its messages are cut from it as the reader reads them.
+                let mut count = 0;
+                let mut refused = Received::Ok;
                 for r in b.spans() {
                     if r.len() > max {
-                        return Received::TooLong(r.len());
+                        refused = Received::TooLong(r.len());
+                        break;
                     }
                     if !window.arrived(wire::charge(r.len())) {
-                        return Received::NoCredit;
+                        refused = Received::NoCredit;
+                        break;
                     }
-                    deliver(all.slice(r));
+                    count += 1;
                 }
-                return Received::Ok;
+                if count > 0 {
+                    deliver(Arrived::batch(Bytes::copy_from_slice(b.entries()), count));
+                }
+                return refused;
             }
             Ok(MsgFrame::ByRef { total, desc }) => {
                 if partial.is_some() {
@@ -166,7 +176,7 @@ impl Incoming {
                     return Received::NoCredit;
                 }
                 if chunk.len() == total {
-                    deliver(Bytes::copy_from_slice(chunk));
+                    deliver(Arrived::one(Bytes::copy_from_slice(chunk)));
                     return Received::Ok;
                 }
                 let mut buf = Vec::with_capacity(total);
@@ -181,7 +191,7 @@ impl Incoming {
                 buf.extend_from_slice(chunk);
                 if buf.len() == *want {
                     let (buf, _) = partial.take().expect("present");
-                    deliver(Bytes::from(buf));
+                    deliver(Arrived::one(Bytes::from(buf)));
                 }
                 Received::Ok
             }
@@ -201,13 +211,13 @@ impl Incoming {
 
     /// The read `tag` brought its message: it and those behind it that are here go
     /// to `deliver`, in order.
-    pub(crate) fn read_done(&mut self, tag: u32, m: Bytes, mut deliver: impl FnMut(Bytes)) {
+    pub(crate) fn read_done(&mut self, tag: u32, m: Bytes, mut deliver: impl FnMut(Arrived)) {
         if let Some(h) = self
             .held
             .iter_mut()
             .find(|h| matches!(h, Held::Reading(t) if *t == tag))
         {
-            *h = Held::Ready(m);
+            *h = Held::Ready(Arrived::one(m));
         }
         while let Some(Held::Ready(_)) = self.held.front() {
             if let Some(Held::Ready(m)) = self.held.pop_front() {
@@ -251,39 +261,33 @@ impl SendCredit {
         self.0
     }
 
-    /// Whether `batch` (whole messages, as written) may go with this credit: each
-    /// message begins with credit above zero.
-    pub(crate) fn covers(&self, batch: &wire::Batch<'_>) -> bool {
+    /// Spends the credit of a batch the caller packed (whole messages within
+    /// `max`), if it covers it: each message begins with credit above zero. One
+    /// pass over the batch (after the one that read it); nothing is spent if it
+    /// does not check.
+    pub(crate) fn spend_batch(&mut self, staged: &[u8], max: usize) -> Result<u32, Status> {
+        let b = match wire::read_msg(staged) {
+            Ok(MsgFrame::Batch(b)) => b,
+            _ => return Err(Status::internal("not a message batch")),
+        };
         let mut c = self.0;
-        for m in batch.messages() {
-            if c <= 0 {
-                return false;
+        for r in b.spans() {
+            if r.len() > max {
+                return Err(Status::resource_exhausted(format!(
+                    "stream message of {} bytes exceeds the limit of {max}",
+                    r.len()
+                )));
             }
-            c -= wire::charge(m.len()) as i64;
+            if c <= 0 {
+                return Err(Status::failed_precondition(
+                    "message batch beyond the call's credit",
+                ));
+            }
+            c -= wire::charge(r.len()) as i64;
         }
-        true
+        self.0 = c;
+        Ok(b.count())
     }
-}
-
-/// Checks a batch the caller packed (whole messages within `max`) and whether
-/// `credit` covers it; its message count.
-pub(crate) fn check_batch(staged: &[u8], max: usize, credit: &SendCredit) -> Result<u32, Status> {
-    let b = match wire::read_msg(staged) {
-        Ok(MsgFrame::Batch(b)) => b,
-        _ => return Err(Status::internal("not a message batch")),
-    };
-    if let Some(m) = b.messages().find(|m| m.len() > max) {
-        return Err(Status::resource_exhausted(format!(
-            "stream message of {} bytes exceeds the limit of {max}",
-            m.len()
-        )));
-    }
-    if !credit.covers(&b) {
-        return Err(Status::failed_precondition(
-            "message batch beyond the call's credit",
-        ));
-    }
-    Ok(b.count())
 }
 
 /// The receiving side's message credits of one call: how many charges the peer
@@ -340,7 +344,7 @@ mod tests {
         max: usize,
     ) -> (Received, Vec<Vec<u8>>) {
         let mut got = Vec::new();
-        let r = inc.take(f, max, w, |m| got.push(m.to_vec()));
+        let r = inc.take(f, max, w, |a| got.extend(a.map(|m| m.to_vec())));
         (r, got)
     }
 
@@ -371,6 +375,24 @@ mod tests {
         wire::write_msg_head(&mut out, 8, 1000);
         let (r, _) = take_all(&mut Incoming::default(), &mut w, &out[..20], 4096);
         assert!(matches!(r, Received::Malformed(_)));
+    }
+
+    #[test]
+    fn a_batch_with_a_message_refused_delivers_the_messages_before_it_in_order() {
+        let mut f = vec![0u8; 256];
+        let mut b = wire::BatchWriter::new(&mut f);
+        for m in [vec![1u8; 10], vec![2; 10], vec![3; 100], vec![4; 10]] {
+            assert!(b.push(m.len(), |o| o.copy_from_slice(&m)));
+        }
+        let n = b.finish();
+        let mut w = Window::default();
+        let (r, got) = take_all(&mut Incoming::default(), &mut w, &f[..n], 50);
+        assert_eq!(r, Received::TooLong(100));
+        assert_eq!(got, vec![vec![1u8; 10], vec![2; 10]]);
+        // A batch whose messages all fit arrives whole, in order.
+        let (r, got) = take_all(&mut Incoming::default(), &mut w, &f[..n], 100);
+        assert_eq!((r, got.len()), (Received::Ok, 4));
+        assert_eq!(got[3], vec![4u8; 10]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::by_ref::ByRef;
-use super::{check_batch, write_message, Incoming, Outgoing, Received, SendCredit, Window};
+use super::{write_message, Incoming, Outgoing, Received, SendCredit, Window};
 use crate::engine::codec::{self, StatusCuts};
 use crate::engine::rendezvous::ReadOp;
 use crate::engine::wire::{self, Descriptor, Kind, SERVER_CREDITS};
@@ -376,8 +376,8 @@ impl ServerStreams {
         match result {
             Ok(m) => {
                 let events = &mut self.events;
-                s.recv.read_done(tag, m, |m| {
-                    events.push_back((id, ServerStreamEvent::Message(m)));
+                s.recv.read_done(tag, m, |a| {
+                    events.extend(a.map(|m| (id, ServerStreamEvent::Message(m))));
                 });
                 if !s.recv.holding() && std::mem::take(&mut s.deferred_half_close) {
                     self.events.push_back((id, ServerStreamEvent::HalfClosed));
@@ -401,12 +401,7 @@ impl ServerStreams {
             return Err(Status::failed_precondition("stream cannot send now"));
         }
         let s = self.streams.get_mut(&id).expect("can_send");
-        check_batch(staged, self.max_send_message, &s.send_credit)?;
-        if let Ok(wire::MsgFrame::Batch(b)) = wire::read_msg(staged) {
-            for m in b.messages() {
-                s.send_credit.spend(m.len());
-            }
-        }
+        s.send_credit.spend_batch(staged, self.max_send_message)?;
         out[..staged.len()].copy_from_slice(staged);
         self.credits -= 1;
         Ok(Transmit {
@@ -608,8 +603,9 @@ impl ServerStreams {
                 }
                 let max = self.max_recv_message;
                 let events = &mut self.events;
-                let r = s.recv.take(frame, max, &mut s.window, |m| {
-                    events.push_back((id, ServerStreamEvent::Message(m)));
+                // The handler's inbound queues messages one by one.
+                let r = s.recv.take(frame, max, &mut s.window, |a| {
+                    events.extend(a.map(|m| (id, ServerStreamEvent::Message(m))));
                 });
                 if let Received::ByRef(desc) = r {
                     let tag = self.by_ref.read(id, desc);

@@ -219,9 +219,11 @@ impl Pair {
         }
         while let Some((id, ev)) = self.c.poll_stream_event() {
             match ev {
-                StreamEvent::Message(m) => {
-                    self.c.streams().taken(id, wire::charge(m.len()));
-                    self.client.push(Ev::Msg(m.to_vec()));
+                StreamEvent::Message(arrived) => {
+                    for m in arrived {
+                        self.c.streams().taken(id, wire::charge(m.len()));
+                        self.client.push(Ev::Msg(m.to_vec()));
+                    }
                 }
                 StreamEvent::End(r) => self
                     .client

@@ -293,7 +293,7 @@ impl StreamSim {
             let seen = self.client.entry(id).or_default();
             match ev {
                 StreamEvent::Headers(_) => seen.headers = true,
-                StreamEvent::Message(m) => seen.unread.push_back(m.to_vec()),
+                StreamEvent::Message(arrived) => seen.unread.extend(arrived.map(|m| m.to_vec())),
                 StreamEvent::Writable => {}
                 StreamEvent::End(r) => {
                     assert!(seen.end.is_none(), "one end per call");

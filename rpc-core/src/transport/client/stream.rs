@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::conn::Conn;
@@ -26,11 +25,11 @@ use super::rc::RcLink;
 use super::stream_shared::StreamShared;
 use crate::client::{IncomingStream, OutgoingStream};
 use crate::engine::wire::{self, Descriptor, STREAM_GRANT_AT};
-use crate::engine::{CallHead, StreamEvent};
+use crate::engine::{Arrived, CallHead, StreamEvent};
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
 use crate::status::Status;
-use crate::stream::{BoxMessageSource, InboundMessages};
+use crate::stream::{BoxMessageSource, InboundMessages, MessageBytes};
 use crate::transport::lock;
 use crate::transport::stream_batch::{Next, Staged};
 use rpc_transport::msg::PooledRegion;
@@ -401,33 +400,44 @@ pub(crate) struct ClientInbound {
     /// them once they make a grant (one connection lock per grant, not per
     /// message).
     untaken: u64,
-    /// Messages moved out of the shared queue together, read from here.
-    ready: VecDeque<Bytes>,
+    /// Messages moved out of the shared queue together, read from here (a batch
+    /// is cut message by message as it is read).
+    ready: VecDeque<Arrived>,
 }
 
-impl InboundMessages for ClientInbound {
-    fn poll_message(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Payload, Status>>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        let this = &mut *self;
-        if this.ready.is_empty() {
-            // Everything queued at once: one lock per batch, not per message.
-            std::mem::swap(&mut lock(&this.shared.0).messages, &mut this.ready);
-        }
-        if let Some(m) = self.ready.pop_front() {
-            self.untaken += wire::charge(m.len());
-            if self.untaken >= u64::from(STREAM_GRANT_AT) {
-                let n = std::mem::take(&mut self.untaken);
-                let mut c = self.conn.lock();
-                c.link.engine.streams().taken(self.id, n);
-                c.link.after_stream_change();
+impl ClientInbound {
+    /// Whether a message is here to read (what arrived is moved out of the
+    /// shared queue all at once: one lock per wake-up, not per message).
+    fn has_ready(&mut self) -> bool {
+        for swapped in [false, true] {
+            while let Some(a) = self.ready.front() {
+                if a.left() > 0 {
+                    return true;
+                }
+                self.ready.pop_front();
             }
-            return Poll::Ready(Some(Ok(Payload::from_bytes(m))));
+            if !swapped {
+                std::mem::swap(&mut lock(&self.shared.0).messages, &mut self.ready);
+            }
         }
+        false
+    }
+
+    /// A message of `len` bytes was read: its charge goes back to the server once
+    /// they make a grant (one connection lock per grant, not per message).
+    fn took(&mut self, len: usize) {
+        self.untaken += wire::charge(len);
+        if self.untaken >= u64::from(STREAM_GRANT_AT) {
+            let n = std::mem::take(&mut self.untaken);
+            let mut c = self.conn.lock();
+            c.link.engine.streams().taken(self.id, n);
+            c.link.after_stream_change();
+        }
+    }
+
+    /// With nothing to read: the end (`None` for OK, its trailers kept), or
+    /// `Pending` until more arrives.
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<Option<Status>> {
         let mut st = lock(&self.shared.0);
         if !st.messages.is_empty() {
             // Arrived since the look above: read again.
@@ -443,7 +453,7 @@ impl InboundMessages for ClientInbound {
                         self.trailers = Some(md);
                         Poll::Ready(None)
                     }
-                    Err(s) => Poll::Ready(Some(Err(s))),
+                    Err(s) => Poll::Ready(Some(s)),
                 }
             }
             None => {
@@ -451,6 +461,46 @@ impl InboundMessages for ClientInbound {
                 Poll::Pending
             }
         }
+    }
+}
+
+impl InboundMessages for ClientInbound {
+    fn poll_message(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Payload, Status>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if this.has_ready() {
+            let m = this.ready.front_mut().and_then(Iterator::next);
+            let m = m.expect("has_ready");
+            this.took(m.len());
+            return Poll::Ready(Some(Ok(Payload::from_bytes(m))));
+        }
+        this.poll_end(cx).map(|end| end.map(Err))
+    }
+
+    /// Messages are read where they arrived: a batch's from its one buffer.
+    fn poll_message_in_place(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        read: &mut dyn FnMut(MessageBytes<'_>),
+    ) -> Poll<Option<Result<(), Status>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if this.has_ready() {
+            let arrived = this.ready.front_mut().expect("has_ready");
+            let (buf, range) = arrived.next_in_place().expect("has_ready");
+            let len = range.len();
+            read(MessageBytes::Shared(buf, range));
+            this.took(len);
+            return Poll::Ready(Some(Ok(())));
+        }
+        this.poll_end(cx).map(|end| end.map(Err))
     }
 
     fn trailers(mut self: Pin<&mut Self>) -> Option<MetadataMap> {

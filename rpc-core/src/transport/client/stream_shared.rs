@@ -9,7 +9,7 @@ use std::task::Waker;
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
-use crate::engine::StreamEvent;
+use crate::engine::{Arrived, StreamEvent};
 use crate::metadata::MetadataMap;
 use crate::status::Status;
 use crate::transport::lock;
@@ -23,7 +23,8 @@ pub(super) struct Inner {
     /// Resolves the caller's future with the headers (or the status that ended the
     /// call before them).
     pub(super) headers: Option<oneshot::Sender<Result<MetadataMap, Status>>>,
-    pub(super) messages: VecDeque<bytes::Bytes>,
+    /// Messages as they arrived together (a batch is one entry).
+    pub(super) messages: VecDeque<Arrived>,
     /// How the call ended, once it did (the reader takes it after the messages).
     pub(super) end: Option<Result<MetadataMap, Status>>,
     pub(super) reader: Option<Waker>,
@@ -36,11 +37,7 @@ pub(super) struct Inner {
 impl StreamShared {
     /// Messages for this call (under the connection's lock): `first`, then what
     /// `more` yields, queued under one lock with one wake-up.
-    pub(crate) fn on_messages(
-        &self,
-        first: bytes::Bytes,
-        more: impl FnMut() -> Option<bytes::Bytes>,
-    ) {
+    pub(crate) fn on_messages(&self, first: Arrived, more: impl FnMut() -> Option<Arrived>) {
         let mut st = lock(&self.0);
         st.messages.push_back(first);
         st.messages.extend(std::iter::from_fn(more));
