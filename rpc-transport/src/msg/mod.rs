@@ -40,7 +40,9 @@ pub use handshake::Envelope;
 pub use imm_mode::{ImmMode, IMM_HEADER_LEN};
 pub use reader::{ReadError, Reader};
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
-pub use region_pool::{PoolStats, PooledRegion, RegionPool, Ticket, WeakRegionPool, GRAIN};
+pub use region_pool::{
+    PoolStats, PooledRegion, RegionPool, SharedRegion, Ticket, WeakRegionPool, GRAIN,
+};
 pub use send_ring::{SendRing, SendSlot};
 pub use ud_ring::{UdDestination, UdSendRing, UdSlot};
 
