@@ -648,6 +648,7 @@ impl ServerConn {
         self.reads.push_back(ReadOp {
             id,
             desc,
+            gather: None,
             head_len: start.body.start,
         });
         None

@@ -332,6 +332,9 @@ pub const FRAG_HEAD_LEN: usize = 4;
 pub const BY_REF: u8 = 0x40;
 /// Bytes of a [`Descriptor`].
 pub const DESCRIPTOR_LEN: usize = 16;
+/// `RESP` flag, with [`BY_REF`]: a gather list ([`super::gather`]) in place of the
+/// single descriptor.
+pub const GATHER: u8 = 0x80;
 
 /// Where a message sent by reference lies in the sender's registered memory: what
 /// the receiver's RDMA Read names.
@@ -381,6 +384,12 @@ impl Descriptor {
 /// Checks the bytes after a head's metadata: a body chunk no longer than the body,
 /// or with [`BY_REF`] exactly a descriptor of the body.
 fn check_body(flags: u8, rest: &[u8], body_len: u32, what: &'static str) -> Result<(), Malformed> {
+    if flags & GATHER != 0 {
+        if flags & BY_REF == 0 {
+            return Err(Malformed("a gather list without BY_REF"));
+        }
+        return super::gather::Gather::read(rest, body_len).map(|_| ());
+    }
     if flags & BY_REF != 0 {
         return Descriptor::read(rest, body_len).map(|_| ());
     }
@@ -708,7 +717,7 @@ impl ResponseHead {
             .get(..RESPONSE_HEAD_LEN)
             .ok_or(Malformed("response frame shorter than its head"))?;
         let flags = b[RESP_FLAGS_AT];
-        if flags & !(STREAM_FLAG | CREDIT_GRANT | CREDIT_REVOKE | BY_REF) != 0 {
+        if flags & !(STREAM_FLAG | CREDIT_GRANT | CREDIT_REVOKE | BY_REF | GATHER) != 0 {
             return Err(Malformed(
                 "response head with flags this side does not know",
             ));
@@ -792,6 +801,16 @@ pub fn set_response_by_ref(out: &mut [u8]) {
 /// Whether a `RESP` frame carries its body by reference.
 pub fn response_is_by_ref(frame: &[u8]) -> bool {
     frame.get(RESP_FLAGS_AT).is_some_and(|f| f & BY_REF != 0)
+}
+
+/// Marks a written `RESP` head as carrying its body as a gather list.
+pub fn set_response_gather(out: &mut [u8]) {
+    out[RESP_FLAGS_AT] |= BY_REF | GATHER;
+}
+
+/// Whether a `RESP` frame carries its body as a gather list.
+pub fn response_is_gather(frame: &[u8]) -> bool {
+    frame.get(RESP_FLAGS_AT).is_some_and(|f| f & GATHER != 0)
 }
 
 /// Writes a `MSG` head: the chunk's offset in a message of `total` bytes.
@@ -1117,7 +1136,9 @@ mod tests {
         f[3] = 2; // an error whose body (its details) is 2 bytes, 1 here
         f.push(9);
         assert_eq!(ResponseHead::read(&f).unwrap().body_len, 2);
-        f[5] = 0x80; // a flag this side does not know
+        f[5] = 0x01; // a flag this side does not know
+        assert!(ResponseHead::read(&f).is_err());
+        f[5] = GATHER; // a gather list without BY_REF
         assert!(ResponseHead::read(&f).is_err());
         f[5] = 0;
         f.extend([9, 9]); // 3 body bytes of 2 announced
