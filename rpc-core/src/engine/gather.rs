@@ -15,7 +15,7 @@
 //! address space; the list fills the frame after the metadata exactly. Anything else
 //! is malformed, exactly as a single descriptor that breaks its rules is.
 
-use super::wire::{Descriptor, Malformed};
+use super::wire::{Descriptor, Malformed, BY_REF, DESCRIPTOR_LEN, GATHER};
 
 /// Parts one list may have: bounds the reader's work (and its Read WRs) per body.
 pub const MAX_GATHER_PARTS: usize = 16;
@@ -82,6 +82,52 @@ pub fn write_gather(out: &mut [u8], pieces: &[Piece<'_>]) -> usize {
         at += p.wire_len();
     }
     at
+}
+
+/// What a frame by reference carries after its metadata: a single descriptor of
+/// the sender's region, or a gather list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByRef<'a> {
+    /// The whole body in one region ([`BY_REF`]).
+    One(Descriptor),
+    /// The body's parts ([`BY_REF`] | [`GATHER`]).
+    Gather(&'a [Piece<'a>]),
+}
+
+impl ByRef<'_> {
+    /// Bytes of the body.
+    pub fn body_len(&self) -> usize {
+        match self {
+            ByRef::One(d) => d.len as usize,
+            ByRef::Gather(p) => p.iter().map(Piece::len).sum(),
+        }
+    }
+
+    /// Bytes it takes in the frame.
+    pub fn wire_len(&self) -> usize {
+        match self {
+            ByRef::One(_) => DESCRIPTOR_LEN,
+            ByRef::Gather(p) => gather_len(p),
+        }
+    }
+
+    /// Writes it at the start of `out` (at least [`ByRef::wire_len`] bytes).
+    pub fn write(&self, out: &mut [u8]) {
+        match self {
+            ByRef::One(d) => d.write(out),
+            ByRef::Gather(p) => {
+                write_gather(out, p);
+            }
+        }
+    }
+
+    /// The head flags that announce it.
+    pub fn flags(&self) -> u8 {
+        match self {
+            ByRef::One(_) => BY_REF,
+            ByRef::Gather(_) => BY_REF | GATHER,
+        }
+    }
 }
 
 /// A gather list read from a frame and checked, kept (the frame's receive goes

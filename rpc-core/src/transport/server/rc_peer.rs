@@ -11,6 +11,7 @@ use tokio::task::AbortHandle;
 use super::credit_pool::PeerCredit;
 use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::stream_inbound::InboundShared;
+use crate::engine::gather::ByRef;
 use crate::engine::wire::Descriptor;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
@@ -491,7 +492,12 @@ impl RcPeer {
                                 rkey,
                                 len: len as u32,
                             };
-                            match engine.respond_by_ref(id, metadata, desc, ring.buf(&slot)) {
+                            match engine.respond_by_ref(
+                                id,
+                                metadata,
+                                ByRef::One(desc),
+                                ring.buf(&slot),
+                            ) {
                                 Some((t, true)) => {
                                     rdv.lent.insert(id, l);
                                     Some(t)
