@@ -516,7 +516,7 @@ fn a_gather_reference_outside_what_was_lent_fails_the_call_as_a_bad_descriptor_d
     Pair::sent(&mut p.to_client, &out, t);
     p.run();
     let r = p.done.pop().expect("completed").result;
-    let e = r.err().expect("failed");
+    let e = r.expect_err("failed");
     assert_eq!(e.code(), crate::Code::Unavailable, "{e:?}");
     assert_eq!(
         p.released_by_server(),

@@ -23,6 +23,8 @@ use crate::transport::lend_windows::{LendRefusal, LendWindows, Lent};
 use crate::transport::lock;
 use crate::transport::rendezvous::{pool_refusal, read_failed};
 
+mod gather;
+
 pub(crate) struct RcPeerState {
     pub(super) engine: ServerConn,
     pub(super) ring: SendRing,
@@ -438,10 +440,18 @@ impl RcPeer {
             (Ok((_, msg)), Some(_)) => msg.encoded_len(),
             _ => 0,
         };
+        let mut gathered = None;
         if self.by_ref_above.is_some_and(|t| len > t) {
             // Encoding a large body (up to the max message) must not run on the
             // receive loop that started this call inline.
             super::handler::leave_inline().await;
+            // Bytes it received are lent where they lie; else it is copied.
+            gathered = parts
+                .as_ref()
+                .ok()
+                .and_then(|(md, m)| self.gather(len, md, &**m));
+        }
+        if gathered.is_none() && self.by_ref_above.is_some_and(|t| len > t) {
             match self.response_region(len).await {
                 Some(Ok(mut r)) => {
                     if let Ok((_, msg)) = &parts {
@@ -467,6 +477,15 @@ impl RcPeer {
                     let Some(slot) = st.ring.acquire() else {
                         break 'slot;
                     };
+                    if let (Some(g), Ok((md, _))) = (gathered.take(), &parts) {
+                        if let Err((g, slot)) = st.respond_gathered(id, md, g, slot) {
+                            gathered = Some(g);
+                            st.ring.release(slot);
+                            break 'slot;
+                        }
+                        Self::pump(&mut st);
+                        return;
+                    }
                     // The window first (posted ahead of the frame that names it).
                     let lent = match region.take().filter(|_| parts.is_ok()) {
                         Some((r, len)) => match st.lend(r, len) {

@@ -1,0 +1,223 @@
+//! Large responses lent where their bytes lie (`docs/large-messages.md`, "Lending
+//! received bytes where they lie"): a handler that echoes, or returns a slice of, a
+//! large `bytes` field it received answers without the server copying it: the
+//! client reads those bytes from the server's read pool, through a window bound over
+//! exactly them, beside the protobuf framing sent inline in the `RESP`. The server's
+//! `PoolStats::lent_in_place` counts them; every byte arrives as sent; the region
+//! stays the server's until the client's `RDONE`, whatever the handler dropped, and
+//! comes back when the client dies instead. On a device without memory windows the
+//! bytes are copied as before (and the counter stays 0).
+
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use prost::bytes::Bytes;
+use rpc_core::client::Grpc;
+use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
+use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
+use rpc_core::{Request, Response, Status};
+use tests::init_tracing;
+use tokio::sync::oneshot;
+
+const THRESHOLD: usize = 32 * 1024;
+const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// A message with a large `bytes` field decoded as `Bytes` (sharing the buffer it
+/// was read into), as `rpc-codegen`'s `.bytes(".")` generates.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Blob {
+    #[prost(uint64, tag = "1")]
+    id: u64,
+    #[prost(bytes = "bytes", tag = "2")]
+    data: Bytes,
+    /// For `Slice`: the part of `data` to return.
+    #[prost(uint64, tag = "3")]
+    at: u64,
+    #[prost(uint64, tag = "4")]
+    len: u64,
+}
+
+/// `Echo` returns the request; `Slice` the part `at..at + len` of its data; `Copy`
+/// the data copied into memory of the handler's own.
+#[derive(Clone)]
+struct BlobService;
+
+impl NamedService for BlobService {
+    const NAME: &'static str = "test.Blob";
+}
+
+impl tower::Service<ServerCall> for BlobService {
+    type Response = ServerReply;
+    type Error = Status;
+    type Future = BoxFuture<ServerReply>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: ServerCall) -> Self::Future {
+        Box::pin(async move {
+            let method = call.method().to_string();
+            let m = call.into_request::<Blob>()?.into_inner();
+            let data = match method.as_str() {
+                "Echo" => m.data,
+                "Slice" => m.data.slice(m.at as usize..(m.at + m.len) as usize),
+                "Copy" => Bytes::from(m.data.to_vec()),
+                other => return Err(Status::unimplemented(other.to_string())),
+            };
+            // The request (and its buffer) is dropped here: only the response's
+            // `data` refers to what was received.
+            let reply = Blob {
+                id: m.id,
+                data,
+                at: 0,
+                len: 0,
+            };
+            Ok(Response::new(ReplyBody::message(reply)))
+        })
+    }
+}
+
+async fn serve(stats: &RendezvousStats) -> (SocketAddr, oneshot::Sender<()>) {
+    init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let builder = Server::builder()
+        .max_message_size(MAX_MESSAGE)
+        .rendezvous_threshold(THRESHOLD)
+        .rendezvous_stats(stats.clone());
+    tokio::spawn(async move {
+        builder
+            .add_service(BlobService)
+            .serve_with_listener(listener, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server runs");
+    });
+    (addr, tx)
+}
+
+async fn channel(addr: SocketAddr, stats: &RendezvousStats) -> Channel {
+    Endpoint::from_shared(format!("rdma://{addr}"))
+        .unwrap()
+        .max_message_size(MAX_MESSAGE)
+        .rendezvous_threshold(THRESHOLD)
+        .rendezvous_stats(stats.clone())
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn pattern(seed: u64, len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed * 7) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+async fn call(ch: &Channel, method: &str, m: Blob) -> Blob {
+    let mut g = Grpc::new(ch.clone());
+    let path: &'static str = match method {
+        "Echo" => "/test.Blob/Echo",
+        "Slice" => "/test.Blob/Slice",
+        "Copy" => "/test.Blob/Copy",
+        _ => unreachable!(),
+    };
+    g.unary::<Blob, Blob>(Request::new(m), path)
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e:?}"))
+        .into_inner()
+}
+
+/// Whether the default device binds type-2 memory windows (the server then lends
+/// received bytes where they lie; without, it copies them).
+fn windows() -> bool {
+    let dev = rpc_transport::msg::open_device(None).expect("default RDMA device");
+    dev.caps().mw_type2
+}
+
+/// Polls `stats` until every region is back, within 20 s (the server frees a lent
+/// body once the client's `RDONE` arrived and its windows' invalidations completed).
+async fn all_back(stats: &RendezvousStats) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stats.get().in_use != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "regions not back: {:?}",
+            stats.get()
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echoed_bodies_are_lent_where_they_lie_and_arrive_byte_for_byte() {
+    let (srv, cli) = (RendezvousStats::new(), RendezvousStats::new());
+    let (addr, _stop) = serve(&srv).await;
+    let ch = channel(addr, &cli).await;
+    let lends = windows();
+    for (k, len) in [
+        40_000usize,
+        100_003,
+        1 << 20,
+        (1 << 20) + 17,
+        4 << 20,
+        (4 << 20) + 3,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = pattern(k as u64, len);
+        let before = srv.get().lent_in_place;
+        let m = Blob {
+            id: k as u64,
+            data: data.clone(),
+            ..Blob::default()
+        };
+        let r = call(&ch, "Echo", m).await;
+        assert_eq!(r.id, k as u64);
+        assert!(r.data == data, "{len} bytes came back changed");
+        let lent = srv.get().lent_in_place - before;
+        let expected = if lends { len as u64 } else { 0 };
+        assert_eq!(lent, expected, "{len} bytes: lent in place, not copied");
+    }
+    all_back(&srv).await;
+    all_back(&cli).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slice_of_a_request_is_lent_and_a_copy_is_not() {
+    let (srv, cli) = (RendezvousStats::new(), RendezvousStats::new());
+    let (addr, _stop) = serve(&srv).await;
+    let ch = channel(addr, &cli).await;
+    let data = pattern(9, 3 << 20);
+    let (at, len) = (12_345usize, (2 << 20) + 7);
+    let m = Blob {
+        id: 1,
+        data: data.clone(),
+        at: at as u64,
+        len: len as u64,
+    };
+    let r = call(&ch, "Slice", m.clone()).await;
+    assert!(
+        r.data == data.slice(at..at + len),
+        "the slice came back changed"
+    );
+    drop(r); // its bytes share the client's read region
+    let lent = srv.get().lent_in_place;
+    assert_eq!(lent, if windows() { len as u64 } else { 0 });
+
+    let r = call(&ch, "Copy", m).await;
+    assert!(r.data == data, "the copy came back changed");
+    drop(r);
+    assert_eq!(
+        srv.get().lent_in_place,
+        lent,
+        "bytes of the handler's own memory are copied"
+    );
+    all_back(&srv).await;
+    all_back(&cli).await;
+}
