@@ -14,10 +14,19 @@ use std::time::{Duration, Instant};
 
 use prost::bytes::Bytes;
 use rpc_core::client::Grpc;
+use rpc_core::fuzzing::codec::{read_response, write_request, Outcome};
+use rpc_core::fuzzing::gather::{Gather, Piece};
+use rpc_core::fuzzing::wire::{
+    imm, parse_imm, response_is_gather, set_request_by_ref, Descriptor, Kind, DESCRIPTOR_LEN,
+};
 use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
 use rpc_core::{Request, Response, Status};
+use rpc_transport::{
+    AccessFlags, MemoryRegion, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
+};
 use tests::init_tracing;
+use tests::raw_rc::RawRcClient;
 use tokio::sync::oneshot;
 
 const THRESHOLD: usize = 32 * 1024;
@@ -220,4 +229,183 @@ async fn a_slice_of_a_request_is_lent_and_a_copy_is_not() {
     );
     all_back(&srv).await;
     all_back(&cli).await;
+}
+
+/// A raw client that lends its request bodies (so its QP accepts the server's
+/// Reads) and reads gathered responses by hand.
+struct RawClient {
+    raw: RawRcClient,
+    out: MemoryRegion,
+}
+
+impl RawClient {
+    async fn connect(addr: SocketAddr) -> RawClient {
+        let raw = RawRcClient::connect(addr, 4, AccessFlags::REMOTE_READ).await;
+        let out = raw
+            .pd
+            .alloc_mr(1 << 20, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
+        RawClient { raw, out }
+    }
+
+    /// Calls `Echo` with `m` (its body lent by reference); the response's frame.
+    async fn echo(&mut self, id: u32, m: &Blob) -> Vec<u8> {
+        let body = prost::Message::encode_to_vec(m);
+        self.out.write(0, &body);
+        let desc = Descriptor {
+            addr: self.out.addr(),
+            rkey: self.out.rkey(),
+            len: body.len() as u32,
+        };
+        let slot = self.raw.free_slot().await;
+        let buf = self.raw.ring.buf(&slot);
+        let md = rpc_core::MetadataMap::new();
+        let head = rpc_core::fuzzing::CallHead::new("/test.Blob/Echo", &md, None);
+        let n = write_request(&head, body.len(), buf).unwrap();
+        set_request_by_ref(buf);
+        desc.write(&mut buf[n..]);
+        self.raw
+            .ring
+            .post(slot, n + DESCRIPTOR_LEN, imm(Kind::Req, id))
+            .unwrap();
+        let (_, f) = self.raw.next_frame().await.expect("the response");
+        assert!(matches!(read_response(&f).unwrap().outcome, Outcome::Ok(_)));
+        f
+    }
+
+    /// Reads `d` with RDMA Read; the status and what landed.
+    async fn read(&mut self, d: Descriptor) -> (WcStatus, Vec<u8>) {
+        let into = self
+            .raw
+            .pd
+            .alloc_mr(d.len as usize, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = [into.sge(0, d.len)];
+        let op = SendOp::RdmaRead {
+            remote_addr: d.addr,
+            rkey: d.rkey,
+        };
+        // SAFETY: `into` lives until the Read's completion, waited for below.
+        unsafe { self.raw.qp.post_send(&[SendWr::new(900, op, &sge)]) }.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut wc = [WorkCompletion::default(); 1];
+            if self.raw.cq.poll(&mut wc).unwrap() == 1 {
+                let w = wc[0];
+                if w.wr_id == 900 {
+                    return (w.status, into.to_vec(0, d.len as usize));
+                }
+                assert_ne!(w.opcode, WcOpcode::Recv, "a frame came during the Read");
+                self.raw.ring.handle_completion(&w);
+            }
+            assert!(Instant::now() < deadline, "the Read did not complete");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The body of a gathered response: its inline runs and its references read.
+    async fn gathered(&mut self, g: &Gather) -> Vec<u8> {
+        let mut body = Vec::new();
+        for p in g.pieces().collect::<Vec<_>>() {
+            match p {
+                Piece::Inline(b) => body.extend_from_slice(b),
+                Piece::Ref(d) => {
+                    let (status, bytes) = self.read(d).await;
+                    assert_eq!(status, WcStatus::Success, "{d:?}");
+                    body.extend(bytes);
+                }
+            }
+        }
+        body
+    }
+
+    /// Tells the server it is done with call `id`'s response; waits for its answer.
+    async fn done(&mut self, id: u32) {
+        let slot = self.raw.free_slot().await;
+        self.raw.ring.post(slot, 0, imm(Kind::Rdone, id)).unwrap();
+        let (imm, _) = self.raw.next_frame().await.expect("the RDONE's answer");
+        assert_eq!(parse_imm(imm).map(|(k, _)| k), Some(Kind::Cr));
+    }
+}
+
+/// The gather list of a `RESP` frame that must carry one.
+fn gather_of(f: &[u8]) -> Gather {
+    assert!(response_is_gather(f), "a gathered response");
+    read_response(f)
+        .unwrap()
+        .gather
+        .expect("a well-formed list")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_lent_in_place_stays_readable_until_rdone_and_only_until() {
+    let srv = RendezvousStats::new();
+    let (addr, _stop) = serve(&srv).await;
+    let mut c = RawClient::connect(addr).await;
+    let m = Blob {
+        id: 3,
+        data: pattern(3, 300_000),
+        ..Blob::default()
+    };
+    let f = c.echo(1, &m).await;
+    if !c.raw.dev.caps().mw_type2 {
+        // No windows: the server copied the body into a region of its lend pool.
+        assert!(!response_is_gather(&f) && read_response(&f).unwrap().by_ref.is_some());
+        assert_eq!(srv.get().lent_in_place, 0);
+        return;
+    }
+    let g = gather_of(&f);
+    // The handler returned and dropped the request; the region it was read into is
+    // still the server's (lent), and nothing else is.
+    let s = srv.get();
+    assert_eq!((s.regions_in_use, s.lent_in_place), (1, 300_000), "{s:?}");
+    let expected = prost::Message::encode_to_vec(&m);
+    assert!(c.gathered(&g).await == expected, "the echo, byte for byte");
+    assert!(
+        c.gathered(&g).await == expected,
+        "readable again before RDONE"
+    );
+    c.done(1).await;
+    all_back(&srv).await;
+    // After RDONE its window is invalidated: the same reference reads nothing.
+    let d = g
+        .pieces()
+        .find_map(|p| match p {
+            Piece::Ref(d) => Some(d),
+            Piece::Inline(_) => None,
+        })
+        .unwrap();
+    assert_eq!(c.read(d).await.0, WcStatus::RemAccessErr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_dies_holding_a_body_lent_in_place_gives_every_region_back() {
+    let srv = RendezvousStats::new();
+    let (addr, _stop) = serve(&srv).await;
+    let mut c = RawClient::connect(addr).await;
+    for id in 1..=3u32 {
+        let m = Blob {
+            id: u64::from(id),
+            data: pattern(u64::from(id), 200_000),
+            ..Blob::default()
+        };
+        let f = c.echo(id, &m).await;
+        if c.raw.dev.caps().mw_type2 {
+            gather_of(&f);
+        }
+    }
+    // Three responses lent, none released (no RDONE): three regions held.
+    assert_eq!(srv.get().regions_in_use, 3, "{:?}", srv.get());
+    drop(c);
+    all_back(&srv).await;
+    // The server goes on serving.
+    let cli = RendezvousStats::new();
+    let ch = channel(addr, &cli).await;
+    let data = pattern(7, 100_000);
+    let m = Blob {
+        id: 7,
+        data: data.clone(),
+        ..Blob::default()
+    };
+    assert!(call(&ch, "Echo", m).await.data == data);
 }

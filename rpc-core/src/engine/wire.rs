@@ -175,6 +175,34 @@
 //! hardware fails it (`REM_ACCESS_ERR`), which puts both QPs in error: the connection
 //! ends, its calls end `UNAVAILABLE`, other connections are untouched.
 //!
+//! **Gather lists** (a `RESP` flagged [`BY_REF`] | [`GATHER`]): the bytes after the
+//! metadata are a list of inline runs and references, [`super::gather`]'s layout,
+//! which in order are the body (at most [`super::gather::MAX_GATHER_PARTS`] parts,
+//! each at least a byte, summing to `body_len`, at least one reference, filling the
+//! frame exactly; anything else is malformed as a bad descriptor is). The reader
+//! takes one region of the body's length, copies the inline runs to their places
+//! and posts the Reads of the references together, each into its place, then
+//! decodes from the region as from a single descriptor's. Release is the single
+//! descriptor's: one `RDONE` (or `CANCEL`, or the connection's end) frees every
+//! reference of the list; a reference outside what the sender lent fails
+//! `REM_ACCESS_ERR` as any Read does.
+//!
+//! A server sends one when a large response's encoding holds, as contiguous chunks
+//! of at least `rpc_transport::msg::MIN_REF_BYTES` (16 KiB), bytes that lie in a
+//! region of its **read pool** it shared as `Bytes` (a request body it received and
+//! returns whole or in part: an echo, a forward, a slice), the rest of the encoding
+//! (tags, lengths, short fields) fits `MAX_INLINE_BYTES` (1 KiB) of inline runs, and
+//! the list fits the frame beside the metadata. Each reference is lent through a
+//! memory window bound over exactly its range on the client's QP (so only where the
+//! device has type-2 windows: the read pool's regions are registered `LOCAL_WRITE |
+//! MW_BIND` there and grant nothing through their own rkey; without windows the
+//! read pool grants no remote access at all and such responses are copied as
+//! before), and the region is held (`SharedRegion`, found by address in the pool's
+//! list of regions shared as `Bytes`) until the windows' invalidations after the
+//! `RDONE` completed, whatever the handler dropped. Requests and stream messages
+//! are still encoded into a lend region (single descriptor): see
+//! `docs/large-messages.md` for what is not done.
+//!
 //! **Stream messages** (both directions, same threshold and condition): a `MSG`
 //! whose `total` has bit 31 ([`MSG_RENDEZVOUS`]) set carries, after its 8-byte head
 //! (`offset` 0), a descriptor of the whole message instead of a chunk; `total &

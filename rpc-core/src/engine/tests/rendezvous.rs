@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::sim::Raw;
 use crate::code::Code;
-use crate::engine::gather::{ByRef, Gather, Piece};
+use crate::engine::gather::{gather_len, ByRef, Gather, Piece, MAX_GATHER_PARTS};
 use crate::engine::wire::{self, Descriptor, Kind};
 use crate::engine::{
     CallHead, ClientConfig, ClientConn, Completion, Incoming, ReadOp, Reply, RequestBody,
@@ -523,4 +523,43 @@ fn a_gather_reference_outside_what_was_lent_fails_the_call_as_a_bad_descriptor_d
         vec![id],
         "released: it will not read again"
     );
+}
+
+#[test]
+fn a_malformed_gather_list_ends_the_call_internal_and_its_cancel_releases_the_body() {
+    // Each way of breaking a list, applied to a well-formed RESP: parts that do not
+    // sum to the stated length, too many parts announced, a list cut short.
+    let tampers: [fn(&mut Vec<u8>, usize); 3] = [
+        |f, _| f[3] = f[3].wrapping_add(1),
+        |f, at| f[at + 1] = (MAX_GATHER_PARTS + 1) as u8,
+        |f, _| {
+            f.pop();
+        },
+    ];
+    for (k, tamper) in tampers.into_iter().enumerate() {
+        let mut p = Pair::new();
+        let id = p.call_by_ref(1, 0x1000, pattern(10_000, 1));
+        p.run();
+        let lent = p.server_lent.lend(0x40_0000, pattern(70_000, 5));
+        let pieces = [Piece::Inline(b"ab"), Piece::Ref(lent)];
+        let mut out = vec![0u8; FRAME];
+        let (t, _) =
+            p.s.respond_by_ref(id, &MetadataMap::new(), ByRef::Gather(&pieces), &mut out)
+                .expect("running");
+        let mut f = out[..t.len].to_vec();
+        let at = f.len() - gather_len(&pieces);
+        tamper(&mut f, at);
+        p.done.extend(p.c.handle_frame(p.now, t.imm, &f));
+        p.c.handle_tokens_returned(1);
+        p.run();
+        let e = p.done.pop().expect("ended").result.expect_err("malformed");
+        assert_eq!(e.code(), Code::Internal, "case {k}: {e:?}");
+        assert_eq!(p.c.stats().malformed, 1, "case {k}");
+        assert!(p.c.poll_read().is_none(), "case {k}: nothing read");
+        assert_eq!(
+            p.released_by_server(),
+            vec![id],
+            "case {k}: CANCEL released it"
+        );
+    }
 }
