@@ -716,9 +716,10 @@ impl ServerConn {
         Some(self.stamp_credit(out, t))
     }
 
-    /// Answers call `id` with an OK response whose `body_len`-byte body the driver
-    /// lends to the client, described by `body` (a descriptor of the region it
-    /// encoded it into, or a gather list): the `RESP` carries it in place of the body. `Some((t, true))`: the region is
+    /// Answers call `id` with an OK response whose body the driver lends to the
+    /// client, described by `body` (a descriptor of the region it encoded it into,
+    /// or a gather list): the `RESP` carries it in place of the body.
+    /// `Some((t, true))`: the body is
     /// lent until [`ServerConn::poll_released`] names the call; `Some((t, false))`:
     /// a status went instead (the metadata did not fit) and the region is free now;
     /// `None`: the call is not running (the region is free).
