@@ -5,8 +5,9 @@
 //! exactly them, beside the protobuf framing sent inline in the `RESP`. The server's
 //! `PoolStats::lent_in_place` counts them; every byte arrives as sent; the region
 //! stays the server's until the client's `RDONE`, whatever the handler dropped, and
-//! comes back when the client dies instead. On a device without memory windows the
-//! bytes are copied as before (and the counter stays 0).
+//! comes back when the client dies instead. On a device without memory windows, or
+//! to a client that did not offer `GATHER_LISTS`, the bytes are copied as before
+//! (and the counter stays 0).
 
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
@@ -16,6 +17,7 @@ use prost::bytes::Bytes;
 use rpc_core::client::Grpc;
 use rpc_core::fuzzing::codec::{read_response, write_request, Outcome};
 use rpc_core::fuzzing::gather::{Gather, Piece};
+use rpc_core::fuzzing::handshake::Capabilities;
 use rpc_core::fuzzing::wire::{
     imm, parse_imm, response_is_gather, set_request_by_ref, Descriptor, Kind, DESCRIPTOR_LEN,
 };
@@ -240,7 +242,11 @@ struct RawClient {
 
 impl RawClient {
     async fn connect(addr: SocketAddr) -> RawClient {
-        let raw = RawRcClient::connect(addr, 4, AccessFlags::REMOTE_READ).await;
+        Self::connect_offering(addr, Capabilities::SUPPORTED).await
+    }
+
+    async fn connect_offering(addr: SocketAddr, offer: Capabilities) -> RawClient {
+        let raw = RawRcClient::connect_offering(addr, 4, AccessFlags::REMOTE_READ, offer).await;
         let out = raw
             .pd
             .alloc_mr(1 << 20, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
@@ -408,4 +414,29 @@ async fn a_client_that_dies_holding_a_body_lent_in_place_gives_every_region_back
         ..Blob::default()
     };
     assert!(call(&ch, "Echo", m).await.data == data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_gather_lists_gets_a_single_descriptor() {
+    let srv = RendezvousStats::new();
+    let (addr, _stop) = serve(&srv).await;
+    let older = Capabilities::from_bits(
+        Capabilities::SUPPORTED.bits() & !Capabilities::GATHER_LISTS.bits(),
+    );
+    let mut c = RawClient::connect_offering(addr, older).await;
+    assert!(c.raw.grant.capabilities.contains(Capabilities::RDMA_READ));
+    let m = Blob {
+        id: 4,
+        data: pattern(4, 300_000),
+        ..Blob::default()
+    };
+    let f = c.echo(1, &m).await;
+    assert!(!response_is_gather(&f), "copied and lent as one body");
+    let d = read_response(&f).unwrap().by_ref.expect("by reference");
+    let (status, body) = c.read(d).await;
+    assert_eq!(status, WcStatus::Success);
+    assert!(body == prost::Message::encode_to_vec(&m));
+    assert_eq!(srv.get().lent_in_place, 0);
+    c.done(1).await;
+    all_back(&srv).await;
 }

@@ -143,6 +143,8 @@
 //! * bit 6, [`BY_REF`] (both heads, RC only): the body is not inline; in its place
 //!   the frame carries a [`Descriptor`] (below). A UD receiver treats it as any
 //!   unknown flag (malformed): UD keeps one datagram per message.
+//! * bit 7, [`GATHER`] (`RESP` only, always with `BY_REF`): in place of the
+//!   descriptor, a gather list (below). Without `BY_REF`, or on a `REQ`, malformed.
 //!
 //! # Large messages by reference (RC, "rendezvous")
 //!
@@ -187,7 +189,9 @@
 //! reference of the list; a reference outside what the sender lent fails
 //! `REM_ACCESS_ERR` as any Read does.
 //!
-//! A server sends one when a large response's encoding holds, as contiguous chunks
+//! Only to a client that offered the handshake capability `GATHER_LISTS` (bit 6;
+//! others get a single descriptor). A server sends one when a large response's
+//! encoding holds, as contiguous chunks
 //! of at least `rpc_transport::msg::MIN_REF_BYTES` (16 KiB), bytes that lie in a
 //! region of its **read pool** it shared as `Bytes` (a request body it received and
 //! returns whole or in part: an echo, a forward, a slice), the rest of the encoding

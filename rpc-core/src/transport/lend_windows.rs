@@ -92,6 +92,8 @@ pub(crate) struct LendWindows {
     waiting: VecDeque<Lent>,
     /// A gather list found too little room: the next completion wakes its sender.
     starved: bool,
+    /// The peer reads gather lists (`Capabilities::GATHER_LISTS`).
+    in_place: bool,
 }
 
 /// Why a body could not be lent now.
@@ -123,7 +125,15 @@ impl LendWindows {
             invalidating: VecDeque::new(),
             waiting: VecDeque::new(),
             starved: false,
+            in_place: false,
         }
+    }
+
+    /// Whether bytes received may be lent where they lie, in gather lists: the
+    /// peer reads them (it offered `GATHER_LISTS`); only through windows still.
+    pub(crate) fn lending_in_place(mut self, peer_reads_lists: bool) -> Self {
+        self.in_place = peer_reads_lists;
+        self
     }
 
     /// Whether `wc` is a window WR's completion.
@@ -153,9 +163,10 @@ impl LendWindows {
         }
     }
 
-    /// Whether bytes received may be lent where they lie (through windows only).
+    /// Whether bytes received may be lent where they lie (through windows only, to
+    /// a peer that reads gather lists).
     pub(crate) fn lends_shared(&self) -> bool {
-        self.on
+        self.on && self.in_place
     }
 
     /// Whether `n` references of a gather list may be lent now (windows on, and
