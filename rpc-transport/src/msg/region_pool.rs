@@ -197,6 +197,12 @@ impl RegionPool {
         }
     }
 
+    /// Whether any region of the pool is shared as [`Bytes`] now (nothing to find
+    /// otherwise: a sender may skip looking).
+    pub fn has_shared(&self) -> bool {
+        !lock(&self.inner.state).shared.is_empty()
+    }
+
     /// The region shared as [`Bytes`] ([`PooledRegion::into_bytes`]) whose shared
     /// bytes hold all of `bytes`, if one does; the handle keeps it registered and
     /// out of the pool until dropped, whatever becomes of the `Bytes`.
@@ -601,7 +607,9 @@ mod tests {
         let p = pool(4 * GRAIN);
         let mut r = p.try_take(GRAIN).unwrap().expect("room");
         r.buf_mut()[..6].copy_from_slice(b"abcdef");
+        assert!(!p.has_shared());
         let b = r.into_bytes(6);
+        assert!(p.has_shared());
         let found = p
             .shared_containing(&b[1..4])
             .expect("inside the shared bytes");
@@ -620,6 +628,7 @@ mod tests {
         assert_eq!(p.stats().lent_in_place, 3);
         drop(found);
         assert_eq!(p.stats().regions_in_use, 0, "back once the handle went");
+        assert!(!p.has_shared(), "unlisted");
         assert_eq!(p.stats().in_use, 0);
         let again = p.try_take(GRAIN).unwrap().expect("room").into_bytes(1);
         assert!(

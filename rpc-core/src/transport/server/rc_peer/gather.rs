@@ -32,6 +32,10 @@ impl RcPeer {
             }
             (rdv.reader.pool().clone(), st.engine.frame_size())
         };
+        // Nothing received is held as `Bytes`: nothing to find, no encode pass.
+        if !pool.has_shared() {
+            return None;
+        }
         let find = |b: &[u8]| pool.shared_containing(b);
         let mut w = GatherWriter::new(&find, MAX_GATHER_PARTS);
         if !msg.encode_gathered(&mut w) {
