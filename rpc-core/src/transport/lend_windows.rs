@@ -51,6 +51,8 @@ pub(crate) struct Lent {
     memory: Memory,
     /// The other references of a gather list lent together, each with its window.
     more: Vec<Lent>,
+    /// Bytes of received memory it exposes where they lie (a reference's length).
+    in_place: usize,
 }
 
 /// What a window exposes: a region of the lend pool the body was encoded into, or
@@ -66,6 +68,18 @@ impl Lent {
             window,
             memory,
             more: Vec::new(),
+            in_place: 0,
+        }
+    }
+
+    /// The peer was told of it: counts the received bytes it lends where they lie
+    /// (`PoolStats::lent_in_place`).
+    pub(crate) fn announced(&self) {
+        if let Memory::Shared(s) = &self.memory {
+            s.record_lent(self.in_place);
+        }
+        for part in &self.more {
+            part.announced();
         }
     }
 
@@ -190,9 +204,9 @@ impl LendWindows {
         let mut lent: Option<Lent> = None;
         for (region, addr, len) in refs {
             let (rkey, window) = self.bind(region.mr(), addr, len as u64)?;
-            region.record_lent(len);
             rkeys.push(rkey);
-            let part = Lent::new(Some(window), Memory::Shared(region));
+            let mut part = Lent::new(Some(window), Memory::Shared(region));
+            part.in_place = len;
             match &mut lent {
                 Some(l) => l.more.push(part),
                 None => lent = Some(part),

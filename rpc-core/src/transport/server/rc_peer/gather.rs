@@ -108,6 +108,7 @@ impl RcPeerState {
         let sent = engine.respond_by_ref(id, metadata, ByRef::Gather(&pieces), ring.buf(&slot));
         let t = match (sent, lent) {
             (Some((t, true)), Some(l)) => {
+                l.announced();
                 rdv.lent.insert(id, l);
                 Some(t)
             }
