@@ -6,12 +6,17 @@
 //! with `BY_REF` has exactly a descriptor of its body after its metadata, and the
 //! codec's readers hand out that same descriptor. A `MSG` accepted by reference is
 //! exactly its head and a descriptor of its length, and re-encodes to the same bytes.
+//! An accepted gather list has at most `MAX_GATHER_PARTS` parts, none empty, at least
+//! one reference, none wrapping, summing to the announced length, and re-encodes to
+//! the same bytes; a `RESP` accepted with `GATHER` hands out that list.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rpc_core::fuzzing::codec::{read_request, read_response};
+use rpc_core::fuzzing::gather::{gather_len, write_gather, Gather, Piece, MAX_GATHER_PARTS};
 use rpc_core::fuzzing::wire::{
-    msg_by_ref, read_msg, read_rdone, request_is_by_ref, response_is_by_ref, write_msg_by_ref,
+    msg_by_ref, read_msg, read_rdone, request_is_by_ref, response_is_by_ref, response_is_gather,
+    write_msg_by_ref,
     write_rdone, Descriptor, MsgFrame, RequestHead, ResponseHead, DESCRIPTOR_LEN, MSG_HEAD_LEN,
 };
 
@@ -32,6 +37,23 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&out[..], frame, "a descriptor re-encodes to the same bytes");
     }
 
+    if let Ok(g) = Gather::read(frame, body_len) {
+        let pieces: Vec<Piece<'_>> = g.pieces().collect();
+        assert!((1..=MAX_GATHER_PARTS).contains(&pieces.len()));
+        assert!(pieces.iter().all(|p| !p.is_empty()));
+        assert!(pieces.iter().any(|p| matches!(p, Piece::Ref(_))));
+        for p in &pieces {
+            if let Piece::Ref(d) = p {
+                assert!(d.addr.checked_add(u64::from(d.len)).is_some());
+            }
+        }
+        let sum: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+        assert_eq!(sum, u64::from(body_len));
+        let mut out = vec![0u8; gather_len(&pieces)];
+        write_gather(&mut out, &pieces);
+        assert_eq!(&out[..], frame, "a gather list re-encodes to the same bytes");
+    }
+
     if let Ok(h) = RequestHead::read(frame) {
         if request_is_by_ref(frame) {
             let d = Descriptor::read(&frame[h.body_start()..], h.body_len)
@@ -43,7 +65,14 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(h) = ResponseHead::read(frame) {
-        if response_is_by_ref(frame) {
+        if response_is_gather(frame) {
+            let g = Gather::read(&frame[h.body_start()..], h.body_len)
+                .expect("an accepted GATHER head carries a list of its body");
+            if let Ok(r) = read_response(frame) {
+                assert_eq!(r.by_ref, Some(g.summary()));
+                assert_eq!(r.gather, Some(g));
+            }
+        } else if response_is_by_ref(frame) {
             let d = Descriptor::read(&frame[h.body_start()..], h.body_len)
                 .expect("an accepted BY_REF head carries a descriptor of its body");
             if let Ok(r) = read_response(frame) {

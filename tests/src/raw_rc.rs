@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rpc_core::fuzzing::handshake::device::imm_mode;
-use rpc_core::fuzzing::handshake::{check_rc, ClientHello, RcAsk, RcGrant};
+use rpc_core::fuzzing::handshake::{check_rc, Capabilities, ClientHello, RcAsk, RcGrant};
 use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing, SendSlot};
 use rpc_transport::{
     AccessFlags, CompletionQueue, Device, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair,
@@ -52,6 +52,17 @@ impl RawRcClient {
     /// # Panics
     /// On any failure: the handshake is the precondition of every such test.
     pub async fn connect(addr: SocketAddr, send_slots: u32, remote: AccessFlags) -> RawRcClient {
+        Self::connect_offering(addr, send_slots, remote, Capabilities::SUPPORTED).await
+    }
+
+    /// As [`RawRcClient::connect`], offering only `offer` at the handshake (an older
+    /// client's set).
+    pub async fn connect_offering(
+        addr: SocketAddr,
+        send_slots: u32,
+        remote: AccessFlags,
+        offer: Capabilities,
+    ) -> RawRcClient {
         let dev = rpc_transport::msg::open_device(None).expect("the default RDMA device");
         let pd = dev.alloc_pd().unwrap();
         let cq = dev.create_cq(64).unwrap();
@@ -65,12 +76,13 @@ impl RawRcClient {
         };
         let qp = Arc::new(pd.create_qp(&init).unwrap());
         let mut tcp = TcpStream::connect(addr).await.unwrap();
-        let hello = ClientHello::new(RcAsk {
+        let mut hello = ClientHello::new(RcAsk {
             credits: 8,
             slot_size: 8192,
             max_message: 1 << 20,
         })
         .with_device(dev.caps());
+        hello.capabilities = offer;
         handshake::send(&mut tcp, &qp.endpoint(PSN).unwrap(), &hello.encode())
             .await
             .unwrap();

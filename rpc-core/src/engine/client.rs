@@ -904,7 +904,7 @@ impl<W> ClientConn<W> {
             }
         };
         if let Some(desc) = start.by_ref {
-            return self.read_response(id, start.outcome, desc);
+            return self.read_response(id, start.outcome, desc, start.gather);
         }
         if start.body.len() == start.body_len {
             let result = start
@@ -956,6 +956,7 @@ impl<W> ClientConn<W> {
         id: u32,
         outcome: Outcome,
         desc: Descriptor,
+        gather: Option<crate::engine::gather::Gather>,
     ) -> Option<Completion<W>> {
         let len = desc.len as usize;
         let refused = if self.rendezvous.is_none() {
@@ -980,6 +981,7 @@ impl<W> ClientConn<W> {
         self.reads.push_back(ReadOp {
             id,
             desc,
+            gather,
             head_len: 0,
         });
         None

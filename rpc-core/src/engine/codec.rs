@@ -45,6 +45,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::code::Code;
+use crate::engine::gather::Gather;
 use crate::engine::wire::{
     self, Descriptor, RequestHead, ResponseHead, REQUEST_HEAD_LEN, RESPONSE_HEAD_LEN,
 };
@@ -348,8 +349,11 @@ pub struct ResponseStart {
     pub body: Range<usize>,
     /// The body's length across all fragments.
     pub body_len: usize,
-    /// The body is by reference: where it lies (`body` then holds the descriptor).
+    /// The body is by reference: where it lies (`body` then holds the descriptor),
+    /// or for a gather list its first reference with the body's length.
     pub by_ref: Option<Descriptor>,
+    /// The body is a gather list (`by_ref` then summarises it).
+    pub gather: Option<Gather>,
 }
 
 /// Reads a response's first frame: a malformed head is `INTERNAL`, unreadable
@@ -368,16 +372,23 @@ pub fn read_response(frame: &[u8]) -> Result<ResponseStart, Status> {
             Outcome::Status(s)
         }
     };
+    let gather = wire::response_is_gather(frame)
+        .then(|| Gather::read(&frame[head.body_start()..], head.body_len).ok())
+        .flatten();
     Ok(ResponseStart {
         outcome,
         body: head.body_start()..frame.len(),
         body_len: head.body_len as usize,
-        by_ref: by_ref(
-            wire::response_is_by_ref(frame),
-            frame,
-            head.body_start(),
-            head.body_len,
-        ),
+        by_ref: match &gather {
+            Some(g) => Some(g.summary()),
+            None => by_ref(
+                wire::response_is_by_ref(frame),
+                frame,
+                head.body_start(),
+                head.body_len,
+            ),
+        },
+        gather,
     })
 }
 

@@ -57,6 +57,7 @@
 mod client;
 pub mod codec;
 pub mod credit;
+pub mod gather;
 pub mod rendezvous;
 mod server;
 mod stream;

@@ -2,6 +2,7 @@
 //! to read. The frames are [`wire`](super::wire)'s ("Large messages by reference");
 //! the memory is the driver's (a bounded pool of registered regions).
 
+use crate::engine::gather::Gather;
 use crate::engine::wire::Descriptor;
 
 /// Bit of a [`ReadOp::id`] that marks the read of a stream message: the id is then
@@ -11,13 +12,17 @@ pub const STREAM_READ_TAG: u32 = 1 << 31;
 
 /// A body the driver is to pull with RDMA Read (in pieces of at most the device's
 /// max message) into a region of its own, then report to the engine that asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadOp {
     /// The call, or a stream message's read tag (with [`STREAM_READ_TAG`]); the
     /// driver reports the read under it.
     pub id: u32,
-    /// Where the body lies at the peer.
+    /// Where the body lies at the peer (for a gather list: its first reference,
+    /// with the whole body's length).
     pub desc: Descriptor,
+    /// The body's parts, when it is a gather list (a response that lends bytes where
+    /// they lie at the peer): the driver places each at its offset in one region.
+    pub gather: Option<Gather>,
     /// Bytes of the frame before the body (a request's head, path and metadata) that
     /// the driver copies to the region's head, so that head and body share one
     /// buffer; 0 for a response.

@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::engine::codec::{self, StatusCuts};
 use crate::engine::credit::CreditWindow;
+use crate::engine::gather::ByRef;
 use crate::engine::rendezvous::{ReadOp, STREAM_READ_TAG};
 use crate::engine::stream::server::{ServerStreamEvent, ServerStreams};
 use crate::engine::wire::{self, Descriptor, Kind};
@@ -648,6 +649,7 @@ impl ServerConn {
         self.reads.push_back(ReadOp {
             id,
             desc,
+            gather: None,
             head_len: start.body.start,
         });
         None
@@ -714,9 +716,10 @@ impl ServerConn {
         Some(self.stamp_credit(out, t))
     }
 
-    /// Answers call `id` with an OK response whose `body_len`-byte body the driver
-    /// encoded into a region it lends to the client, described by `desc`: the `RESP`
-    /// carries the descriptor in place of the body. `Some((t, true))`: the region is
+    /// Answers call `id` with an OK response whose body the driver lends to the
+    /// client, described by `body` (a descriptor of the region it encoded it into,
+    /// or a gather list): the `RESP` carries it in place of the body.
+    /// `Some((t, true))`: the body is
     /// lent until [`ServerConn::poll_released`] names the call; `Some((t, false))`:
     /// a status went instead (the metadata did not fit) and the region is free now;
     /// `None`: the call is not running (the region is free).
@@ -724,7 +727,7 @@ impl ServerConn {
         &mut self,
         id: u32,
         metadata: &MetadataMap,
-        desc: Descriptor,
+        body: ByRef<'_>,
         out: &mut [u8],
     ) -> Option<(Transmit, bool)> {
         if !matches!(self.calls.get(&id), Some(Call::Running)) {
@@ -733,20 +736,20 @@ impl ServerConn {
         self.calls.remove(&id);
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
-        let body_len = desc.len as usize;
+        let body_len = body.body_len();
         let written = codec::write_response(metadata, body_len, out).and_then(|n| {
-            (n + wire::DESCRIPTOR_LEN <= out.len())
+            (n + body.wire_len() <= out.len())
                 .then_some(n)
                 .ok_or_else(|| Status::resource_exhausted("response metadata does not fit a frame"))
         });
         let (t, lent) = match written {
             Ok(n) => {
-                wire::set_response_by_ref(out);
-                desc.write(&mut out[n..]);
+                out[wire::RESP_FLAGS_AT] |= body.flags();
+                body.write(&mut out[n..]);
                 self.calls.insert(id, Call::Lent);
                 self.stats.by_ref_out += 1;
                 let t = Transmit {
-                    len: n + wire::DESCRIPTOR_LEN,
+                    len: n + body.wire_len(),
                     imm: wire::imm(Kind::Resp, id),
                 };
                 (t, true)

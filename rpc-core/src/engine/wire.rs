@@ -143,6 +143,8 @@
 //! * bit 6, [`BY_REF`] (both heads, RC only): the body is not inline; in its place
 //!   the frame carries a [`Descriptor`] (below). A UD receiver treats it as any
 //!   unknown flag (malformed): UD keeps one datagram per message.
+//! * bit 7, [`GATHER`] (`RESP` only, always with `BY_REF`): in place of the
+//!   descriptor, a gather list (below). Without `BY_REF`, or on a `REQ`, malformed.
 //!
 //! # Large messages by reference (RC, "rendezvous")
 //!
@@ -174,6 +176,36 @@
 //! A Read of memory outside the regions the sender lent fails at the reader as
 //! hardware fails it (`REM_ACCESS_ERR`), which puts both QPs in error: the connection
 //! ends, its calls end `UNAVAILABLE`, other connections are untouched.
+//!
+//! **Gather lists** (a `RESP` flagged [`BY_REF`] | [`GATHER`]): the bytes after the
+//! metadata are a list of inline runs and references, [`super::gather`]'s layout,
+//! which in order are the body (at most [`super::gather::MAX_GATHER_PARTS`] parts,
+//! each at least a byte, summing to `body_len`, at least one reference, filling the
+//! frame exactly; anything else is malformed as a bad descriptor is). The reader
+//! takes one region of the body's length, copies the inline runs to their places
+//! and posts the Reads of the references together, each into its place, then
+//! decodes from the region as from a single descriptor's. Release is the single
+//! descriptor's: one `RDONE` (or `CANCEL`, or the connection's end) frees every
+//! reference of the list; a reference outside what the sender lent fails
+//! `REM_ACCESS_ERR` as any Read does.
+//!
+//! Only to a client that offered the handshake capability `GATHER_LISTS` (bit 6;
+//! others get a single descriptor). A server sends one when a large response's
+//! encoding holds, as contiguous chunks
+//! of at least `rpc_transport::msg::MIN_REF_BYTES` (16 KiB), bytes that lie in a
+//! region of its **read pool** it shared as `Bytes` (a request body it received and
+//! returns whole or in part: an echo, a forward, a slice), the rest of the encoding
+//! (tags, lengths, short fields) fits `MAX_INLINE_BYTES` (1 KiB) of inline runs, and
+//! the list fits the frame beside the metadata. Each reference is lent through a
+//! memory window bound over exactly its range on the client's QP (so only where the
+//! device has type-2 windows: the read pool's regions are registered `LOCAL_WRITE |
+//! MW_BIND` there and grant nothing through their own rkey; without windows the
+//! read pool grants no remote access at all and such responses are copied as
+//! before), and the region is held (`SharedRegion`, found by address in the pool's
+//! list of regions shared as `Bytes`) until the windows' invalidations after the
+//! `RDONE` completed, whatever the handler dropped. Requests and stream messages
+//! are still encoded into a lend region (single descriptor): see
+//! `docs/large-messages.md` for what is not done.
 //!
 //! **Stream messages** (both directions, same threshold and condition): a `MSG`
 //! whose `total` has bit 31 ([`MSG_RENDEZVOUS`]) set carries, after its 8-byte head
@@ -332,6 +364,9 @@ pub const FRAG_HEAD_LEN: usize = 4;
 pub const BY_REF: u8 = 0x40;
 /// Bytes of a [`Descriptor`].
 pub const DESCRIPTOR_LEN: usize = 16;
+/// `RESP` flag, with [`BY_REF`]: a gather list ([`super::gather`]) in place of the
+/// single descriptor.
+pub const GATHER: u8 = 0x80;
 
 /// Where a message sent by reference lies in the sender's registered memory: what
 /// the receiver's RDMA Read names.
@@ -381,6 +416,12 @@ impl Descriptor {
 /// Checks the bytes after a head's metadata: a body chunk no longer than the body,
 /// or with [`BY_REF`] exactly a descriptor of the body.
 fn check_body(flags: u8, rest: &[u8], body_len: u32, what: &'static str) -> Result<(), Malformed> {
+    if flags & GATHER != 0 {
+        if flags & BY_REF == 0 {
+            return Err(Malformed("a gather list without BY_REF"));
+        }
+        return super::gather::Gather::read(rest, body_len).map(|_| ());
+    }
     if flags & BY_REF != 0 {
         return Descriptor::read(rest, body_len).map(|_| ());
     }
@@ -708,7 +749,7 @@ impl ResponseHead {
             .get(..RESPONSE_HEAD_LEN)
             .ok_or(Malformed("response frame shorter than its head"))?;
         let flags = b[RESP_FLAGS_AT];
-        if flags & !(STREAM_FLAG | CREDIT_GRANT | CREDIT_REVOKE | BY_REF) != 0 {
+        if flags & !(STREAM_FLAG | CREDIT_GRANT | CREDIT_REVOKE | BY_REF | GATHER) != 0 {
             return Err(Malformed(
                 "response head with flags this side does not know",
             ));
@@ -792,6 +833,16 @@ pub fn set_response_by_ref(out: &mut [u8]) {
 /// Whether a `RESP` frame carries its body by reference.
 pub fn response_is_by_ref(frame: &[u8]) -> bool {
     frame.get(RESP_FLAGS_AT).is_some_and(|f| f & BY_REF != 0)
+}
+
+/// Marks a written `RESP` head as carrying its body as a gather list.
+pub fn set_response_gather(out: &mut [u8]) {
+    out[RESP_FLAGS_AT] |= BY_REF | GATHER;
+}
+
+/// Whether a `RESP` frame carries its body as a gather list.
+pub fn response_is_gather(frame: &[u8]) -> bool {
+    frame.get(RESP_FLAGS_AT).is_some_and(|f| f & GATHER != 0)
 }
 
 /// Writes a `MSG` head: the chunk's offset in a message of `total` bytes.
@@ -1117,7 +1168,9 @@ mod tests {
         f[3] = 2; // an error whose body (its details) is 2 bytes, 1 here
         f.push(9);
         assert_eq!(ResponseHead::read(&f).unwrap().body_len, 2);
-        f[5] = 0x80; // a flag this side does not know
+        f[5] = 0x01; // a flag this side does not know
+        assert!(ResponseHead::read(&f).is_err());
+        f[5] = GATHER; // a gather list without BY_REF
         assert!(ResponseHead::read(&f).is_err());
         f[5] = 0;
         f.extend([9, 9]); // 3 body bytes of 2 announced

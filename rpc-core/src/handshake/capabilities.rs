@@ -22,9 +22,14 @@ impl Capabilities {
     /// "Large messages by reference"): the side reads bodies its peer lends, and
     /// its QP accepts the peer's Reads of the regions it lends.
     pub const RDMA_READ: Capabilities = Capabilities(1 << 5);
+    /// With [`Capabilities::RDMA_READ`]: the side reads bodies sent as gather lists
+    /// (inline runs and references, [`crate::engine::gather`]), so its peer may lend
+    /// bytes where they lie instead of copying them into one region.
+    pub const GATHER_LISTS: Capabilities = Capabilities(1 << 6);
     /// What this build implements.
-    pub const SUPPORTED: Capabilities =
-        Capabilities(Capabilities::CREDIT_WINDOWS.0 | Capabilities::RDMA_READ.0);
+    pub const SUPPORTED: Capabilities = Capabilities(
+        Capabilities::CREDIT_WINDOWS.0 | Capabilities::RDMA_READ.0 | Capabilities::GATHER_LISTS.0,
+    );
 
     /// The set with these bits, known or not.
     pub const fn from_bits(bits: u64) -> Capabilities {

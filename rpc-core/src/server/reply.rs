@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use prost::Message;
+use rpc_transport::msg::GatherWriter;
 
 use crate::response::Response;
 use crate::status::Status;
@@ -21,6 +22,13 @@ pub trait EncodeMessage: Send + 'static {
         self.encode_to(&mut v);
         v
     }
+    /// Encodes through `w`, which references the bytes that lie in registered
+    /// memory instead of copying them (a large response lent where it lies);
+    /// `false` when this message cannot be encoded so (it is then copied).
+    fn encode_gathered(&self, w: &mut GatherWriter<'_>) -> bool {
+        let _ = w;
+        false
+    }
 }
 
 impl<M: Message + Send + 'static> EncodeMessage for M {
@@ -35,6 +43,11 @@ impl<M: Message + Send + 'static> EncodeMessage for M {
     fn encode_to_vec(&self) -> Vec<u8> {
         // Appends into reserved capacity: no zero-fill of a many-megabyte buffer.
         Message::encode_to_vec(self)
+    }
+
+    fn encode_gathered(&self, w: &mut GatherWriter<'_>) -> bool {
+        self.encode_raw(w);
+        true
     }
 }
 

@@ -12,11 +12,17 @@
 //! send that finds no slot, an invalidation waits in line holding its region.
 //! A region goes back to its pool only once its window's invalidation completed,
 //! so a peer can never read a region after it was lent again.
+//!
+//! Bytes received into the read pool and sent on where they lie (a gather list's
+//! references, [`LendWindows::lend_shared`]) are lent only through windows: that
+//! pool's regions grant no remote access of their own, so each reference exposes
+//! exactly its own range, from its own connection, until it is invalidated; on a
+//! device without windows such bytes are copied as before.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use rpc_transport::msg::PooledRegion;
+use rpc_transport::msg::{PooledRegion, SharedRegion};
 use rpc_transport::{AccessFlags, MemoryWindow, MwBind, QueuePair, WcOpcode, WorkCompletion};
 
 /// Bit of a window WR's `wr_id` (send rings use the low 32 bits, Reads bit 63).
@@ -40,15 +46,49 @@ pub(crate) fn lend_access(windows: bool) -> AccessFlags {
 /// region-rkey path). Dropping it (the connection died) deallocates the window,
 /// which ends its binding, and returns the region.
 pub(crate) struct Lent {
-    // Field order: the window goes before the region it exposes.
+    // Field order: the window goes before the memory it exposes.
     window: Option<MemoryWindow>,
-    region: PooledRegion,
+    memory: Memory,
+    /// The other references of a gather list lent together, each with its window.
+    more: Vec<Lent>,
+    /// Bytes of received memory it exposes where they lie (a reference's length).
+    in_place: usize,
+}
+
+/// What a window exposes: a region of the lend pool the body was encoded into, or
+/// one of the read pool holding bytes received and sent on where they lie.
+enum Memory {
+    Region(PooledRegion),
+    Shared(SharedRegion),
 }
 
 impl Lent {
+    fn new(window: Option<MemoryWindow>, memory: Memory) -> Lent {
+        Lent {
+            window,
+            memory,
+            more: Vec::new(),
+            in_place: 0,
+        }
+    }
+
+    /// The peer was told of it: counts the received bytes it lends where they lie
+    /// (`PoolStats::lent_in_place`).
+    pub(crate) fn announced(&self) {
+        if let Memory::Shared(s) = &self.memory {
+            s.record_lent(self.in_place);
+        }
+        for part in &self.more {
+            part.announced();
+        }
+    }
+
     /// Where the body lies, and the key that reads it.
     pub(crate) fn addr(&self) -> u64 {
-        self.region.addr()
+        match &self.memory {
+            Memory::Region(r) => r.addr(),
+            Memory::Shared(s) => s.mr().addr(),
+        }
     }
 }
 
@@ -64,6 +104,10 @@ pub(crate) struct LendWindows {
     invalidating: VecDeque<Lent>,
     /// Invalidations waiting for room.
     waiting: VecDeque<Lent>,
+    /// A gather list found too little room: the next completion wakes its sender.
+    starved: bool,
+    /// The peer reads gather lists (`Capabilities::GATHER_LISTS`).
+    in_place: bool,
 }
 
 /// Why a body could not be lent now.
@@ -94,7 +138,16 @@ impl LendWindows {
             room: WINDOW_WRS,
             invalidating: VecDeque::new(),
             waiting: VecDeque::new(),
+            starved: false,
+            in_place: false,
         }
+    }
+
+    /// Whether bytes received may be lent where they lie, in gather lists: the
+    /// peer reads them (it offered `GATHER_LISTS`); only through windows still.
+    pub(crate) fn lending_in_place(mut self, peer_reads_lists: bool) -> Self {
+        self.in_place = peer_reads_lists;
+        self
     }
 
     /// Whether `wc` is a window WR's completion.
@@ -112,51 +165,95 @@ impl LendWindows {
     ) -> Result<(u32, Lent), LendRefusal> {
         if !self.on {
             let rkey = region.rkey();
-            return Ok((
-                rkey,
-                Lent {
-                    window: None,
-                    region,
-                },
-            ));
+            return Ok((rkey, Lent::new(None, Memory::Region(region))));
         }
         if self.room == 0 {
             return Err(LendRefusal::NoRoom(region));
         }
+        let (addr, len) = (region.addr(), len.max(1) as u64);
+        match self.bind(region.mr(), addr, len) {
+            Ok((rkey, window)) => Ok((rkey, Lent::new(Some(window), Memory::Region(region)))),
+            Err(why) => Err(LendRefusal::Broken(why)),
+        }
+    }
+
+    /// Whether bytes received may be lent where they lie (through windows only, to
+    /// a peer that reads gather lists).
+    pub(crate) fn lends_shared(&self) -> bool {
+        self.on && self.in_place
+    }
+
+    /// Whether `n` references of a gather list may be lent now (windows on, and
+    /// room for a bind each).
+    pub(crate) fn can_lend_shared(&mut self, n: usize) -> bool {
+        let ok = self.on && self.room as usize >= n;
+        self.starved |= self.on && !ok;
+        ok
+    }
+
+    /// Lends bytes received into the read pool where they lie: `(region, addr,
+    /// len)` each, a window bound over exactly that range. Only after
+    /// [`LendWindows::can_lend_shared`] said so. Returns each reference's rkey, in
+    /// order, and what to keep until the peer is done with all of them; `Err`: a
+    /// bind could not be posted (the connection is over).
+    pub(crate) fn lend_shared(
+        &mut self,
+        refs: impl IntoIterator<Item = (SharedRegion, u64, usize)>,
+        rkeys: &mut Vec<u32>,
+    ) -> Result<Option<Lent>, String> {
+        let mut lent: Option<Lent> = None;
+        for (region, addr, len) in refs {
+            let (rkey, window) = self.bind(region.mr(), addr, len as u64)?;
+            rkeys.push(rkey);
+            let mut part = Lent::new(Some(window), Memory::Shared(region));
+            part.in_place = len;
+            match &mut lent {
+                Some(l) => l.more.push(part),
+                None => lent = Some(part),
+            }
+        }
+        Ok(lent)
+    }
+
+    /// Binds a window (a spare one, or a new one) over `len` bytes at `addr` of
+    /// `mr`, readable remotely; takes one room.
+    fn bind(
+        &mut self,
+        mr: &rpc_transport::MemoryRegion,
+        addr: u64,
+        len: u64,
+    ) -> Result<(u32, MemoryWindow), String> {
         let window = match self.free.pop() {
             Some(w) => w,
-            None => match self.qp.pd().alloc_mw() {
-                Ok(w) => w,
-                Err(e) => return Err(LendRefusal::Broken(format!("ibv_alloc_mw: {e}"))),
-            },
+            None => self
+                .qp
+                .pd()
+                .alloc_mw()
+                .map_err(|e| format!("ibv_alloc_mw: {e}"))?,
         };
         let bind = MwBind {
-            mr: region.mr(),
-            addr: region.addr(),
-            len: len.max(1) as u64,
+            mr,
+            addr,
+            len,
             access: AccessFlags::REMOTE_READ,
         };
-        // The window and the region's registration live in the `Lent` returned,
-        // kept until the bind and its invalidation completed (or the connection is
-        // over and the QP executes nothing more).
-        match self.qp.post_bind_mw(WINDOW_BIT, &window, &bind) {
-            Ok(rkey) => {
-                self.room -= 1;
-                Ok((
-                    rkey,
-                    Lent {
-                        window: Some(window),
-                        region,
-                    },
-                ))
-            }
-            Err(e) => Err(LendRefusal::Broken(format!("posting a window bind: {e}"))),
-        }
+        // The window and the memory's registration live in the `Lent` the caller
+        // builds, kept until the bind and its invalidation completed (or the
+        // connection is over and the QP executes nothing more).
+        let rkey = self
+            .qp
+            .post_bind_mw(WINDOW_BIT, &window, &bind)
+            .map_err(|e| format!("posting a window bind: {e}"))?;
+        self.room -= 1;
+        Ok((rkey, window))
     }
 
     /// The peer is done with `lent` (or the call ended without lending it):
     /// invalidates its window; the region goes back once that completed.
-    pub(crate) fn release(&mut self, lent: Lent) -> Result<(), String> {
+    pub(crate) fn release(&mut self, mut lent: Lent) -> Result<(), String> {
+        for part in std::mem::take(&mut lent.more) {
+            self.release(part)?;
+        }
         if lent.window.is_none() {
             return Ok(());
         }
@@ -198,14 +295,15 @@ impl LendWindows {
             return Err(format!("a memory window WR failed: {}", wc.status));
         }
         if wc.opcode == WcOpcode::LocalInv {
-            if let Some(Lent { window, region }) = self.invalidating.pop_front() {
-                drop(region);
+            if let Some(Lent { window, memory, .. }) = self.invalidating.pop_front() {
+                drop(memory);
                 if let Some(w) = window.filter(|_| self.free.len() < SPARE_WINDOWS) {
                     self.free.push(w);
                 }
             }
         }
         self.post_waiting()?;
-        Ok(was_full && self.room > 0)
+        let starved = std::mem::take(&mut self.starved);
+        Ok((was_full || starved) && self.room > 0)
     }
 }

@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
 
-use rpc_transport::msg::{PoolStats, ReadError, RegionPool, WeakRegionPool};
+use rpc_transport::msg::{Piece, PoolStats, ReadError, Reader, RegionPool, WeakRegionPool};
+
+use crate::engine::gather::{self, Gather, MAX_GATHER_PARTS};
 
 use crate::status::Status;
 use crate::transport::lock;
@@ -61,6 +63,7 @@ impl RendezvousStats {
             sum.regions_in_use += s.regions_in_use;
             sum.waiting += s.waiting;
             sum.registrations += s.registrations;
+            sum.lent_in_place += s.lent_in_place;
         }
         sum
     }
@@ -74,6 +77,25 @@ impl std::fmt::Debug for RendezvousStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("RendezvousStats").field(&self.get()).finish()
     }
+}
+
+/// Queues the Reads of a body sent as a gather list: its references read into
+/// their places and its inline runs copied, all in one region.
+pub(crate) fn start_gather(reader: &mut Reader, tag: u32, g: &Gather) {
+    let mut pieces = [Piece::Inline(&[]); MAX_GATHER_PARTS];
+    let mut n = 0;
+    for p in g.pieces() {
+        pieces[n] = match p {
+            gather::Piece::Inline(b) => Piece::Inline(b),
+            gather::Piece::Ref(d) => Piece::Remote {
+                addr: d.addr,
+                rkey: d.rkey,
+                len: d.len,
+            },
+        };
+        n += 1;
+    }
+    reader.start_pieces(tag, &[], &pieces[..n]);
 }
 
 /// The status a call ends with when the pool refused its body (larger than the

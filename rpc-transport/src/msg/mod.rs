@@ -20,10 +20,13 @@
 //!   by reference (RDMA Read); a request that finds no room waits its turn.
 //! * [`Reader`]: a QP's RDMA Reads of messages the peer lent, into pool regions,
 //!   in pieces within the device's max message, handed out as shared `Bytes`.
+//! * [`GatherWriter`]: a message encoded as a gather list, referencing the bytes it
+//!   holds that lie in a region a pool shared as `Bytes` instead of copying them.
 //! * [`handshake`]: the exchange of QP endpoints (each with an opaque payload for the
 //!   layer above) over an out-of-band TCP connection that stays open as the liveness
 //!   channel.
 
+mod gather_writer;
 pub mod handshake;
 #[cfg(test)]
 mod header_tests;
@@ -36,11 +39,14 @@ mod send_ring;
 mod tests;
 mod ud_ring;
 
+pub use gather_writer::{GatherPart, GatherWriter, Gathered, MAX_INLINE_BYTES, MIN_REF_BYTES};
 pub use handshake::Envelope;
 pub use imm_mode::{ImmMode, IMM_HEADER_LEN};
-pub use reader::{ReadError, Reader};
+pub use reader::{Piece, ReadError, Reader};
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
-pub use region_pool::{PoolStats, PooledRegion, RegionPool, Ticket, WeakRegionPool, GRAIN};
+pub use region_pool::{
+    PoolStats, PooledRegion, RegionPool, SharedRegion, Ticket, WeakRegionPool, GRAIN,
+};
 pub use send_ring::{SendRing, SendSlot};
 pub use ud_ring::{UdDestination, UdSendRing, UdSlot};
 

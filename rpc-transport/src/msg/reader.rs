@@ -4,7 +4,9 @@
 //! Each read takes a region from the pool in order of arrival (waiting, without
 //! blocking anyone, while the pool has no room), copies a caller-given prefix to its
 //! head (a request's path and metadata, so head and body share one buffer), then
-//! posts Reads of at most the device's max message size each, with at most
+//! the message: one range of the peer's memory, or a gather list of ranges and
+//! inline runs, each placed at its offset (the runs copied at once, the ranges read
+//! by Reads posted together). Reads are at most the device's max message size each, with at most
 //! `max_wrs` Read WRs in flight on the QP (they share its send queue and its
 //! outstanding-Read limit). A finished read hands out [`Bytes`] that share the region
 //! (no copy), or the completion status that failed it. A region is given back only
@@ -46,29 +48,61 @@ impl std::fmt::Display for ReadError {
     }
 }
 
-struct Waiting {
-    tag: u32,
+/// One run of a message to read, in order: bytes the caller already has (the
+/// frame carried them), or a range of the peer's registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// Bytes copied into the region at their place.
+    Inline(&'a [u8]),
+    /// `len` bytes at the peer's `addr` under `rkey`, read into their place.
+    Remote {
+        /// The peer's virtual address of the first byte.
+        addr: u64,
+        /// The key that exposes them.
+        rkey: u32,
+        /// Bytes.
+        len: u32,
+    },
+}
+
+/// A range of the peer's memory and where it goes in the region.
+#[derive(Debug, Clone, Copy)]
+struct Remote {
     addr: u64,
     rkey: u32,
     len: u32,
-    prefix: Vec<u8>,
+    /// Offset in the region.
+    at: usize,
+}
+
+struct Waiting {
+    tag: u32,
+    /// Bytes of region the read fills.
+    len: usize,
+    /// The prefix and inline runs, back to back, and where each goes.
+    inline: Vec<u8>,
+    inline_at: Vec<(usize, usize)>,
+    remote: Vec<Remote>,
     ticket: Option<Ticket>,
 }
 
 struct Active {
     tag: u32,
-    addr: u64,
-    rkey: u32,
-    len: u32,
-    prefix: usize,
+    len: usize,
     region: PooledRegion,
-    /// Bytes of the message posted so far.
-    posted: u64,
-    /// Bytes whose Read completed.
-    done: u64,
+    remote: Vec<Remote>,
+    /// The remote range being posted, and its bytes posted so far.
+    next: usize,
+    posted: u32,
     /// Read WRs posted and not completed.
     outstanding: u32,
     failed: Option<WcStatus>,
+}
+
+impl Active {
+    fn all_posted(&self) -> bool {
+        self.next >= self.remote.len()
+    }
 }
 
 /// The RDMA Reads of one QP.
@@ -129,12 +163,41 @@ impl Reader {
     /// into a region whose first bytes are `prefix`. Nothing is posted until
     /// [`Reader::pump`].
     pub fn start(&mut self, tag: u32, addr: u64, rkey: u32, len: u32, prefix: &[u8]) {
+        self.start_pieces(tag, prefix, &[Piece::Remote { addr, rkey, len }]);
+    }
+
+    /// Queues a read of a message made of `pieces` (a gather list: its Reads are
+    /// posted together, each into its place), tagged `tag`, into one region whose
+    /// first bytes are `prefix`. Nothing is posted until [`Reader::pump`].
+    pub fn start_pieces(&mut self, tag: u32, prefix: &[u8], pieces: &[Piece<'_>]) {
+        let mut inline = prefix.to_vec();
+        let mut inline_at = vec![(0, prefix.len())];
+        let mut remote = Vec::with_capacity(pieces.len());
+        let mut at = prefix.len();
+        for p in pieces {
+            match *p {
+                Piece::Inline(b) => {
+                    inline_at.push((at, b.len()));
+                    inline.extend_from_slice(b);
+                    at += b.len();
+                }
+                Piece::Remote { addr, rkey, len } => {
+                    remote.push(Remote {
+                        addr,
+                        rkey,
+                        len,
+                        at,
+                    });
+                    at += len as usize;
+                }
+            }
+        }
         self.waiting.push_back(Waiting {
             tag,
-            addr,
-            rkey,
-            len,
-            prefix: prefix.to_vec(),
+            len: at,
+            inline,
+            inline_at,
+            remote,
             ticket: None,
         });
     }
@@ -144,10 +207,9 @@ impl Reader {
     /// the WR budget lasts. An `Err` is a refused post: the QP is unusable.
     pub fn pump(&mut self, cx: &mut Context<'_>) -> Result<()> {
         while let Some(w) = self.waiting.front_mut() {
-            let need = w.prefix.len() + w.len as usize;
             let ticket = match &mut w.ticket {
                 Some(t) => t,
-                None => match self.pool.request(need) {
+                None => match self.pool.request(w.len) {
                     Ok(t) => w.ticket.insert(t),
                     Err(e) => {
                         let w = self.waiting.pop_front().expect("front");
@@ -163,54 +225,83 @@ impl Reader {
             };
             let w = self.waiting.pop_front().expect("front");
             let mut region = region;
-            region.buf_mut()[..w.prefix.len()].copy_from_slice(&w.prefix);
+            let buf = region.buf_mut();
+            let mut from = 0;
+            for &(at, n) in &w.inline_at {
+                buf[at..at + n].copy_from_slice(&w.inline[from..from + n]);
+                from += n;
+            }
             self.active.push(Active {
                 tag: w.tag,
-                addr: w.addr,
-                rkey: w.rkey,
                 len: w.len,
-                prefix: w.prefix.len(),
                 region,
+                remote: w.remote,
+                next: 0,
                 posted: 0,
-                done: 0,
                 outstanding: 0,
                 failed: None,
             });
         }
-        self.post_reads()
+        self.post_reads()?;
+        // A message of inline runs only (never sent, but harmless) is done at once.
+        self.finish_ready();
+        Ok(())
     }
 
     fn post_reads(&mut self) -> Result<()> {
         for i in 0..self.active.len() {
             loop {
                 let a = &self.active[i];
-                if self.wrs >= self.max_wrs || a.failed.is_some() || a.posted >= u64::from(a.len) {
+                if self.wrs >= self.max_wrs || a.failed.is_some() || a.all_posted() {
                     break;
                 }
-                let piece = (u64::from(a.len) - a.posted).min(u64::from(self.max_piece)) as u32;
-                let index = a.posted / u64::from(self.max_piece);
-                let sge = [a.region.sge(a.prefix + a.posted as usize, piece)];
+                let r = a.remote[a.next];
+                let piece = (r.len - a.posted).min(self.max_piece);
+                let sge = [a.region.sge(r.at + a.posted as usize, piece)];
                 let wr = SendWr::new(
-                    READ_BIT | index << 32 | u64::from(a.tag),
+                    READ_BIT | u64::from(a.tag),
                     SendOp::RdmaRead {
-                        remote_addr: a.addr + a.posted,
-                        rkey: a.rkey,
+                        remote_addr: r.addr + u64::from(a.posted),
+                        rkey: r.rkey,
                     },
                     &sge,
                 );
                 // SAFETY: the SGE names `piece` bytes inside the region this read
-                // holds (the region has room for prefix + len, checked by the pool's
-                // size); the region stays in `active`, untouched, until every Read
-                // posted into it completed (`outstanding`), and only then is it
-                // handed out as bytes or given back.
+                // holds (the region has room for the whole message, checked by the
+                // pool's size, and each range's place lies inside it); the region
+                // stays in `active`, untouched, until every Read posted into it
+                // completed (`outstanding`), and only then is it handed out as bytes
+                // or given back.
                 unsafe { self.qp.post_send(&[wr])? };
                 let a = &mut self.active[i];
-                a.posted += u64::from(piece);
+                a.posted += piece;
+                if a.posted == r.len {
+                    a.next += 1;
+                    a.posted = 0;
+                }
                 a.outstanding += 1;
                 self.wrs += 1;
             }
         }
         Ok(())
+    }
+
+    /// Moves reads whose Reads all completed (or failed and drained) to `done`.
+    fn finish_ready(&mut self) {
+        let mut i = 0;
+        while i < self.active.len() {
+            let a = &self.active[i];
+            if a.outstanding == 0 && (a.failed.is_some() || a.all_posted()) {
+                let a = self.active.swap_remove(i);
+                let r = match a.failed {
+                    Some(s) => Err(ReadError::Failed(s)),
+                    None => Ok(a.region.into_bytes(a.len)),
+                };
+                self.done.push_back((a.tag, r));
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Handles a completion [`Reader::owns`]; a read whose Reads all completed
@@ -221,22 +312,16 @@ impl Reader {
         let Some(i) = self.active.iter().position(|a| a.tag == tag) else {
             return;
         };
-        let max_piece = self.max_piece;
         let a = &mut self.active[i];
         a.outstanding -= 1;
-        if wc.is_ok() {
-            let index = (wc.wr_id & !READ_BIT) >> 32;
-            let start = index * u64::from(max_piece);
-            a.done += (u64::from(a.len) - start).min(u64::from(max_piece));
-        } else if a.failed.is_none() {
+        if !wc.is_ok() && a.failed.is_none() {
             a.failed = Some(wc.status);
         }
-        let finished = a.outstanding == 0 && (a.failed.is_some() || a.done == u64::from(a.len));
-        if finished {
+        if a.outstanding == 0 && (a.failed.is_some() || a.all_posted()) {
             let a = self.active.swap_remove(i);
             let r = match a.failed {
                 Some(s) => Err(ReadError::Failed(s)),
-                None => Ok(a.region.into_bytes(a.prefix + a.len as usize)),
+                None => Ok(a.region.into_bytes(a.len)),
             };
             self.done.push_back((a.tag, r));
         }

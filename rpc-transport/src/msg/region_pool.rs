@@ -19,11 +19,18 @@
 //! one lent through memory windows only (the region's own rkey then reads nothing). A region comes back to the pool when its [`PooledRegion`] drops,
 //! including when it was turned into [`Bytes`] ([`PooledRegion::into_bytes`]) and the
 //! last clone of those drops.
+//!
+//! Regions turned into [`Bytes`] are listed in the pool by address while any of
+//! those `Bytes` lives, so that a sender handed such `Bytes` (a server echoing or
+//! forwarding a body it received) can find the registered region they lie in
+//! ([`RegionPool::shared_containing`]) and lend the bytes where they are, keeping
+//! the region alive with a [`SharedRegion`] until its peer read them, instead of
+//! copying them into a region of its own.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
@@ -52,6 +59,9 @@ pub struct PoolStats {
     pub waiting: usize,
     /// Registrations made since creation (a steady workload stops adding to it).
     pub registrations: u64,
+    /// Bytes of regions shared as [`Bytes`] that were lent to a peer where they lie
+    /// (a body sent on without being copied), since creation.
+    pub lent_in_place: u64,
 }
 
 struct Waiter {
@@ -69,6 +79,9 @@ struct State {
     /// Requests in order of arrival; only the head may take room.
     queue: VecDeque<Waiter>,
     next_ticket: u64,
+    /// Regions shared as `Bytes`, by address, while any of those `Bytes` lives.
+    shared: BTreeMap<u64, Weak<Shared>>,
+    lent_in_place: u64,
 }
 
 struct Inner {
@@ -148,6 +161,8 @@ impl RegionPool {
                     registrations: 0,
                     queue: VecDeque::new(),
                     next_ticket: 0,
+                    shared: BTreeMap::new(),
+                    lent_in_place: 0,
                 }),
             }),
         }
@@ -178,7 +193,26 @@ impl RegionPool {
             regions_in_use: st.regions_in_use,
             waiting: st.queue.len(),
             registrations: st.registrations,
+            lent_in_place: st.lent_in_place,
         }
+    }
+
+    /// Whether any region of the pool is shared as [`Bytes`] now (nothing to find
+    /// otherwise: a sender may skip looking).
+    pub fn has_shared(&self) -> bool {
+        !lock(&self.inner.state).shared.is_empty()
+    }
+
+    /// The region shared as [`Bytes`] ([`PooledRegion::into_bytes`]) whose shared
+    /// bytes hold all of `bytes`, if one does; the handle keeps it registered and
+    /// out of the pool until dropped, whatever becomes of the `Bytes`.
+    pub fn shared_containing(&self, bytes: &[u8]) -> Option<SharedRegion> {
+        let start = bytes.as_ptr() as u64;
+        let end = start.checked_add(bytes.len() as u64)?;
+        let st = lock(&self.inner.state);
+        let (&base, weak) = st.shared.range(..=start).next_back()?;
+        let shared = weak.upgrade()?;
+        (end <= base + shared.len as u64).then_some(SharedRegion { shared })
     }
 
     /// Queues a request for a region of at least `len` bytes. Refused at once only
@@ -381,22 +415,78 @@ impl PooledRegion {
             "{len} bytes of a {}-byte region",
             self.len()
         );
-        Bytes::from_owner(Shared { region: self, len })
+        let pool = self.pool.clone();
+        let shared = Arc::new(Shared { region: self, len });
+        lock(&pool.state)
+            .shared
+            .insert(shared.region.addr(), Arc::downgrade(&shared));
+        Bytes::from_owner(SharedOwner(shared))
     }
 }
 
-/// The owner behind [`PooledRegion::into_bytes`].
+/// A region shared as [`Bytes`]: back in the pool when the last of them and the
+/// last [`SharedRegion`] drop.
 struct Shared {
     region: PooledRegion,
     len: usize,
 }
 
-impl AsRef<[u8]> for Shared {
-    fn as_ref(&self) -> &[u8] {
+impl Shared {
+    fn bytes(&self) -> &[u8] {
         // SAFETY: in bounds (checked by `into_bytes`); the region was handed over by
         // value, so any local Read into it completed (its poster's contract), and no
         // peer may write it (registered without REMOTE_WRITE).
         unsafe { self.region.mr().slice(0, self.len) }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Unlisted before the region goes back (its field drops after this).
+        lock(&self.region.pool.state)
+            .shared
+            .remove(&self.region.addr());
+    }
+}
+
+/// The owner behind [`PooledRegion::into_bytes`].
+struct SharedOwner(Arc<Shared>);
+
+impl AsRef<[u8]> for SharedOwner {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}
+
+/// A region shared as [`Bytes`], held registered and out of its pool while this
+/// handle lives: what a sender lending such bytes where they lie keeps until its
+/// peer read them. Found by [`RegionPool::shared_containing`].
+#[derive(Clone)]
+pub struct SharedRegion {
+    shared: Arc<Shared>,
+}
+
+impl SharedRegion {
+    /// The registration (what a memory window is bound to).
+    pub fn mr(&self) -> &MemoryRegion {
+        self.shared.region.mr()
+    }
+
+    /// Counts `len` of its bytes as lent to a peer where they lie
+    /// ([`PoolStats::lent_in_place`]).
+    pub fn record_lent(&self, len: usize) {
+        lock(&self.shared.region.pool.state).lent_in_place += len as u64;
+    }
+}
+
+impl std::fmt::Debug for SharedRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SharedRegion({} bytes at {:#x})",
+            self.shared.len,
+            self.shared.region.addr()
+        )
     }
 }
 
@@ -510,6 +600,41 @@ mod tests {
         assert_eq!(r.len(), 4 * GRAIN);
         assert_eq!(p.stats().registered, p.limit());
         assert_eq!(p.stats().registrations, 3);
+    }
+
+    #[test]
+    fn shared_bytes_are_found_by_address_and_held_by_their_handle() {
+        let p = pool(4 * GRAIN);
+        let mut r = p.try_take(GRAIN).unwrap().expect("room");
+        r.buf_mut()[..6].copy_from_slice(b"abcdef");
+        assert!(!p.has_shared());
+        let b = r.into_bytes(6);
+        assert!(p.has_shared());
+        let found = p
+            .shared_containing(&b[1..4])
+            .expect("inside the shared bytes");
+        assert_eq!(found.mr().addr(), b.as_ptr() as u64);
+        assert!(
+            p.shared_containing(&b"abcdef"[..]).is_none(),
+            "other memory"
+        );
+        assert!(
+            p.shared_containing(&b.slice(4..6)).is_some(),
+            "the tail too"
+        );
+        drop(b);
+        assert_eq!(p.stats().regions_in_use, 1, "the handle holds the region");
+        found.record_lent(3);
+        assert_eq!(p.stats().lent_in_place, 3);
+        drop(found);
+        assert_eq!(p.stats().regions_in_use, 0, "back once the handle went");
+        assert!(!p.has_shared(), "unlisted");
+        assert_eq!(p.stats().in_use, 0);
+        let again = p.try_take(GRAIN).unwrap().expect("room").into_bytes(1);
+        assert!(
+            p.shared_containing(&again).is_some(),
+            "the region is listed again once shared again"
+        );
     }
 
     #[test]

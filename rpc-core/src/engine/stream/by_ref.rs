@@ -43,6 +43,7 @@ impl ByRef {
         self.ops.push_back(ReadOp {
             id: tag,
             desc,
+            gather: None,
             head_len: 0,
         });
         tag

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::sim::Raw;
 use crate::code::Code;
+use crate::engine::gather::{gather_len, ByRef, Gather, Piece, MAX_GATHER_PARTS};
 use crate::engine::wire::{self, Descriptor, Kind};
 use crate::engine::{
     CallHead, ClientConfig, ClientConn, Completion, Incoming, ReadOp, Reply, RequestBody,
@@ -49,6 +50,18 @@ impl Lent {
             }
         }
         Err(Status::unavailable("RDMA Read failed: RemAccessErr"))
+    }
+
+    /// A gather list's Reads and inline runs, placed in order.
+    fn gather(&self, g: &Gather) -> Result<Vec<u8>, Status> {
+        let mut out = Vec::new();
+        for p in g.pieces() {
+            match p {
+                Piece::Inline(b) => out.extend_from_slice(b),
+                Piece::Ref(d) => out.extend(self.read(d)?),
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -142,7 +155,11 @@ impl Pair {
             }
             while let Some(op) = self.c.poll_read() {
                 moved = true;
-                let r = self.server_lent.read(op.desc).map(Bytes::from);
+                let r = match &op.gather {
+                    Some(g) => self.server_lent.gather(g),
+                    None => self.server_lent.read(op.desc),
+                }
+                .map(Bytes::from);
                 self.done.extend(self.c.handle_read_done(op.id, r));
             }
             while let Some(t) = self.c.poll_transmit(&mut out) {
@@ -162,7 +179,7 @@ impl Pair {
         let mut out = vec![0u8; FRAME];
         let (t, lent) = self
             .s
-            .respond_by_ref(id, &MetadataMap::new(), desc, &mut out)
+            .respond_by_ref(id, &MetadataMap::new(), ByRef::One(desc), &mut out)
             .expect("running");
         assert!(lent);
         Self::sent(&mut self.to_client, &out, t);
@@ -239,7 +256,7 @@ fn a_response_cancelled_while_read_is_released_by_the_cancel() {
     let desc = p.server_lent.lend(0x9000, pattern(50_000, 4));
     let mut out = vec![0u8; FRAME];
     let (t, _) =
-        p.s.respond_by_ref(id, &MetadataMap::new(), desc, &mut out)
+        p.s.respond_by_ref(id, &MetadataMap::new(), ByRef::One(desc), &mut out)
             .unwrap();
     // The RESP arrives; the client starts its Read, then gives up.
     p.done.extend(p.c.handle_frame(p.now, t.imm, &out[..t.len]));
@@ -300,7 +317,7 @@ fn a_hostile_response_descriptor_fails_its_call_as_the_read_fails() {
     };
     let mut out = vec![0u8; FRAME];
     let (t, _) =
-        p.s.respond_by_ref(id, &MetadataMap::new(), desc, &mut out)
+        p.s.respond_by_ref(id, &MetadataMap::new(), ByRef::One(desc), &mut out)
             .unwrap();
     Pair::sent(&mut p.to_client, &out, t);
     p.run();
@@ -352,7 +369,7 @@ fn a_descriptor_beyond_the_limit_is_refused_without_a_read() {
         len: (MAX + 1) as u32,
     };
     let (t, _) =
-        p.s.respond_by_ref(id, &MetadataMap::new(), desc, &mut out)
+        p.s.respond_by_ref(id, &MetadataMap::new(), ByRef::One(desc), &mut out)
             .unwrap();
     Pair::sent(&mut p.to_client, &out, t);
     p.run();
@@ -424,7 +441,7 @@ fn a_lost_peer_ends_calls_being_read_and_drops_their_reads() {
     let desc = p.server_lent.lend(0x9000, pattern(50_000, 9));
     let mut out = vec![0u8; FRAME];
     let (t, _) =
-        p.s.respond_by_ref(id, &MetadataMap::new(), desc, &mut out)
+        p.s.respond_by_ref(id, &MetadataMap::new(), ByRef::One(desc), &mut out)
             .unwrap();
     p.c.handle_frame(p.now, t.imm, &out[..t.len]);
     p.c.handle_peer_lost(Status::unavailable("connection lost"));
@@ -432,4 +449,117 @@ fn a_lost_peer_ends_calls_being_read_and_drops_their_reads() {
     let c = p.c.poll_completion().expect("ended");
     assert_eq!(c.result.unwrap_err().code(), Code::Unavailable);
     assert!(p.c.handle_read_done(id, Ok(Bytes::new())).is_none());
+}
+
+#[test]
+fn a_response_as_a_gather_list_is_placed_in_order_and_released_by_its_rdone() {
+    let mut p = Pair::new();
+    let id = p.call_by_ref(3, 0x1000, pattern(10_000, 1));
+    p.run();
+    assert_eq!(p.incoming.len(), 1);
+    // What the server received earlier and now lends where it lies, with the
+    // protobuf framing and a short field inline around two slices of it.
+    let held = pattern(300_000, 5);
+    let whole = p.server_lent.lend(0x40_0000, held.clone());
+    let slice = |at: usize, len: usize| Descriptor {
+        addr: whole.addr + at as u64,
+        len: len as u32,
+        ..whole
+    };
+    let pieces = [
+        Piece::Inline(b"\x0a\x03"),
+        Piece::Ref(slice(1000, 100_000)),
+        Piece::Inline(b"xyz"),
+        Piece::Ref(slice(0, 7)),
+    ];
+    let mut out = vec![0u8; FRAME];
+    let (t, lent) =
+        p.s.respond_by_ref(id, &MetadataMap::new(), ByRef::Gather(&pieces), &mut out)
+            .expect("running");
+    assert!(lent);
+    Pair::sent(&mut p.to_client, &out, t);
+    p.run();
+    let mut expected = b"\x0a\x03".to_vec();
+    expected.extend_from_slice(&held[1000..101_000]);
+    expected.extend_from_slice(b"xyz");
+    expected.extend_from_slice(&held[..7]);
+    match p.done.pop().expect("completed").result {
+        Ok(Reply::Shared { body, .. }) => assert!(body[..] == expected[..], "placed in order"),
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(
+        p.released_by_server(),
+        vec![id],
+        "one RDONE releases the list"
+    );
+    assert_eq!(p.c.stats().malformed + p.s.stats().malformed, 0);
+}
+
+#[test]
+fn a_gather_reference_outside_what_was_lent_fails_the_call_as_a_bad_descriptor_does() {
+    let mut p = Pair::new();
+    let id = p.call_by_ref(3, 0x1000, pattern(10_000, 1));
+    p.run();
+    let lent = p.server_lent.lend(0x40_0000, pattern(70_000, 5));
+    let pieces = [
+        Piece::Inline(b"ab"),
+        Piece::Ref(Descriptor {
+            addr: lent.addr + 60_000,
+            len: 20_000, // 10,000 bytes past the region
+            ..lent
+        }),
+    ];
+    let mut out = vec![0u8; FRAME];
+    let (t, _) =
+        p.s.respond_by_ref(id, &MetadataMap::new(), ByRef::Gather(&pieces), &mut out)
+            .expect("running");
+    Pair::sent(&mut p.to_client, &out, t);
+    p.run();
+    let r = p.done.pop().expect("completed").result;
+    let e = r.expect_err("failed");
+    assert_eq!(e.code(), crate::Code::Unavailable, "{e:?}");
+    assert_eq!(
+        p.released_by_server(),
+        vec![id],
+        "released: it will not read again"
+    );
+}
+
+#[test]
+fn a_malformed_gather_list_ends_the_call_internal_and_its_cancel_releases_the_body() {
+    // Each way of breaking a list, applied to a well-formed RESP: parts that do not
+    // sum to the stated length, too many parts announced, a list cut short.
+    let tampers: [fn(&mut Vec<u8>, usize); 3] = [
+        |f, _| f[3] = f[3].wrapping_add(1),
+        |f, at| f[at + 1] = (MAX_GATHER_PARTS + 1) as u8,
+        |f, _| {
+            f.pop();
+        },
+    ];
+    for (k, tamper) in tampers.into_iter().enumerate() {
+        let mut p = Pair::new();
+        let id = p.call_by_ref(1, 0x1000, pattern(10_000, 1));
+        p.run();
+        let lent = p.server_lent.lend(0x40_0000, pattern(70_000, 5));
+        let pieces = [Piece::Inline(b"ab"), Piece::Ref(lent)];
+        let mut out = vec![0u8; FRAME];
+        let (t, _) =
+            p.s.respond_by_ref(id, &MetadataMap::new(), ByRef::Gather(&pieces), &mut out)
+                .expect("running");
+        let mut f = out[..t.len].to_vec();
+        let at = f.len() - gather_len(&pieces);
+        tamper(&mut f, at);
+        p.done.extend(p.c.handle_frame(p.now, t.imm, &f));
+        p.c.handle_tokens_returned(1);
+        p.run();
+        let e = p.done.pop().expect("ended").result.expect_err("malformed");
+        assert_eq!(e.code(), Code::Internal, "case {k}: {e:?}");
+        assert_eq!(p.c.stats().malformed, 1, "case {k}");
+        assert!(p.c.poll_read().is_none(), "case {k}: nothing read");
+        assert_eq!(
+            p.released_by_server(),
+            vec![id],
+            "case {k}: CANCEL released it"
+        );
+    }
 }

@@ -312,8 +312,13 @@ impl RcLink {
             rdv.lent_msgs.remove(&addr);
         }
         while let Some(op) = self.engine.poll_read() {
-            let d = op.desc;
-            rdv.reader.start(op.id, d.addr, d.rkey, d.len, &[]);
+            match &op.gather {
+                Some(g) => crate::transport::rendezvous::start_gather(&mut rdv.reader, op.id, g),
+                None => {
+                    let d = op.desc;
+                    rdv.reader.start(op.id, d.addr, d.rkey, d.len, &[]);
+                }
+            }
         }
         let posted = rdv
             .reader

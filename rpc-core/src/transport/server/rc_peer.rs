@@ -11,6 +11,7 @@ use tokio::task::AbortHandle;
 use super::credit_pool::PeerCredit;
 use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::stream_inbound::InboundShared;
+use crate::engine::gather::ByRef;
 use crate::engine::wire::Descriptor;
 use crate::engine::{Incoming, RequestBody, ServerConn};
 use crate::id_map::IdMap;
@@ -21,6 +22,8 @@ use crate::status::Status;
 use crate::transport::lend_windows::{LendRefusal, LendWindows, Lent};
 use crate::transport::lock;
 use crate::transport::rendezvous::{pool_refusal, read_failed};
+
+mod gather;
 
 pub(crate) struct RcPeerState {
     pub(super) engine: ServerConn,
@@ -437,10 +440,18 @@ impl RcPeer {
             (Ok((_, msg)), Some(_)) => msg.encoded_len(),
             _ => 0,
         };
+        let mut gathered = None;
         if self.by_ref_above.is_some_and(|t| len > t) {
             // Encoding a large body (up to the max message) must not run on the
             // receive loop that started this call inline.
             super::handler::leave_inline().await;
+            // Bytes it received are lent where they lie; else it is copied.
+            gathered = parts
+                .as_ref()
+                .ok()
+                .and_then(|(md, m)| self.gather(len, md, &**m));
+        }
+        if gathered.is_none() && self.by_ref_above.is_some_and(|t| len > t) {
             match self.response_region(len).await {
                 Some(Ok(mut r)) => {
                     if let Ok((_, msg)) = &parts {
@@ -466,6 +477,15 @@ impl RcPeer {
                     let Some(slot) = st.ring.acquire() else {
                         break 'slot;
                     };
+                    if let (Some(g), Ok((md, _))) = (gathered.take(), &parts) {
+                        if let Err((g, slot)) = st.respond_gathered(id, md, g, slot) {
+                            gathered = Some(g);
+                            st.ring.release(slot);
+                            break 'slot;
+                        }
+                        Self::pump(&mut st);
+                        return;
+                    }
                     // The window first (posted ahead of the frame that names it).
                     let lent = match region.take().filter(|_| parts.is_ok()) {
                         Some((r, len)) => match st.lend(r, len) {
@@ -491,7 +511,12 @@ impl RcPeer {
                                 rkey,
                                 len: len as u32,
                             };
-                            match engine.respond_by_ref(id, metadata, desc, ring.buf(&slot)) {
+                            match engine.respond_by_ref(
+                                id,
+                                metadata,
+                                ByRef::One(desc),
+                                ring.buf(&slot),
+                            ) {
                                 Some((t, true)) => {
                                     rdv.lent.insert(id, l);
                                     Some(t)

@@ -223,7 +223,12 @@ where
         let half = s.rendezvous_pool_bytes / 2;
         let lend = crate::transport::lend_windows::lend_access(dev.caps().mw_type2);
         let lend_regions = rpc_transport::msg::RegionPool::with_access(&pd, half, lend);
-        let read_access = rpc_transport::AccessFlags::LOCAL_WRITE;
+        // Regions read into grant no remote access of their own; with windows they
+        // may be bound (over exactly the bytes a response sends on where they lie).
+        let read_access = match dev.caps().mw_type2 {
+            true => rpc_transport::AccessFlags::LOCAL_WRITE | rpc_transport::AccessFlags::MW_BIND,
+            false => rpc_transport::AccessFlags::LOCAL_WRITE,
+        };
         let read_regions = rpc_transport::msg::RegionPool::with_access(&pd, half, read_access);
         if let Some(stats) = &s.rendezvous_stats {
             stats.watch(&lend_regions);

@@ -333,7 +333,8 @@ pub(super) async fn accept(
             let reads = reads.map(|r| {
                 let waker = sh.read_wakeups.waker_for(me.clone());
                 let on = sh.lend_regions.access().contains(AccessFlags::MW_BIND);
-                let windows = LendWindows::new(qp.clone(), on);
+                let windows = LendWindows::new(qp.clone(), on)
+                    .lending_in_place(grant.capabilities.contains(Capabilities::GATHER_LISTS));
                 (r, sh.lend_regions.clone(), waker, windows)
             });
             RcPeer::new(engine, ring, addrs, s.concurrency_limit, credit, reads)
