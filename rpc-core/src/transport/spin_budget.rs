@@ -58,7 +58,7 @@ impl SpinBudget {
         }
         let waits = self.off_waits.load(Ordering::Relaxed).wrapping_add(1);
         self.off_waits.store(waits, Ordering::Relaxed);
-        if waits % PROBE_EVERY == 0 {
+        if waits.is_multiple_of(PROBE_EVERY) {
             Duration::from_nanos(self.full_ns.into())
         } else {
             Duration::ZERO
