@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rpc_transport::{CompletionQueue, WorkCompletion};
 
+use super::spin_budget::SpinBudget;
 use super::unstranded::{on_driver, unstranded, DriverWaker};
 
 /// How completions are reaped.
@@ -17,8 +18,11 @@ pub enum CompletionMode {
     /// Sleep on the CQ's completion channel under tokio when it is empty: no CPU
     /// while idle, one wake-up per burst.
     Event,
-    /// Busy-poll for this long after the last completion, then sleep as `Event`:
-    /// near-busy latency under load, idle cost of `Event`.
+    /// Busy-poll for up to this long after the last completion, then sleep as
+    /// `Event`: near-busy latency under load, idle cost of `Event`. Where spins keep
+    /// missing a completion that comes right after the poller slept (more runnable
+    /// threads than cores: the spin held the core its peer needed), the spin
+    /// shortens down to none and is probed again now and then (`spin_budget`).
     Adaptive(Duration),
 }
 
@@ -47,11 +51,12 @@ impl Default for CompletionMode {
 /// A driver's waits on its CQ: remembers whether its last batch drained the CQ (was
 /// shorter than the buffer), so that an event-driven wait can arm at once instead of
 /// polling first (every futile poll of the soft provider is a `recv` per connection).
-#[derive(Default)]
 pub(crate) struct CqWaiter {
     drained: bool,
     /// The waker of the CQ's sleeps in `Event` mode, for a poller `unstranded` runs.
     driver: Option<DriverWaker>,
+    /// How long `Adaptive` spins now (`spin_budget`): set on its first wait.
+    budget: Option<SpinBudget>,
 }
 
 impl CqWaiter {
@@ -60,6 +65,7 @@ impl CqWaiter {
         CqWaiter {
             drained: false,
             driver: Some(driver),
+            budget: None,
         }
     }
 
@@ -94,12 +100,19 @@ impl CqWaiter {
                         () = kick.notified() => Ok(0),
                     };
                 }
-                CompletionMode::Adaptive(d) => Some(d),
+                CompletionMode::Adaptive(d) => {
+                    Some(self.budget.get_or_insert_with(|| SpinBudget::new(d)).spin())
+                }
             };
             let start = Instant::now();
+            // A find by the first poll says nothing about spinning.
+            let mut spun = false;
             loop {
                 let n = cq.poll(wc)?;
                 if n > 0 {
+                    if let Some(b) = self.budget.as_ref().filter(|_| spun) {
+                        b.found();
+                    }
                     break 'wait Ok(n);
                 }
                 if stop.load(Ordering::Relaxed) {
@@ -115,15 +128,21 @@ impl CqWaiter {
                             break 'wait Ok(0);
                         }
                         yield_stealable().await;
+                        spun = true;
                     }
                 }
             }
             // After a spin, the poller's own waker (its decoy on every wake): with
             // `DriverWaker` here, 256 calls in flight ran a quarter slower (`rpc-bench`).
-            tokio::select! {
+            let slept_at = Instant::now();
+            let r = tokio::select! {
                 r = cq.wait_async(wc) => r,
                 () = kick.notified() => Ok(0),
+            };
+            if let (Some(b), Some(spun), Ok(1..)) = (&self.budget, spin, &r) {
+                b.missed(spun, slept_at.elapsed());
             }
+            r
         };
         // A kick (Ok(0)) says nothing about the CQ: keep what the last batch said.
         if let Ok(n) = r {

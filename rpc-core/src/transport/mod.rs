@@ -88,6 +88,7 @@ mod limit;
 mod ready;
 pub(crate) mod rendezvous;
 pub mod server;
+mod spin_budget;
 mod stream_batch;
 mod ud_device;
 mod unstranded;

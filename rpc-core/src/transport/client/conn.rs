@@ -16,6 +16,7 @@ use crate::status::Status;
 use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter};
 use crate::transport::endpoint::{Endpoint, Settings};
 use crate::transport::lock;
+use crate::transport::spin_budget::SpinBudget;
 use crate::transport::unstranded::{unstranded, DriverWaker};
 use crate::transport::Error;
 
@@ -39,6 +40,8 @@ pub(crate) struct Conn<L> {
     pool: RecvPool,
     cq: Arc<CompletionQueue>,
     mode: CompletionMode,
+    /// How long a caller reaping its own reply spins now (`Adaptive` mode).
+    pub(crate) reap_spin: SpinBudget,
     pub(crate) default_timeout: Option<Duration>,
     /// Request bodies longer than this go by reference (`None`: never), read
     /// without the lock so that a small call pays one comparison.
@@ -65,6 +68,10 @@ impl<L: Link> Conn<L> {
             pool,
             cq,
             mode: settings.mode,
+            reap_spin: SpinBudget::new(match settings.mode {
+                CompletionMode::Adaptive(d) => d,
+                _ => Duration::ZERO,
+            }),
             default_timeout: settings.timeout,
         });
         tokio::spawn(unstranded(|driver| drive(conn.clone(), driver)));

@@ -54,7 +54,7 @@ pub(super) async fn reap_until_reply<L: Link>(
     // `Event` sleeps at once: its wait polls the CQ before it sleeps.
     let spin = match conn.mode() {
         CompletionMode::Busy => None,
-        CompletionMode::Adaptive(d) => Some(d),
+        CompletionMode::Adaptive(_) => Some(conn.reap_spin.spin()),
         CompletionMode::Event => Some(Duration::ZERO),
     };
     let spins = spin != Some(Duration::ZERO);
@@ -76,6 +76,9 @@ pub(super) async fn reap_until_reply<L: Link>(
             // Not `poll`: a registered waker would make the reply's delivery (by this
             // very task) a wake-up and a reschedule.
             if let Some(r) = turn.reply(rx) {
+                if spinning_since.is_some() {
+                    conn.reap_spin.found();
+                }
                 return Some(r);
             }
             if turn.called_back() {
@@ -95,8 +98,12 @@ pub(super) async fn reap_until_reply<L: Link>(
     }
     // Asleep on the CQ's event, woken also when the driver ends the call itself (a
     // deadline, a failed connection, a Read it finished).
+    let slept_at = Instant::now();
     loop {
         if let Some(r) = turn.reply(rx) {
+            if let Some(spun) = spin.filter(|_| spinning_since.is_some()) {
+                conn.reap_spin.missed(spun, slept_at.elapsed());
+            }
             return Some(r);
         }
         if turn.called_back() {
