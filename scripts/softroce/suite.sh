@@ -106,17 +106,9 @@ if part smoke; then
     --include-ignored --test-threads=1 verbs::tests::
 fi
 
-# placed_reads' killed-responder test is about the soft provider's Reads placed by its
-# peer process; on a NIC the responder is the kernel: rxe answered every Read queued
-# before the process died (none failed), siw's reset flushed them all without a
-# RETRY_EXC_ERR first (2026-11-25). two_process's killed-peer test covers NICs.
-placed="the soft provider's placed Reads; on a NIC the kernel answers or flushes the Reads of a killed responder (two_process covers NICs)"
 if part conformance; then
-  SKIPS=
-  skip placed_reads::responder_killed_while_placing_reads_ends_qp_in_err "$placed"
-  # shellcheck disable=SC2086
   RDMA_RPC_TEST_DEVICE=$DEV libtest conformance 1200 ./conformance \
-    --include-ignored --test-threads="${SOFTROCE_TEST_THREADS:-1}" $SKIPS
+    --include-ignored --test-threads="${SOFTROCE_TEST_THREADS:-1}"
 fi
 
 if part rpc; then
@@ -317,7 +309,6 @@ if part siw-conformance; then
   skip qp_state::posting_sends_before_rts_is_refused "siw accepts sends posted before the connection is up"
   skip qp_state::receives_are_refused_in_reset_and_accepted_from_init \
     "siw has one idle state for RESET and INIT and accepts receives in it"
-  skip placed_reads::responder_killed_while_placing_reads_ends_qp_in_err "$placed"
   # shellcheck disable=SC2086
   RDMA_RPC_TEST_DEVICE=$SIW libtest siw-conformance 1200 ./conformance \
     --include-ignored --test-threads="${SOFTROCE_TEST_THREADS:-1}" $SKIPS
