@@ -45,13 +45,14 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + 6) as u8).collect()
 }
 
-/// One soft device with an RC QP in RESET and its two CQs.
+/// One soft device with an RC QP in RESET and its two CQs (fields drop in order:
+/// the QP before its CQs, PD and device).
 struct End {
-    dev: Device,
+    qp: QueuePair,
     scq: CompletionQueue,
     rcq: CompletionQueue,
-    qp: QueuePair,
     pd: crate::ProtectionDomain,
+    dev: Device,
 }
 
 impl End {
@@ -64,11 +65,11 @@ impl End {
             .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq))
             .expect("qp");
         End {
-            dev,
+            qp,
             scq,
             rcq,
-            qp,
             pd,
+            dev,
         }
     }
 
