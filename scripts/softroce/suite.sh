@@ -264,6 +264,14 @@ if part figures; then
   # payload once although the echo carries it both ways.
   perftest_pair figures-ib_read_bw "ib_read_bw -d $DEV -x $GIDX -s 4194304 -n 200"
   rbw=$(awk '$1 == 4194304 && NF >= 5 {print $4}' /tmp/figures-ib_read_bw.client)
+  # rdma-rpc has one Read per body in flight (4 MiB is one Read WR on rxe, whose max
+  # message is 2 GiB), and an echo reads the body twice, one Read after the other:
+  # half of ib_read_bw with one Read outstanding (-o 1) is what the echo could reach
+  # if nothing but its two Reads took time. On rxe a Read runs inside the poster's
+  # ibv_post_send (the kernel's responder and completer, software ICRC per 4 KiB
+  # packet), on one vCPU.
+  perftest_pair figures-ib_read_bw-o1 "ib_read_bw -d $DEV -x $GIDX -s 4194304 -n 100 -o 1"
+  rbw1=$(awk '$1 == 4194304 && NF >= 5 {print $4}' /tmp/figures-ib_read_bw-o1.client)
   echo "---- figures-rpc-bench-4m: ./rpc-bench --provider verbs --sizes 4M ..."
   if timeout -s KILL 300 ./rpc-bench --provider verbs --device "$DEV" --systems rdma-rpc,tcp \
        --sizes 4M --concurrency 1 --duration 2 --warmup 0.3 \
@@ -273,6 +281,7 @@ if part figures; then
     mb=$(awk '$1 == 4 && $2 == "MiB" && $3 == 1 && $4 == "rdma-rpc" {print $9}' /tmp/figures-rpc-bench-4m.out)
     echo "softroce-figure: ib_read_bw 4 MiB: ${rbw:-?} MiB/s = $(awk -v b="$rbw" 'BEGIN{if (b+0 > 0) printf "%.1f", b*1.048576; else print "?"}') MB/s"
     echo "softroce-figure: rpc-bench rdma-rpc (verbs) 4 MiB x 1: ${mb:-?} MB/s; / ib_read_bw: $(awk -v m="$mb" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}')"
+    echo "softroce-figure: ib_read_bw 4 MiB -o 1: ${rbw1:-?} MiB/s; rpc-bench 4 MiB x 1 / (ib_read_bw -o 1 / 2), the share of the echo's two-Read bound: $(awk -v m="$mb" -v b="$rbw1" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576/2); else print "?"}')"
   else
     cat /tmp/figures-rpc-bench-4m.out
     bad figures-rpc-bench-4m
