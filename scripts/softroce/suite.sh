@@ -46,11 +46,18 @@ hang_report() {
 libtest() {
   name=$1; lim=$2; shift 2
   if [ ! -x "$1" ]; then bad "$name (binary $1 not built)"; return; fi
+  # Memory the guest has left: what earlier binaries leave behind shows here.
+  echo "softroce-mem: $(awk '/MemAvailable/ {print int($2 / 1024)}' /proc/meminfo) MiB available before $name"
+  ooms=$(dmesg | grep -c 'Out of memory')
   hang_report "$1" $((lim > 60 ? lim - 30 : lim / 2)) & wd=$!
   { timeout -s KILL "$lim" "$@"; echo $? > /tmp/rc; } 2>&1 | tee /tmp/libtest.out
   kill $wd 2>/dev/null
   rc=$(cat /tmp/rc)
   res=$(grep '^test result: ' /tmp/libtest.out | tail -1)
+  if [ "$(dmesg | grep -c 'Out of memory')" != "$ooms" ]; then
+    bad "$name (the guest ran out of memory: $(dmesg | grep 'Out of memory' | tail -1 | sed 's/^\[[^]]*\] //'))"
+    return
+  fi
   if [ -z "$res" ]; then
     bad "$name (exit $rc, no libtest result: crashed, killed after ${lim}s, or harness error)"
     return
