@@ -2,14 +2,18 @@
 //! provider's shared-memory link the responder places those bytes straight into the
 //! requester's memory (`process_vm_writev`); its death must end the responder's QP
 //! exactly as a closed connection does, whichever it notices first.
+//!
+//! The other direction, a responder killed while its provider places Read responses,
+//! is the soft provider's alone (on a NIC the kernel answers Reads, not the process):
+//! `soft::tests::killed_responder` in the library's unit tests.
 
-use rpc_transport::{ProviderKind, RcRetry, SendOp, SendWr, WcStatus};
+use rpc_transport::{RcRetry, SendOp, SendWr, WcStatus};
 
-use crate::common::child::{hear, mr_from_text, mr_to_text, say, ChildProc};
+use crate::common::child::{hear, mr_from_text, say};
 use crate::common::link::{expect_shm, wait_link};
-use crate::common::rc::{accept, connect, PSN_A, PSN_B};
+use crate::common::rc::{connect, PSN_B};
 use crate::common::wait::Deadline;
-use crate::common::{pattern, post_recv, post_send, wait_wc, RcOpts, RcSide};
+use crate::common::{pattern, post_send, wait_wc, RcOpts, RcSide};
 
 /// Bytes of each RDMA Read the reading child keeps asking for.
 const READ_LEN: usize = 16 << 20;
@@ -94,113 +98,5 @@ pub fn reader_child() {
             );
             say("reading", "");
         }
-    }
-}
-
-/// Reads in flight from this side's region: enough that one is always outstanding.
-const IN_FLIGHT: u64 = 2;
-
-/// The child, the responder, dies (SIGKILL) while this side's Reads of its region
-/// stream in (placed directly on the soft provider's shared-memory link). The Read in
-/// progress fails RETRY_EXC_ERR, those behind it and the posted receive are flushed,
-/// and the QP is in ERR (with QP_FATAL on the soft provider): a dead peer's
-/// completions, as on TCP. Reads that completed before carry the child's bytes.
-#[test]
-fn responder_killed_while_placing_reads_ends_qp_in_err() {
-    let opts = opts();
-    let a = RcSide::new(&opts);
-    let dst = a.host.mr_all(IN_FLIGHT as usize * READ_LEN);
-    let buf = a.host.mr_all(64);
-    let mut peer = ChildProc::spawn("source");
-    let ep_b = peer.recv("ep").parse().expect("endpoint record");
-    accept(&a.qp, PSN_A, &ep_b, &opts);
-    peer.send("ep", &a.qp.endpoint(PSN_A).expect("endpoint").to_string());
-    let mr_b = mr_from_text(&peer.recv("mr"));
-    // SAFETY: `buf` is only read after the receive's completion.
-    unsafe { post_recv(&a.qp, 1, &[buf.sge(0, 64)]) };
-    let read = SendOp::RdmaRead {
-        remote_addr: mr_b.addr,
-        rkey: mr_b.rkey,
-    };
-    let sges: Vec<_> = (0..IN_FLIGHT as usize)
-        .map(|k| [dst.sge(k * READ_LEN, READ_LEN as u32)])
-        .collect();
-    let post_read = |i: u64| {
-        let wr = SendWr::new(i, read, &sges[(i % IN_FLIGHT) as usize]);
-        // SAFETY: `dst` outlives every completion; each slot is read only after its
-        // Read completed and before it is posted again.
-        unsafe { post_send(&a.qp, wr) };
-    };
-    for i in 0..IN_FLIGHT {
-        post_read(i);
-    }
-    // Until one Read was placed directly (soft, shared memory, direct copies on), or
-    // the first Read elsewhere; then the child dies with a Read outstanding.
-    let placed = || {
-        a.host
-            .dev
-            .soft_stats()
-            .map_or(0, |s| s.rc_read_bytes_placed_by_peer)
-    };
-    let mut next = IN_FLIGHT;
-    let deadline = Deadline::start();
-    loop {
-        deadline.tick(|| "a Read placed directly".into());
-        let wc = wait_wc(&a.scq, "a Read before the kill");
-        assert_eq!((wc.wr_id, wc.status), (next - IN_FLIGHT, WcStatus::Success));
-        let slot = (wc.wr_id % IN_FLIGHT) as usize * READ_LEN;
-        assert!(
-            dst.to_vec(slot, READ_LEN) == pattern(READ_LEN, 6),
-            "Read {} differs",
-            wc.wr_id
-        );
-        post_read(next);
-        next += 1;
-        if !expect_placed() || a.host.dev.soft_stats().is_none() || placed() > 0 {
-            break;
-        }
-    }
-    peer.kill();
-    // The Reads still outstanding: some may have finished first; the first that did
-    // not fails RETRY_EXC_ERR and flushes the rest.
-    let mut failed = false;
-    for want in next - IN_FLIGHT..next {
-        let wc = wait_wc(&a.scq, "the Reads outstanding at the kill");
-        assert_eq!(wc.wr_id, want, "{wc:?}");
-        let expected = match (failed, wc.status) {
-            (false, WcStatus::Success) => true,
-            (false, WcStatus::RetryExcErr) => {
-                failed = true;
-                true
-            }
-            (true, WcStatus::WrFlushErr) => true,
-            _ => false,
-        };
-        assert!(expected, "after the responder died: {wc:?}");
-    }
-    if !failed {
-        // Every Read made it: the death shows on the receive alone.
-        let soft = a.host.dev.provider() == ProviderKind::Soft;
-        assert!(soft, "a NIC saw no Read fail");
-    }
-    a.expect_ended_by_dead_peer("after the responder died");
-}
-
-/// Offers its region for Reads and leaves the answering to its provider until killed.
-pub fn source_child() {
-    let opts = opts();
-    let b = RcSide::new(&opts);
-    let region = b.host.mr_all(READ_LEN);
-    region.write(0, &pattern(READ_LEN, 6));
-    say("ep", &b.qp.endpoint(PSN_B).expect("endpoint").to_string());
-    let ep_a = hear("ep").parse().expect("endpoint record");
-    connect(&b.qp, PSN_B, &ep_a, &opts);
-    say("mr", &mr_to_text(&region.remote()));
-    // Polls its CQs so that responses go out without waiting for the helper; the
-    // parent kills it before anything completes here.
-    loop {
-        let _ = b.scq.poll(&mut []);
-        let _ = b.rcq.poll(&mut []);
-        std::thread::yield_now();
     }
 }

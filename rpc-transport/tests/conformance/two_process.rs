@@ -214,7 +214,6 @@ fn child_process_entry() {
         "ud" => ud_child(),
         "flood" => flood_child(),
         "reader" => crate::placed_reads::reader_child(),
-        "source" => crate::placed_reads::source_child(),
         other => panic!("unknown child role {other:?}"),
     }
 }

@@ -16,6 +16,7 @@ mod doorbells;
 mod errors;
 mod ib;
 mod idle_receives;
+mod killed_responder;
 mod rc;
 mod shm;
 mod slow_peer;
