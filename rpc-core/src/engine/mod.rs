@@ -73,6 +73,30 @@ pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
 pub use stream::client::{ClientStreams, StreamEvent};
 pub use stream::server::{ServerStreamEvent, ServerStreams};
 
+/// The clock as the engine takes it: an `Instant` the caller read, or a read
+/// deferred until the engine needs one ([`OnDemand`]). Starting a call with no
+/// deadline, or handling a client frame, needs none: a unary call then reads no
+/// clock at all (each read costs about a hundred instructions).
+pub trait Now {
+    /// The time, reading the clock now if it was deferred.
+    fn now(self) -> std::time::Instant;
+}
+
+impl Now for std::time::Instant {
+    fn now(self) -> std::time::Instant {
+        self
+    }
+}
+
+/// A clock read only if the engine needs the time.
+pub struct OnDemand<F>(pub F);
+
+impl<F: FnOnce() -> std::time::Instant> Now for OnDemand<F> {
+    fn now(self) -> std::time::Instant {
+        (self.0)()
+    }
+}
+
 /// One frame to post: its length at the head of the buffer and its immediate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {

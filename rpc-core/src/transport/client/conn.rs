@@ -127,7 +127,6 @@ impl<L: Link> Conn<L> {
         body: &dyn crate::server::EncodeMessage,
         region: Option<rpc_transport::msg::PooledRegion>,
     ) -> Result<(u32, bool), Status> {
-        let now = Instant::now();
         let region = region.map(|mut region| {
             let len = body.encoded_len();
             body.encode_to(&mut region.buf_mut()[..len]);
@@ -135,7 +134,6 @@ impl<L: Link> Conn<L> {
         });
         let mut st = self.lock();
         let call = NewCall {
-            now,
             reply,
             head,
             body,
@@ -246,7 +244,7 @@ impl<L: Link> Conn<L> {
         let next = if st.link.dead().is_some() {
             Next::Stop
         } else {
-            let room = st.link.handle(Instant::now(), &wcs[..n], &self.pool);
+            let room = st.link.handle(&wcs[..n], &self.pool);
             self.after(st, room)
         };
         let wake = match next {
@@ -274,7 +272,7 @@ impl<L: Link> Conn<L> {
         if st.link.dead().is_some() {
             return Next::Stop;
         }
-        let room = st.link.handle(Instant::now(), wcs, &self.pool);
+        let room = st.link.handle(wcs, &self.pool);
         self.after(st, room)
     }
 
