@@ -97,6 +97,24 @@ impl<F: FnOnce() -> std::time::Instant> Now for OnDemand<F> {
     }
 }
 
+/// A clock read at most once, when first needed; every later need gets the same
+/// time (the frames of one batch of completions).
+#[derive(Debug, Default)]
+pub struct ReadOnce(std::cell::Cell<Option<std::time::Instant>>);
+
+impl Now for &ReadOnce {
+    fn now(self) -> std::time::Instant {
+        match self.0.get() {
+            Some(t) => t,
+            None => {
+                let t = std::time::Instant::now();
+                self.0.set(Some(t));
+                t
+            }
+        }
+    }
+}
+
 /// One frame to post: its length at the head of the buffer and its immediate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {

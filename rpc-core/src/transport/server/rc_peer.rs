@@ -1,7 +1,7 @@
 //! One server-side connection: its engine, its send slots, and answering calls.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rpc_transport::msg::{PooledRegion, Reader, RecvSlot, RegionPool, SendRing};
 use rpc_transport::WorkCompletion;
@@ -12,7 +12,7 @@ use super::credit_pool::PeerCredit;
 use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::stream_inbound::InboundShared;
 use crate::engine::wire::Descriptor;
-use crate::engine::{Incoming, RequestBody, ServerConn};
+use crate::engine::{Incoming, ReadOnce, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::request::ConnAddrs;
@@ -332,7 +332,7 @@ impl RcPeer {
     /// dispatched once the caller has let go of its locks.
     pub(crate) fn on_frame(
         self: &Arc<Self>,
-        now: Instant,
+        now: &ReadOnce,
         imm: u32,
         slot: RecvSlot,
     ) -> Option<Dispatch> {
