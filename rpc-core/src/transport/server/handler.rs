@@ -72,7 +72,7 @@ pub(crate) async fn run_handler(
         // (no `Routes` future around it); with layers, the stack (which ends in the
         // routes) takes the call. Either is driven by one `Oneshot` of one type.
         let svc = match &served.stack {
-            None => served.routes.get(call.service())?,
+            None => served.routes.get(call.service_bytes())?,
             Some(stack) => stack.clone(),
         };
         svc.oneshot(call).await
