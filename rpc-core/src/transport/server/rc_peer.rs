@@ -452,10 +452,17 @@ impl RcPeer {
                 None => {}
             }
         }
+        // The first try registers no waiter: a slot is free for almost every reply,
+        // and registering (and then unregistering) locks the `Notify`'s list twice.
+        // A try that finds none registers, then tries again before it sleeps, so a
+        // slot freed in between is not missed.
+        let mut armed = false;
         loop {
             let notified = self.slot_wait.notified();
             tokio::pin!(notified);
-            notified.as_mut().enable();
+            if armed {
+                notified.as_mut().enable();
+            }
             {
                 let mut st = lock(&self.state);
                 if st.dead {
@@ -528,7 +535,10 @@ impl RcPeer {
                     return;
                 }
             }
-            notified.await;
+            if armed {
+                notified.await;
+            }
+            armed = true;
         }
     }
 }
