@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use super::link::{EncodedBody, Link, NewCall, Signals};
 use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
-use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter};
+use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter, Kicks};
 use crate::transport::endpoint::{Endpoint, Settings};
 use crate::transport::lock;
 use crate::transport::unstranded::{unstranded, DriverWaker};
@@ -345,6 +345,8 @@ enum Next {
 async fn drive<L: Link>(conn: Arc<Conn<L>>, driver: DriverWaker) {
     let mut wcs = [WorkCompletion::default(); 64];
     let mut waiter = CqWaiter::woken_by(driver);
+    let kicked = std::pin::pin!(conn.sig.kick.notified());
+    let mut kicks = Kicks::new(&conn.sig.kick, kicked);
     let timer = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(timer);
     let mut timer_at = None;
@@ -382,10 +384,10 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>, driver: DriverWaker) {
         let cq_wait = async {
             if reaps {
                 waiter
-                    .wait(&conn.cq, conn.mode, &mut wcs, &sig.kick, &sig.aside)
+                    .wait(&conn.cq, conn.mode, &mut wcs, &mut kicks, &sig.aside)
                     .await
             } else {
-                sig.kick.notified().await;
+                kicks.next().await;
                 Ok(0)
             }
         };
