@@ -11,7 +11,7 @@ use crate::engine::codec::{self, CallHead, Outcome};
 use crate::engine::rendezvous::{ReadOp, STREAM_READ_TAG};
 use crate::engine::stream::client::{ClientStreams, Limits, StreamEvent};
 use crate::engine::wire::{self, CreditAdjust, Descriptor, Kind};
-use crate::engine::{Transmit, MIN_FRAME};
+use crate::engine::{Now, Transmit, MIN_FRAME};
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
@@ -267,7 +267,7 @@ impl<W> ClientConn<W> {
     /// error the reservation is released, nothing is sent and the region is free.
     pub fn start_call_by_ref(
         &mut self,
-        now: Instant,
+        now: impl Now,
         waiter: W,
         head: &CallHead<'_>,
         desc: Descriptor,
@@ -293,7 +293,7 @@ impl<W> ClientConn<W> {
 
     fn start_by_ref_inner(
         &mut self,
-        now: Instant,
+        now: impl Now,
         waiter: W,
         head: &CallHead<'_>,
         desc: Descriptor,
@@ -333,14 +333,14 @@ impl<W> ClientConn<W> {
 
     fn insert_call(
         &mut self,
-        now: Instant,
+        now: impl Now,
         id: u32,
         waiter: W,
         head: &CallHead<'_>,
         phase: Phase,
         lent: bool,
     ) {
-        let deadline = head.timeout.map(|t| (now + t, t));
+        let deadline = head.timeout.map(|t| (now.now() + t, t));
         self.calls.insert(
             id,
             Call {
@@ -613,7 +613,7 @@ impl<W> ClientConn<W> {
     /// error the reservation is released and nothing is sent.
     pub fn start_call(
         &mut self,
-        now: Instant,
+        now: impl Now,
         waiter: W,
         head: &CallHead<'_>,
         body: &dyn EncodeMessage,
@@ -635,7 +635,7 @@ impl<W> ClientConn<W> {
 
     fn start_inner(
         &mut self,
-        now: Instant,
+        now: impl Now,
         waiter: W,
         head: &CallHead<'_>,
         body: &dyn EncodeMessage,
@@ -810,7 +810,12 @@ impl<W> ClientConn<W> {
     /// borrows the frame: the caller keeps the frame's slot for the reply. Every
     /// frame, readable or not, is an answer whose slot the caller reposts, which
     /// returns its token ([`ClientConn::handle_tokens_returned`]).
-    pub fn handle_frame(&mut self, _now: Instant, imm: u32, frame: &[u8]) -> Option<Completion<W>> {
+    pub fn handle_frame(
+        &mut self,
+        _now: impl Now,
+        imm: u32,
+        frame: &[u8],
+    ) -> Option<Completion<W>> {
         let Some((kind, id)) = wire::parse_imm(imm) else {
             self.stats.malformed += 1;
             return None;

@@ -75,6 +75,48 @@ pub use stream::client::{ClientStreams, StreamEvent};
 pub use stream::server::{ServerStreamEvent, ServerStreams};
 pub use stream::Arrived;
 
+/// The clock as the engine takes it: an `Instant` the caller read, or a read
+/// deferred until the engine needs one ([`OnDemand`]). Starting a call with no
+/// deadline, or handling a client frame, needs none: a unary call then reads no
+/// clock at all (each read costs about a hundred instructions).
+pub trait Now {
+    /// The time, reading the clock now if it was deferred.
+    fn now(self) -> std::time::Instant;
+}
+
+impl Now for std::time::Instant {
+    fn now(self) -> std::time::Instant {
+        self
+    }
+}
+
+/// A clock read only if the engine needs the time.
+pub struct OnDemand<F>(pub F);
+
+impl<F: FnOnce() -> std::time::Instant> Now for OnDemand<F> {
+    fn now(self) -> std::time::Instant {
+        (self.0)()
+    }
+}
+
+/// A clock read at most once, when first needed; every later need gets the same
+/// time (the frames of one batch of completions).
+#[derive(Debug, Default)]
+pub struct ReadOnce(std::cell::Cell<Option<std::time::Instant>>);
+
+impl Now for &ReadOnce {
+    fn now(self) -> std::time::Instant {
+        match self.0.get() {
+            Some(t) => t,
+            None => {
+                let t = std::time::Instant::now();
+                self.0.set(Some(t));
+                t
+            }
+        }
+    }
+}
+
 /// One frame to post: its length at the head of the buffer and its immediate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {

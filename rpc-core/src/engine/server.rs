@@ -12,7 +12,7 @@ use crate::engine::gather::ByRef;
 use crate::engine::rendezvous::{ReadOp, STREAM_READ_TAG};
 use crate::engine::stream::server::{ServerStreamEvent, ServerStreams};
 use crate::engine::wire::{self, Descriptor, Kind};
-use crate::engine::{Transmit, MIN_FRAME};
+use crate::engine::{Now, Transmit, MIN_FRAME};
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
@@ -403,7 +403,7 @@ impl ServerConn {
     /// Handles one received frame; a complete request is returned for dispatch (its
     /// answer is the later [`ServerConn::respond`]); any other answer is queued for
     /// [`ServerConn::poll_transmit`]. Nothing a client sends makes this panic.
-    pub fn handle_frame(&mut self, now: Instant, imm: u32, frame: &[u8]) -> Option<Incoming> {
+    pub fn handle_frame(&mut self, now: impl Now, imm: u32, frame: &[u8]) -> Option<Incoming> {
         let kind_bits = imm >> wire::CALL_ID_BITS;
         let wants = kind_bits == Kind::Want as u32
             || kind_bits == Kind::Req as u32
@@ -498,7 +498,7 @@ impl ServerConn {
         None
     }
 
-    fn on_request(&mut self, now: Instant, id: u32, frame: &[u8]) -> Option<Incoming> {
+    fn on_request(&mut self, now: impl Now, id: u32, frame: &[u8]) -> Option<Incoming> {
         if self.calls.contains_key(&id) || self.streams.contains(id) {
             // A client bug; the call that owns the id keeps it.
             self.stats.malformed += 1;
@@ -514,7 +514,7 @@ impl ServerConn {
         };
         let total = start.body_len;
         if wire::request_is_stream(frame) {
-            return self.open_stream(now, id, start);
+            return self.open_stream(now.now(), id, start);
         }
         if total > self.cfg.max_recv_message {
             return self.reject(

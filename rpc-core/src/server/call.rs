@@ -20,6 +20,8 @@ use crate::Extensions;
 pub struct ServerCall {
     payload: Payload,
     path: Span,
+    /// Where in the path the method's `/` is (after the service's name).
+    method_at: u32,
     body: Span,
     metadata: MetadataMap,
     timeout: Option<Duration>,
@@ -70,14 +72,16 @@ impl ServerCall {
             return Err(Status::internal("call path or body beyond 4 GiB"));
         };
         let p = std::str::from_utf8(p).map_err(|_| Status::internal("call path is not UTF-8"))?;
-        if !is_service_method(p) {
+        let Some(method_at) = method_slash(p) else {
             return Err(Status::internal(format!(
                 "call path {p:?} is not /service/method"
             )));
-        }
+        };
         Ok(ServerCall {
             payload,
             path: path_span,
+            // Below the path's length, itself below 4 GiB (`Span::of`).
+            method_at: method_at as u32,
             body,
             metadata,
             timeout,
@@ -112,14 +116,20 @@ impl ServerCall {
 
     /// `package.Service`.
     pub fn service(&self) -> &str {
-        let p = self.path();
-        &p[1..p.rfind('/').expect("validated")]
+        &self.path()[1..self.method_at as usize]
+    }
+
+    /// `package.Service` as bytes, without the UTF-8 check [`ServerCall::service`]
+    /// repeats (the path was checked when the call arrived): what the server routes
+    /// on, once per call.
+    pub(crate) fn service_bytes(&self) -> &[u8] {
+        let start = self.path.start as usize;
+        &self.payload.as_slice()[start + 1..start + self.method_at as usize]
     }
 
     /// `Method`.
     pub fn method(&self) -> &str {
-        let p = self.path();
-        &p[p.rfind('/').expect("validated") + 1..]
+        &self.path()[self.method_at as usize + 1..]
     }
 
     /// Request metadata.
@@ -195,12 +205,18 @@ impl ServerCall {
     }
 }
 
-/// Whether `p` is `/service/method`: a `/`, then exactly one more.
+/// Where the second `/` of `p` is, if `p` is `/service/method`: a `/`, then
+/// exactly one more.
+fn method_slash(p: &str) -> Option<usize> {
+    let rest = p.as_bytes().strip_prefix(b"/")?;
+    let at = rest.iter().position(|&b| b == b'/')?;
+    (!rest[at + 1..].contains(&b'/')).then_some(at + 1)
+}
+
+/// Whether `p` is `/service/method`.
+#[cfg(test)]
 fn is_service_method(p: &str) -> bool {
-    match p.as_bytes().split_first() {
-        Some((b'/', rest)) => rest.iter().filter(|&&b| b == b'/').count() == 1,
-        _ => false,
-    }
+    method_slash(p).is_some()
 }
 
 /// A range of a call's bytes in half the room of a `Range<usize>`: a call is moved
@@ -252,6 +268,7 @@ mod tests {
             (c.path(), c.service(), c.method()),
             ("/pkg.S/M", "pkg.S", "M")
         );
+        assert_eq!(c.service_bytes(), b"pkg.S");
         assert!(call("/pkg.S").is_err());
         assert!(call("/pkg.S/M/x").is_err());
     }

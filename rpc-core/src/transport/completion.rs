@@ -82,7 +82,7 @@ impl CqWaiter {
         cq: &CompletionQueue,
         mode: CompletionMode,
         wc: &mut [WorkCompletion],
-        kick: &tokio::sync::Notify,
+        kicks: &mut Kicks<'_, '_>,
         stop: &AtomicBool,
     ) -> rpc_transport::Result<usize> {
         let r = 'wait: {
@@ -97,7 +97,7 @@ impl CqWaiter {
                     }
                     break 'wait tokio::select! {
                         r = on_driver(self.driver.as_ref(), cq.wait_async(wc)) => r,
-                        () = kick.notified() => Ok(0),
+                        () = kicks.next() => Ok(0),
                     };
                 }
                 CompletionMode::Adaptive(d) => {
@@ -122,9 +122,7 @@ impl CqWaiter {
                     Some(d) if start.elapsed() >= d => break,
                     _ => {
                         // A kick already pending must not wait for the next completion.
-                        let notified = kick.notified();
-                        tokio::pin!(notified);
-                        if notified.as_mut().enable() {
+                        if kicks.take_pending() {
                             break 'wait Ok(0);
                         }
                         yield_stealable().await;
@@ -137,7 +135,7 @@ impl CqWaiter {
             let slept_at = Instant::now();
             let r = tokio::select! {
                 r = cq.wait_async(wc) => r,
-                () = kick.notified() => Ok(0),
+                () = kicks.next() => Ok(0),
             };
             if let (Some(b), Some(spun), Ok(1..)) = (&self.budget, spin, &r) {
                 b.missed(spun, slept_at.elapsed());
@@ -151,6 +149,43 @@ impl CqWaiter {
             }
         }
         r
+    }
+}
+
+/// A driver's registration for its kicks, kept across its waits: registering a
+/// waiter with the `Notify` and taking it out again each lock the `Notify`'s list,
+/// and a driver waits once or twice per call. A kick that comes while the driver
+/// works is kept by the registration (as `notify_one` keeps a permit) and ends
+/// its next wait at once.
+pub(crate) struct Kicks<'a, 'b> {
+    notify: &'a tokio::sync::Notify,
+    next: std::pin::Pin<&'b mut tokio::sync::futures::Notified<'a>>,
+}
+
+impl<'a, 'b> Kicks<'a, 'b> {
+    /// Kicks of `notify`, registered in `slot` (`notify.notified()`, pinned by the
+    /// driver for its lifetime).
+    pub(crate) fn new(
+        notify: &'a tokio::sync::Notify,
+        slot: std::pin::Pin<&'b mut tokio::sync::futures::Notified<'a>>,
+    ) -> Self {
+        Kicks { notify, next: slot }
+    }
+
+    /// The next kick (cancel-safe: dropped before it came, the registration stays).
+    pub(crate) async fn next(&mut self) {
+        self.next.as_mut().await;
+        // A finished `Notified` stays ready: the next kick needs a fresh one.
+        self.next.set(self.notify.notified());
+    }
+
+    /// Whether a kick came (and takes it), without waiting.
+    fn take_pending(&mut self) -> bool {
+        let kicked = self.next.as_mut().enable();
+        if kicked {
+            self.next.set(self.notify.notified());
+        }
+        kicked
     }
 }
 
@@ -188,10 +223,12 @@ pub(crate) async fn serve_cq(
     unstranded(|driver| async move {
         let mut wcs = [WorkCompletion::default(); 64];
         let mut waiter = CqWaiter::woken_by(driver);
+        let kicked = std::pin::pin!(kick.notified());
+        let mut kicks = Kicks::new(kick, kicked);
         // Nobody takes the server's CQ over.
         let never = AtomicBool::new(false);
         while !closing.load(Ordering::Acquire) {
-            match waiter.wait(cq, mode, &mut wcs, kick, &never).await {
+            match waiter.wait(cq, mode, &mut wcs, &mut kicks, &never).await {
                 Ok(0) => {}
                 Ok(n) => handle(&wcs[..n]),
                 Err(e) => {
@@ -202,4 +239,42 @@ pub(crate) async fn serve_cq(
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    use super::Kicks;
+
+    /// One poll of a fresh `next()` (dropped after it, as a `select!` that another
+    /// branch won drops it): whether it found a kick.
+    fn kicked(kicks: &mut Kicks<'_, '_>) -> bool {
+        let next = std::pin::pin!(kicks.next());
+        next.poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+    }
+
+    #[test]
+    fn each_kick_ends_one_wait_even_when_it_came_between_waits() {
+        let notify = tokio::sync::Notify::new();
+        let slot = std::pin::pin!(notify.notified());
+        let mut kicks = Kicks::new(&notify, slot);
+        assert!(!kicked(&mut kicks), "no kick yet");
+        // Registered by that wait (then dropped): a kick while nobody waits is kept.
+        notify.notify_one();
+        assert!(kicked(&mut kicks));
+        assert!(!kicked(&mut kicks), "one kick ends one wait");
+        // A kick before the first registration is kept too (as a permit).
+        let notify = tokio::sync::Notify::new();
+        notify.notify_one();
+        let slot = std::pin::pin!(notify.notified());
+        let mut kicks = Kicks::new(&notify, slot);
+        assert!(kicks.take_pending());
+        assert!(!kicks.take_pending());
+        notify.notify_one();
+        assert!(kicks.take_pending());
+        assert!(!kicked(&mut kicks));
+    }
 }

@@ -292,7 +292,15 @@ impl Inner {
     /// posted, or how many before the error.
     fn post(&self, slots: &[u32]) -> std::result::Result<usize, (usize, Error)> {
         let k = slots.len().min(POST_CHUNK);
-        let mut sges = [Sge::default(); POST_CHUNK];
+        // One slot (the common case) zeroes one SGE, not a whole chunk's.
+        let mut one_sge = [Sge::default()];
+        let mut chunk_sges;
+        let sges: &mut [Sge] = if k == 1 {
+            &mut one_sge
+        } else {
+            chunk_sges = [Sge::default(); POST_CHUNK];
+            &mut chunk_sges
+        };
         for (s, &idx) in sges.iter_mut().zip(&slots[..k]) {
             let (mr, off) = self.place(idx);
             *s = mr.sge(off, self.slot_size as u32);

@@ -299,9 +299,17 @@ impl SendRing {
     }
 
     fn post_list(&mut self, frames: &[(u32, usize, u32)]) -> Result<()> {
-        let mut sges = [Sge::default(); FLUSH_CHUNK];
-        let mut signaled = [false; FLUSH_CHUNK];
         let n = frames.len().min(FLUSH_CHUNK);
+        // One frame (a unary call's) zeroes one SGE, not a whole chunk's.
+        let mut one_sge = [Sge::default()];
+        let mut chunk_sges;
+        let sges: &mut [Sge] = if n == 1 {
+            &mut one_sge
+        } else {
+            chunk_sges = [Sge::default(); FLUSH_CHUNK];
+            &mut chunk_sges
+        };
+        let mut signaled = [false; FLUSH_CHUNK];
         let mut unsignaled = self.unsignaled;
         for (k, &(idx, len, _)) in frames[..n].iter().enumerate() {
             let (mr, off) = self.place(idx);

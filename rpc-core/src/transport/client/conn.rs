@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use super::link::{EncodedBody, Link, NewCall, Signals};
 use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
-use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter};
+use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter, Kicks};
 use crate::transport::endpoint::{Endpoint, Settings};
 use crate::transport::lock;
 use crate::transport::spin_budget::SpinBudget;
@@ -134,7 +134,6 @@ impl<L: Link> Conn<L> {
         body: &dyn crate::server::EncodeMessage,
         region: Option<rpc_transport::msg::PooledRegion>,
     ) -> Result<(u32, bool), Status> {
-        let now = Instant::now();
         let region = region.map(|mut region| {
             let len = body.encoded_len();
             body.encode_to(&mut region.buf_mut()[..len]);
@@ -142,7 +141,6 @@ impl<L: Link> Conn<L> {
         });
         let mut st = self.lock();
         let call = NewCall {
-            now,
             reply,
             head,
             body,
@@ -253,7 +251,7 @@ impl<L: Link> Conn<L> {
         let next = if st.link.dead().is_some() {
             Next::Stop
         } else {
-            let room = st.link.handle(Instant::now(), &wcs[..n], &self.pool);
+            let room = st.link.handle(&wcs[..n], &self.pool);
             self.after(st, room)
         };
         let wake = match next {
@@ -281,7 +279,7 @@ impl<L: Link> Conn<L> {
         if st.link.dead().is_some() {
             return Next::Stop;
         }
-        let room = st.link.handle(Instant::now(), wcs, &self.pool);
+        let room = st.link.handle(wcs, &self.pool);
         self.after(st, room)
     }
 
@@ -354,6 +352,8 @@ enum Next {
 async fn drive<L: Link>(conn: Arc<Conn<L>>, driver: DriverWaker) {
     let mut wcs = [WorkCompletion::default(); 64];
     let mut waiter = CqWaiter::woken_by(driver);
+    let kicked = std::pin::pin!(conn.sig.kick.notified());
+    let mut kicks = Kicks::new(&conn.sig.kick, kicked);
     let timer = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(timer);
     let mut timer_at = None;
@@ -391,10 +391,10 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>, driver: DriverWaker) {
         let cq_wait = async {
             if reaps {
                 waiter
-                    .wait(&conn.cq, conn.mode, &mut wcs, &sig.kick, &sig.aside)
+                    .wait(&conn.cq, conn.mode, &mut wcs, &mut kicks, &sig.aside)
                     .await
             } else {
-                sig.kick.notified().await;
+                kicks.next().await;
                 Ok(0)
             }
         };

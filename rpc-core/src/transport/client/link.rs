@@ -73,7 +73,6 @@ impl SlotPromises {
 
 /// A call to start on a reservation.
 pub(crate) struct NewCall<'a> {
-    pub(crate) now: Instant,
     /// Where its reply goes.
     pub(crate) reply: ReplySender,
     pub(crate) head: CallHead<'a>,
@@ -138,8 +137,9 @@ pub(crate) trait Link: Send + Sized + 'static {
     fn cancel(&mut self, sig: &Signals, id: u32);
 
     /// Handles a batch of completions of the connection's CQ, `pool` being its
-    /// receive pool. Returns whether room to send came back.
-    fn handle(&mut self, now: Instant, wcs: &[WorkCompletion], pool: &RecvPool) -> bool;
+    /// receive pool. Returns whether room to send came back. The clock is the
+    /// link's to read if it needs it (UD does, RC does not).
+    fn handle(&mut self, wcs: &[WorkCompletion], pool: &RecvPool) -> bool;
 
     /// The driver was kicked with no completion: send what waits.
     fn on_kick(&mut self);

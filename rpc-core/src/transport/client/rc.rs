@@ -23,7 +23,7 @@ use super::stream_shared::StreamShared;
 use super::{deliver, ReplySender};
 use crate::engine::wire::{Descriptor, SERVER_CREDITS};
 use crate::engine::MIN_FRAME;
-use crate::engine::{ClientConfig, ClientConn, Reply};
+use crate::engine::{ClientConfig, ClientConn, OnDemand, Reply};
 use crate::handshake::{check_rc, device, Capabilities, ClientHello, HandshakeError, RcAsk};
 use crate::id_map::IdMap;
 use crate::status::Status;
@@ -36,6 +36,9 @@ use crate::transport::Error;
 /// waits for a task switch. Measured with `rpc-bench` (32 B, soft provider): at 256
 /// in flight batching halves the client's CPU per call.
 const HOLD_ABOVE: usize = 4;
+
+/// A client frame needs no time (deadlines are the driver's timer): no clock read.
+const NO_CLOCK: OnDemand<fn() -> Instant> = OnDemand(Instant::now);
 
 /// Receive slots the pool reposted (each returns a credit), counted by the pool's
 /// repost hook without the connection's lock.
@@ -430,6 +433,10 @@ impl Link for RcLink {
             return Err(s.clone());
         }
         let slot = self.ring.acquire().expect("reserved by poll_ready");
+        // The clock only for a call with a deadline: the engine reads `now` for
+        // nothing else when a call starts.
+        let now = call.head.timeout.map(|_| Instant::now());
+        let clock = OnDemand(|| now.unwrap_or_else(Instant::now));
         let started = match (call.region, &mut self.rdv) {
             (Some(encoded), Some(rdv)) => {
                 // Encoded once (before the lock, see `Conn::start`), into the
@@ -441,7 +448,7 @@ impl Link for RcLink {
                     len: encoded.len as u32,
                 };
                 let r = self.engine.start_call_by_ref(
-                    call.now,
+                    clock,
                     call.reply,
                     &call.head,
                     desc,
@@ -453,7 +460,7 @@ impl Link for RcLink {
                 r
             }
             _ => self.engine.start_call(
-                call.now,
+                clock,
                 call.reply,
                 &call.head,
                 call.body,
@@ -485,7 +492,7 @@ impl Link for RcLink {
         if self.engine.wants_transmit() {
             self.pump();
         }
-        Ok((id, call.head.timeout.map(|t| call.now + t)))
+        Ok((id, now.zip(call.head.timeout).map(|(now, t)| now + t)))
     }
 
     fn cancel(&mut self, sig: &Signals, id: u32) {
@@ -495,7 +502,7 @@ impl Link for RcLink {
         }
     }
 
-    fn handle(&mut self, now: Instant, wcs: &[WorkCompletion], pool: &RecvPool) -> bool {
+    fn handle(&mut self, wcs: &[WorkCompletion], pool: &RecvPool) -> bool {
         let batch = pool.batch();
         let mut freed = false;
         for wc in wcs {
@@ -506,7 +513,7 @@ impl Link for RcLink {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => match pool.complete(wc) {
                     Ok(slot) => {
                         let imm = slot.imm().unwrap_or(0);
-                        if let Some(c) = self.engine.handle_frame(now, imm, slot.bytes()) {
+                        if let Some(c) = self.engine.handle_frame(NO_CLOCK, imm, slot.bytes()) {
                             let keep = matches!(c.result, Ok(Reply::InFrame { .. }));
                             deliver(c.waiter, c.result, keep.then_some(slot), 0);
                         }

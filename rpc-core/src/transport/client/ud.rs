@@ -184,7 +184,7 @@ impl Link for UdLink {
         self.promised.redeem();
         let slot = self.ring.acquire().expect("reserved by poll_ready");
         let buf = self.ring.buf(&slot);
-        let now = call.now;
+        let now = Instant::now();
         match self
             .engine
             .start_call(now, call.reply, slot, &call.head, call.body, buf)
@@ -214,7 +214,8 @@ impl Link for UdLink {
         sig.ready.wake_all();
     }
 
-    fn handle(&mut self, now: Instant, wcs: &[WorkCompletion], pool: &RecvPool) -> bool {
+    fn handle(&mut self, wcs: &[WorkCompletion], pool: &RecvPool) -> bool {
+        let now = Instant::now();
         let batch = pool.batch();
         let mut freed = false;
         for wc in wcs {

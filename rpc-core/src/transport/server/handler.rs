@@ -68,14 +68,13 @@ pub(crate) async fn run_handler(
     };
     let work = async move {
         let call = call?;
-        // Without layers, the route is found right here, as before layers existed
-        // (no `Routes` future around it); with layers, the stack (which ends in the
-        // routes) takes the call. Either is driven by one `Oneshot` of one type.
-        let svc = match &served.stack {
-            None => served.routes.get(call.service())?,
-            Some(stack) => stack.clone(),
-        };
-        svc.oneshot(call).await
+        // Without layers, the route's own future, as before layers existed (no
+        // `Routes` future around it); with layers, the stack (which ends in the
+        // routes) takes the call.
+        match &served.stack {
+            None => served.routes.route(call).await,
+            Some(stack) => stack.clone().oneshot(call).await,
+        }
     };
     let work = AssertUnwindSafe(work).catch_unwind();
     let result = match timeout {

@@ -1,7 +1,7 @@
 //! One server-side connection: its engine, its send slots, and answering calls.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rpc_transport::msg::{PooledRegion, Reader, RecvSlot, RegionPool, SendRing};
 use rpc_transport::WorkCompletion;
@@ -13,7 +13,7 @@ use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::stream_inbound::InboundShared;
 use crate::engine::gather::ByRef;
 use crate::engine::wire::Descriptor;
-use crate::engine::{Incoming, RequestBody, ServerConn};
+use crate::engine::{Incoming, ReadOnce, RequestBody, ServerConn};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::request::ConnAddrs;
@@ -335,7 +335,7 @@ impl RcPeer {
     /// dispatched once the caller has let go of its locks.
     pub(crate) fn on_frame(
         self: &Arc<Self>,
-        now: Instant,
+        now: &ReadOnce,
         imm: u32,
         slot: RecvSlot,
     ) -> Option<Dispatch> {
@@ -463,10 +463,17 @@ impl RcPeer {
                 None => {}
             }
         }
+        // The first try registers no waiter: a slot is free for almost every reply,
+        // and registering (and then unregistering) locks the `Notify`'s list twice.
+        // A try that finds none registers, then tries again before it sleeps, so a
+        // slot freed in between is not missed.
+        let mut armed = false;
         loop {
             let notified = self.slot_wait.notified();
             tokio::pin!(notified);
-            notified.as_mut().enable();
+            if armed {
+                notified.as_mut().enable();
+            }
             {
                 let mut st = lock(&self.state);
                 if st.dead {
@@ -553,7 +560,10 @@ impl RcPeer {
                     return;
                 }
             }
-            notified.await;
+            if armed {
+                notified.await;
+            }
+            armed = true;
         }
     }
 }

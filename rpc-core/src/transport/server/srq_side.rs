@@ -3,7 +3,6 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use rpc_transport::msg::{handshake, ImmMode, Reader, RecvPool, SendRing};
 use rpc_transport::{
@@ -22,7 +21,7 @@ use super::rc_peer::{Dispatch, RcPeer};
 use super::settings::ServerSettings;
 use super::table_room;
 use super::ud_side::UdSide;
-use crate::engine::{CreditWindow, ServerConfig, ServerConn, MIN_FRAME};
+use crate::engine::{CreditWindow, ReadOnce, ServerConfig, ServerConn, MIN_FRAME};
 use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
 use crate::id_map::IdMap;
 use crate::request::ConnAddrs;
@@ -139,7 +138,8 @@ fn handle(
     read_calls: &tokio::sync::mpsc::UnboundedSender<Dispatch>,
     corked: &mut Vec<Arc<RcPeer>>,
 ) {
-    let now = Instant::now();
+    // Read only if a frame needs the time (a streaming call's deadline).
+    let now = ReadOnce::default();
     let batch = sh.pool.batch();
     let conns = lock(&sh.conns);
     for wc in wcs {
@@ -155,7 +155,7 @@ fn handle(
                 let slot = sh.pool.complete(wc);
                 match (conn, slot) {
                     (Some(c), Ok(slot)) => {
-                        calls.extend(c.on_frame(now, slot.imm().unwrap_or(0), slot));
+                        calls.extend(c.on_frame(&now, slot.imm().unwrap_or(0), slot));
                     }
                     (Some(c), Err(_)) => c.kill(),
                     // A connection already gone: the slot goes back to the pool.

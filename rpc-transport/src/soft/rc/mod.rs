@@ -55,6 +55,11 @@ pub(crate) use tx::CHUNK;
 const CONNECT_RETRY_NS: u64 = 10_000_000;
 /// How long an ACK may wait for a frame to ride on before it is sent alone.
 const ACK_DELAY_NS: u64 = 100_000;
+/// Bytes moved in a pass (read and written) from which the pass may have lasted
+/// [`ACK_DELAY_NS`]: only then does the lone-ACK check read the clock again; a
+/// shorter pass uses the time it started at (a read costs about a hundred
+/// instructions, and every ping-pong pass asks).
+const LONG_PASS_BYTES: usize = 64 << 10;
 /// Messages received without an ACK after which one goes out at once: a one-way
 /// stream has no reply to ride on, and waiting `ACK_DELAY_NS` would stall a sender
 /// whose window is full (64 B streaming ran at 0.05x TCP with the delay alone).
@@ -610,6 +615,7 @@ fn run(
     if read && rx.receive(sock, MAX_READ_PER_PASS, cx)? == Stop::Eof {
         return Err(Fault::Broken);
     }
+    let bytes_read = if read { rx.last_read() } else { 0 };
     requester::complete(cx)?;
     requester::timers(cx)?;
     let mut written = 0;
@@ -627,12 +633,19 @@ fn run(
             responder::pump(cx, sock.direct())?
         };
         cx.st.resp_first = !cx.st.resp_first;
-        // A fresh clock: a long pass (bulk data) must still ACK at its end. Read only
-        // when a lone ACK is in question (outgoing frames carry the ACK anyway).
+        // A fresh clock after a long pass (bulk data), which must still ACK at its
+        // end; a short one ends about when it started. Read only when a lone ACK is
+        // in question (outgoing frames carry the ACK anyway).
+        let long_pass = bytes_read + written >= LONG_PASS_BYTES;
         let owed_long = || {
-            cx.st
-                .owed_since
-                .is_some_and(|t| cx.qp.dev.now_ns().saturating_sub(t) >= ACK_DELAY_NS)
+            cx.st.owed_since.is_some_and(|t| {
+                let now = if long_pass {
+                    cx.qp.dev.now_ns()
+                } else {
+                    cx.now
+                };
+                now.saturating_sub(t) >= ACK_DELAY_NS
+            })
         };
         let unacked = cx.st.expected.wrapping_sub(cx.st.acked_out) & wire::SEQ_MASK;
         if unacked != 0 && cx.tx.is_empty() && (unacked >= ACK_EVERY || owed_long()) {

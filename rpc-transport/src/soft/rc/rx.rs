@@ -68,6 +68,8 @@ pub(crate) struct RxBuf {
     /// interleave with bulk data), most Read response payloads of rpc-bench's 4 MiB
     /// calls were read into the buffer and copied out (12% of all CPU samples).
     bulk: bool,
+    /// Bytes the last [`RxBuf::receive`] read from the socket.
+    last_read: usize,
 }
 
 impl RxBuf {
@@ -79,6 +81,7 @@ impl RxBuf {
             cur: None,
             sink: Pieces::discard(),
             bulk: false,
+            last_read: 0,
         }
     }
 
@@ -97,6 +100,23 @@ impl RxBuf {
         h: &mut impl Handler,
     ) -> Result<Stop, super::Fault> {
         let mut read = 0usize;
+        let r = self.receive_counted(sock, budget, h, &mut read);
+        self.last_read = read;
+        r
+    }
+
+    /// Bytes the last [`RxBuf::receive`] read from the socket.
+    pub(crate) fn last_read(&self) -> usize {
+        self.last_read
+    }
+
+    fn receive_counted(
+        &mut self,
+        sock: &mut Link,
+        budget: usize,
+        h: &mut impl Handler,
+        read: &mut usize,
+    ) -> Result<Stop, super::Fault> {
         // A read returned less than it asked for: the socket is empty for now, so
         // handle what arrived and stop without another (failing) read.
         let mut drained = false;
@@ -119,7 +139,7 @@ impl RxBuf {
                 if drained {
                     return Ok(Stop::Drained);
                 }
-                if read >= budget {
+                if *read >= budget {
                     return Ok(Stop::Budget);
                 }
                 if (c.left >= DIRECT_MIN || self.bulk) && !self.sink.is_discard() {
@@ -128,7 +148,7 @@ impl RxBuf {
                         None => return Ok(Stop::Drained),
                         Some((0, _)) => return Ok(Stop::Eof),
                         Some((n, short)) => {
-                            read += n;
+                            *read += n;
                             drained = short;
                             continue;
                         }
@@ -175,7 +195,7 @@ impl RxBuf {
                 if drained {
                     return Ok(Stop::Drained);
                 }
-                if read >= budget {
+                if *read >= budget {
                     return Ok(Stop::Budget);
                 }
             }
@@ -183,7 +203,7 @@ impl RxBuf {
                 None => return Ok(Stop::Drained),
                 Some((0, _)) => return Ok(Stop::Eof),
                 Some((n, short)) => {
-                    read += n;
+                    *read += n;
                     drained = short;
                 }
             }
