@@ -20,6 +20,13 @@ use args::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse();
+    // Diagnostics on standard error, only when asked for (`RUST_LOG=rpc_core=debug`).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -187,7 +187,13 @@ pub(crate) fn rdma_rpc(args: &[&str], stdin: &str) -> Run {
         Ok(output) => output.expect("wait for rdma-rpc"),
         Err(_) => {
             let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
-            panic!("rdma-rpc {args:?} did not end within {RUN_DEADLINE:?}");
+            let stderr = finished
+                .recv()
+                .ok()
+                .and_then(Result::ok)
+                .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                .unwrap_or_default();
+            panic!("rdma-rpc {args:?} did not end within {RUN_DEADLINE:?}; its standard error:\n{stderr}");
         }
     };
     let _ = writer.join();
