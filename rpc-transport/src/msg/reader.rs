@@ -290,18 +290,26 @@ impl Reader {
     fn finish_ready(&mut self) {
         let mut i = 0;
         while i < self.active.len() {
-            let a = &self.active[i];
-            if a.outstanding == 0 && (a.failed.is_some() || a.all_posted()) {
-                let a = self.active.swap_remove(i);
-                let r = match a.failed {
-                    Some(s) => Err(ReadError::Failed(s)),
-                    None => Ok(a.region.into_bytes(a.len)),
-                };
-                self.done.push_back((a.tag, r));
-            } else {
+            if !self.finish_if_ready(i) {
                 i += 1;
             }
         }
+    }
+
+    /// Moves read `i` to `done` if its Reads all completed (or failed and
+    /// drained); whether it did.
+    fn finish_if_ready(&mut self, i: usize) -> bool {
+        let a = &self.active[i];
+        if a.outstanding != 0 || (a.failed.is_none() && !a.all_posted()) {
+            return false;
+        }
+        let a = self.active.swap_remove(i);
+        let r = match a.failed {
+            Some(s) => Err(ReadError::Failed(s)),
+            None => Ok(a.region.into_bytes(a.len)),
+        };
+        self.done.push_back((a.tag, r));
+        true
     }
 
     /// Handles a completion [`Reader::owns`]; a read whose Reads all completed
@@ -317,14 +325,7 @@ impl Reader {
         if !wc.is_ok() && a.failed.is_none() {
             a.failed = Some(wc.status);
         }
-        if a.outstanding == 0 && (a.failed.is_some() || a.all_posted()) {
-            let a = self.active.swap_remove(i);
-            let r = match a.failed {
-                Some(s) => Err(ReadError::Failed(s)),
-                None => Ok(a.region.into_bytes(a.len)),
-            };
-            self.done.push_back((a.tag, r));
-        }
+        self.finish_if_ready(i);
     }
 
     /// The next finished read: its tag and bytes (prefix then message), or why not.
