@@ -130,6 +130,16 @@ pub(super) async fn reap_until_reply<L: Link>(
             tokio::select! {
                 r = reaped => Some(r),
                 () = sig.reaper.notified() => None,
+                // The reply delivered by another reaper (the driver, or a caller that
+                // started alone after this one was called back and took the CQ before
+                // this one looked): its delivery wakes this task.
+                r = &mut *rx => {
+                    let r = turn.received(r);
+                    if let Some(spun) = spin.filter(|_| spinning_since.is_some()) {
+                        conn.reap_spin.missed(spun, slept_at.elapsed());
+                    }
+                    return Some(r);
+                }
             }
         };
         match woke {
@@ -170,6 +180,15 @@ impl<L: Link> Turn<'_, L> {
     fn called_back(&mut self) -> bool {
         self.done = !self.conn.sig.aside.load(Ordering::SeqCst);
         self.done
+    }
+
+    /// The caller's reply, received by awaiting its channel (then the turn is over).
+    fn received(
+        &mut self,
+        r: Result<Result<IncomingReply, Status>, oneshot::error::RecvError>,
+    ) -> Result<IncomingReply, Status> {
+        self.finish();
+        r.unwrap_or_else(|_| Err(Status::unavailable("connection closed")))
     }
 
     /// The caller has its reply: the driver stays aside only if no call is open
