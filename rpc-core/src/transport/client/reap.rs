@@ -20,13 +20,23 @@
 //! caller ([`Signals::reaper`]) when it ends the call itself (a deadline, a failed
 //! connection) or is called back.
 //!
+//! Nor may a reply sit in its channel unlooked at. A spinning caller looks at its
+//! channel every round and never sleeps. A sleeping caller watches its channel (it
+//! is a branch of the `select!` it sleeps in), so a reply delivered by any other
+//! party wakes it, even one it missed being called back for (a second call started
+//! and ended, and a third started alone and set the driver aside again, all before
+//! it looked). Only while it handles a batch it reaped itself does the channel hold
+//! no waker of its own, so that its own reply does not wake it for a second poll; it
+//! looks at the channel (`try_recv`) before it watches it again.
+//!
 //! [`Signals::aside`]: super::link::Signals::aside
 //! [`Signals::reaping`]: super::link::Signals::reaping
 //! [`Signals::reaper`]: super::link::Signals::reaper
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use rpc_transport::WorkCompletion;
@@ -144,8 +154,24 @@ pub(super) async fn reap_until_reply<L: Link>(
         };
         match woke {
             Some(Some(r)) => {
+                // This task handles the batch: its own reply in it must not wake it
+                // (a second poll of the whole task, for nothing). So the channel
+                // forgets this task's waker first; the reply, whoever delivers it
+                // meanwhile (this batch, the driver), is found by the `try_recv` that
+                // starts the next round, before the `select!` watches the channel
+                // again. Nothing is missed in between: a reply is either in the
+                // channel when `try_recv` looks, or delivered after the channel has
+                // this task's waker again.
+                let early = unwatch(rx);
                 conn.handle_reaped(r, &wcs);
                 sig.reaping.store(false, Ordering::Release);
+                if let Some(r) = early {
+                    let r = turn.received(r);
+                    if let Some(spun) = spin.filter(|_| spinning_since.is_some()) {
+                        conn.reap_spin.missed(spun, slept_at.elapsed());
+                    }
+                    return Some(r);
+                }
             }
             Some(None) => {
                 // The driver still has the CQ.
@@ -156,6 +182,18 @@ pub(super) async fn reap_until_reply<L: Link>(
         }
     }
 }
+
+/// Takes this task's waker out of `rx` (a no-op waker in its place); the reply, if
+/// it came already. A delivery into `rx` wakes nobody until it is polled again.
+fn unwatch(rx: &mut ReplyReceiver) -> Option<RecvResult> {
+    match Pin::new(rx).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(r) => Some(r),
+        Poll::Pending => None,
+    }
+}
+
+/// What awaiting a [`ReplyReceiver`] gives.
+type RecvResult = Result<Result<IncomingReply, Status>, oneshot::error::RecvError>;
 
 /// A caller's turn at the CQ; unless finished with the caller's reply or called
 /// back, dropping it (the caller went away) gives the CQ back to the driver.
@@ -183,10 +221,7 @@ impl<L: Link> Turn<'_, L> {
     }
 
     /// The caller's reply, received by awaiting its channel (then the turn is over).
-    fn received(
-        &mut self,
-        r: Result<Result<IncomingReply, Status>, oneshot::error::RecvError>,
-    ) -> Result<IncomingReply, Status> {
+    fn received(&mut self, r: RecvResult) -> Result<IncomingReply, Status> {
         self.finish();
         r.unwrap_or_else(|_| Err(Status::unavailable("connection closed")))
     }
