@@ -108,12 +108,19 @@ pub(super) async fn reap_until_reply<L: Link>(
     }
     // Asleep on the CQ's event, woken also when the driver ends the call itself (a
     // deadline, a failed connection, a Read it finished).
-    let slept_at = Instant::now();
+    // A caller that spun first tells the spin budget how long it then slept
+    // (`SpinBudget::missed`); one that never spins (`Event`) reads no clock.
+    let slept = spin
+        .filter(|_| spinning_since.is_some())
+        .map(|spun| (spun, Instant::now()));
+    let missed = || {
+        if let Some((spun, at)) = slept {
+            conn.reap_spin.missed(spun, at.elapsed());
+        }
+    };
     loop {
         if let Some(r) = turn.reply(rx) {
-            if let Some(spun) = spin.filter(|_| spinning_since.is_some()) {
-                conn.reap_spin.missed(spun, slept_at.elapsed());
-            }
+            missed();
             return Some(r);
         }
         if turn.called_back() {
@@ -145,9 +152,7 @@ pub(super) async fn reap_until_reply<L: Link>(
                 // this one looked): its delivery wakes this task.
                 r = &mut *rx => {
                     let r = turn.received(r);
-                    if let Some(spun) = spin.filter(|_| spinning_since.is_some()) {
-                        conn.reap_spin.missed(spun, slept_at.elapsed());
-                    }
+                    missed();
                     return Some(r);
                 }
             }
@@ -167,9 +172,7 @@ pub(super) async fn reap_until_reply<L: Link>(
                 sig.reaping.store(false, Ordering::Release);
                 if let Some(r) = early {
                     let r = turn.received(r);
-                    if let Some(spun) = spin.filter(|_| spinning_since.is_some()) {
-                        conn.reap_spin.missed(spun, slept_at.elapsed());
-                    }
+                    missed();
                     return Some(r);
                 }
             }
