@@ -161,12 +161,12 @@ pub(super) async fn reap_until_reply<L: Link>(
             Some(Some(r)) => {
                 // This task handles the batch: its own reply in it must not wake it
                 // (a second poll of the whole task, for nothing). So the channel
-                // forgets this task's waker first; the reply, whoever delivers it
-                // meanwhile (this batch, the driver), is found by the `try_recv` that
-                // starts the next round, before the `select!` watches the channel
-                // again. Nothing is missed in between: a reply is either in the
-                // channel when `try_recv` looks, or delivered after the channel has
-                // this task's waker again.
+                // forgets this task's waker first. Nothing is missed: a reply
+                // delivered meanwhile (by this batch, or by the driver) is found by
+                // the `try_recv` that starts the next round; one delivered after that
+                // look, by the `select!`'s poll of the channel, which puts this
+                // task's waker back for any later one. (With tokio's budget spent,
+                // `unwatch` leaves the waker in place: one wake-up more, no loss.)
                 let early = unwatch(rx);
                 conn.handle_reaped(r, &wcs);
                 sig.reaping.store(false, Ordering::Release);
