@@ -2,6 +2,8 @@
 //! window bound to exactly one body's bytes on that connection's QP, invalidated
 //! when the peer is done with it (where the device has windows), or through the
 //! region's own rkey (where it has none: siw). `docs/large-messages.md`, "Exposure".
+//! Both sides lend through it: the server its responses and stream messages, the
+//! client its requests and stream messages (`transport/client/rc.rs`).
 //!
 //! Windows are kept per connection and reused: a body costs a bind WR and an
 //! invalidate WR on the QP's send queue, no allocation once the connection has as
