@@ -26,6 +26,7 @@ pub mod kv {
 }
 
 pub mod raw_rc;
+pub mod raw_rc_server;
 pub mod raw_stream;
 
 static ABORTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());

@@ -2,6 +2,8 @@
 //! window bound to exactly one body's bytes on that connection's QP, invalidated
 //! when the peer is done with it (where the device has windows), or through the
 //! region's own rkey (where it has none: siw). `docs/large-messages.md`, "Exposure".
+//! Both sides lend through it: the server its responses and stream messages, the
+//! client its requests and stream messages (`transport/client/rc.rs`).
 //!
 //! Windows are kept per connection and reused: a body costs a bind WR and an
 //! invalidate WR on the QP's send queue, no allocation once the connection has as
@@ -112,7 +114,8 @@ pub(crate) struct LendWindows {
 
 /// Why a body could not be lent now.
 pub(crate) enum LendRefusal {
-    /// No window WR may be posted now: try again after a send completion.
+    /// No window WR may be posted now: try again after a send completion (or,
+    /// on a client, send the body in fragments instead).
     NoRoom(PooledRegion),
     /// The bind could not be posted (the QP is broken): the connection is over.
     Broken(String),
@@ -147,6 +150,14 @@ impl LendWindows {
     /// peer reads them (it offered `GATHER_LISTS`); only through windows still.
     pub(crate) fn lending_in_place(mut self, peer_reads_lists: bool) -> Self {
         self.in_place = peer_reads_lists;
+        self
+    }
+
+    /// Keeps up to `wrs` window WRs outstanding instead of [`WINDOW_WRS`] (the
+    /// QP's send queue and the CQ sized for them): a client lends a body per call
+    /// in flight, so it sizes this by its credits.
+    pub(crate) fn with_room(mut self, wrs: u32) -> Self {
+        self.room = wrs;
         self
     }
 

@@ -191,6 +191,9 @@ impl<L: Dial> LinkChannel<L> {
             Some(Ok(mut ticket)) => match ticket.try_take() {
                 Some(r) => Some(r),
                 None => {
+                    // Regions come back when their windows' invalidations are
+                    // reaped (`lend_windows`): someone must reap them.
+                    conn.driver_reaps();
                     let mut this = self.clone();
                     return Box::pin(async move {
                         let mut parked = Parked(Some(conn));

@@ -28,6 +28,7 @@ use crate::handshake::{check_rc, device, Capabilities, ClientHello, HandshakeErr
 use crate::id_map::IdMap;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
+use crate::transport::lend_windows::{lend_access, LendRefusal, LendWindows, Lent, WINDOW_WRS};
 use crate::transport::rendezvous::{pool_refusal, read_failed, waker, READ_WRS, UNKNOWN_MAX_READ};
 use crate::transport::Error;
 
@@ -73,9 +74,11 @@ struct Rendezvous {
     lend_pool: RegionPool,
     reader: Reader,
     /// Request regions lent, by call id, until the `REQ`'s answer.
-    lent: IdMap<u32, PooledRegion>,
+    lent: IdMap<u32, Lent>,
     /// Stream message regions lent, by address, until the server's `RDONE`.
-    lent_msgs: IdMap<u64, PooledRegion>,
+    lent_msgs: IdMap<u64, Lent>,
+    /// What exposes the regions lent to the server (a window per body, or none).
+    windows: LendWindows,
     /// Kicks the driver when the pool has room for a read that waits.
     waker: std::task::Waker,
 }
@@ -91,11 +94,15 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     // One credit more than calls in flight: the engine keeps it for CANCEL frames.
     // Beyond the credits' receives, the server's own credits (stream frames).
     let ask = s.credits + 1;
-    // Beyond the send slots, the RDMA Reads of responses by reference.
-    let cq = Arc::new(dev.create_cq(2 * ask + SERVER_CREDITS + READ_WRS + 16)?);
+    // Beyond the send slots, the RDMA Reads of responses by reference, and the
+    // window binds and invalidations of requests lent (`lend_windows`): one of
+    // each per call in flight at most, in the common case.
+    let windows = caps.mw_type2;
+    let window_wrs = if windows { ask.max(WINDOW_WRS) } else { 0 };
+    let cq = Arc::new(dev.create_cq(2 * ask + SERVER_CREDITS + READ_WRS + window_wrs + 16)?);
     let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
     init.cap = QpCap {
-        max_send_wr: ask + READ_WRS,
+        max_send_wr: ask + READ_WRS + window_wrs,
         max_recv_wr: ask + SERVER_CREDITS,
         max_send_sge: 1,
         max_recv_sge: 1,
@@ -177,8 +184,11 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
     }
     let rdv = by_ref.then(|| {
         // Half for requests lent, half for responses read (see `Rendezvous`).
-        let lend_pool = RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
-        let read_pool = RegionPool::new(&pd, s.rendezvous_pool_bytes / 2);
+        // Lent regions are read through a window per body where the device has
+        // them; regions read into are never read by the server.
+        let half = s.rendezvous_pool_bytes / 2;
+        let lend_pool = RegionPool::with_access(&pd, half, lend_access(windows));
+        let read_pool = RegionPool::with_access(&pd, half, AccessFlags::LOCAL_WRITE);
         if let Some(stats) = &s.rendezvous_stats {
             stats.watch(&lend_pool);
             stats.watch(&read_pool);
@@ -191,6 +201,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
             reader: Reader::new(qp.clone(), read_pool, piece, READ_WRS),
             lent: IdMap::default(),
             lent_msgs: IdMap::default(),
+            windows: LendWindows::new(qp.clone(), windows).with_room(window_wrs),
             waker: waker(move || kick.kick.notify_one()),
         }
     });
@@ -308,11 +319,19 @@ impl RcLink {
         if !self.engine.rendezvous_pending() && !rdv.reader.has_work() {
             return;
         }
+        let mut unlent = Ok(());
         while let Some(id) = self.engine.poll_released() {
-            rdv.lent.remove(&id);
+            if let Some(l) = rdv.lent.remove(&id) {
+                unlent = unlent.and(rdv.windows.release(l));
+            }
         }
         while let Some(addr) = self.engine.poll_released_message() {
-            rdv.lent_msgs.remove(&addr);
+            if let Some(l) = rdv.lent_msgs.remove(&addr) {
+                unlent = unlent.and(rdv.windows.release(l));
+            }
+        }
+        if let Err(why) = unlent {
+            return self.fail(Status::unavailable(why));
         }
         while let Some(op) = self.engine.poll_read() {
             match &op.gather {
@@ -348,9 +367,49 @@ impl RcLink {
     }
 
     /// Keeps a stream message's region lent until the server's `RDONE` names it.
-    pub(super) fn lend_message(&mut self, region: PooledRegion) {
+    pub(super) fn lend_message(&mut self, lent: Lent) {
         if let Some(rdv) = &mut self.rdv {
-            rdv.lent_msgs.insert(region.addr(), region);
+            rdv.lent_msgs.insert(lent.addr(), lent);
+        }
+    }
+
+    /// Exposes `region[..len]` to the server: binds its window (posted before the
+    /// frame that names it) and returns the descriptor and what to keep until the
+    /// server is done. `Ok(Err(region))`: no window WR may be posted now, the body
+    /// goes in fragments instead; `Err`: the connection failed.
+    pub(super) fn lend(
+        &mut self,
+        region: PooledRegion,
+        len: usize,
+    ) -> Result<Result<(Descriptor, Lent), PooledRegion>, Status> {
+        let Some(rdv) = &mut self.rdv else {
+            return Ok(Err(region));
+        };
+        match rdv.windows.lend(region, len) {
+            Ok((rkey, lent)) => {
+                let desc = Descriptor {
+                    addr: lent.addr(),
+                    rkey,
+                    len: len as u32,
+                };
+                Ok(Ok((desc, lent)))
+            }
+            Err(LendRefusal::NoRoom(region)) => Ok(Err(region)),
+            Err(LendRefusal::Broken(why)) => {
+                let status = Status::unavailable(why);
+                self.fail(status.clone());
+                Err(status)
+            }
+        }
+    }
+
+    /// `lent` was bound but never announced (the frame naming it was refused):
+    /// its window is invalidated like any other before the region is free.
+    pub(super) fn unlend(&mut self, lent: Lent) {
+        if let Some(rdv) = &mut self.rdv {
+            if let Err(why) = rdv.windows.release(lent) {
+                self.fail(Status::unavailable(why));
+            }
         }
     }
 
@@ -437,16 +496,23 @@ impl Link for RcLink {
         // nothing else when a call starts.
         let now = call.head.timeout.map(|_| Instant::now());
         let clock = OnDemand(|| now.unwrap_or_else(Instant::now));
-        let started = match (call.region, &mut self.rdv) {
-            (Some(encoded), Some(rdv)) => {
+        // The window first, posted ahead of the `REQ` that names it.
+        let lent = match call.region {
+            Some(encoded) if self.rdv.is_some() => match self.lend(encoded.region, encoded.len) {
+                Ok(Ok(lent)) => Some(lent),
+                // No window WR may be posted now: the body goes in fragments.
+                Ok(Err(_region)) => None,
+                Err(s) => {
+                    self.ring.release(slot);
+                    return Err(s);
+                }
+            },
+            _ => None,
+        };
+        let started = match lent {
+            Some((desc, lent)) => {
                 // Encoded once (before the lock, see `Conn::start`), into the
                 // region the server will read.
-                let region = encoded.region;
-                let desc = Descriptor {
-                    addr: region.addr(),
-                    rkey: region.rkey(),
-                    len: encoded.len as u32,
-                };
                 let r = self.engine.start_call_by_ref(
                     clock,
                     call.reply,
@@ -454,12 +520,15 @@ impl Link for RcLink {
                     desc,
                     self.ring.buf(&slot),
                 );
-                if let Ok((id, _)) = &r {
-                    rdv.lent.insert(*id, region);
+                match (&r, &mut self.rdv) {
+                    (Ok((id, _)), Some(rdv)) => {
+                        rdv.lent.insert(*id, lent);
+                    }
+                    _ => self.unlend(lent),
                 }
                 r
             }
-            _ => self.engine.start_call(
+            None => self.engine.start_call(
                 clock,
                 call.reply,
                 &call.head,
@@ -522,6 +591,12 @@ impl Link for RcLink {
                         self.fail(Status::unavailable(format!("receive failed: {status}")));
                     }
                 },
+                _ if LendWindows::owns(wc) => {
+                    let r = self.rdv.as_mut().map(|rdv| rdv.windows.on_completion(wc));
+                    if let Some(Err(why)) = r {
+                        self.fail(Status::unavailable(why));
+                    }
+                }
                 _ if Reader::owns(wc) => {
                     if let Some(rdv) = &mut self.rdv {
                         rdv.reader.handle_completion(wc);
@@ -572,6 +647,7 @@ impl Link for RcLink {
             // The QP posts nothing more: regions lent or read into come back.
             rdv.lent.clear();
             rdv.lent_msgs.clear();
+            rdv.windows.clear();
             rdv.reader.abandon();
         }
         self.engine.handle_peer_lost(status);

@@ -24,7 +24,7 @@ use super::link::Link;
 use super::rc::RcLink;
 use super::stream_shared::StreamShared;
 use crate::client::{IncomingStream, OutgoingStream};
-use crate::engine::wire::{self, Descriptor, STREAM_GRANT_AT};
+use crate::engine::wire::{self, STREAM_GRANT_AT};
 use crate::engine::{Arrived, CallHead, StreamEvent};
 use crate::metadata::MetadataMap;
 use crate::payload::Payload;
@@ -112,10 +112,30 @@ impl RcLink {
             return;
         }
         let slot = self.ring.acquire().expect("reserved");
-        let desc = Descriptor {
-            addr: region.addr(),
-            rkey: region.rkey(),
-            len: len as u32,
+        // The window first, posted ahead of the frame that names it.
+        let (desc, lent) = match self.lend(region, len) {
+            Ok(Ok(x)) => x,
+            Ok(Err(mut region)) => {
+                // No window WR may be posted now: the message goes in chunks.
+                let bytes = &region.buf_mut()[..len];
+                let copy = |out: &mut [u8]| out.copy_from_slice(bytes);
+                match self
+                    .engine
+                    .send_stream_message(id, len, copy, self.ring.buf(&slot))
+                {
+                    Ok(t) => {
+                        let _ = self.post(slot, t.len, t.imm);
+                    }
+                    Err(_) => self.ring.release(slot),
+                }
+                self.send_queued();
+                self.route_stream_events();
+                return;
+            }
+            Err(_) => {
+                self.ring.release(slot);
+                return;
+            }
         };
         match self
             .engine
@@ -123,10 +143,13 @@ impl RcLink {
         {
             Ok(t) => {
                 // Lent before the frame leaves: its `RDONE` finds it.
-                self.lend_message(region);
+                self.lend_message(lent);
                 let _ = self.post(slot, t.len, t.imm);
             }
-            Err(_) => self.ring.release(slot),
+            Err(_) => {
+                self.unlend(lent);
+                self.ring.release(slot);
+            }
         }
         self.send_queued();
         self.route_stream_events();
