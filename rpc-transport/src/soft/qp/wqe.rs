@@ -207,23 +207,22 @@ impl SendQueue {
                 at += n;
             }
         }
-        let mut sges = [Sge::default(); MAX_SGE];
+        // Field by field, and only the SGEs in use (`sges()` reads no further): a
+        // whole WQE is ~330 bytes, most of them the SGE array.
+        let w = &mut self.slots[s];
+        w.wr_id = wr_id;
+        w.op = op;
+        w.flags = flags;
+        w.signaled = signaled;
+        w.n = if inline { 0 } else { sg.len() as u8 };
         if !inline {
-            sges[..sg.len()].copy_from_slice(sg);
+            w.sges[..sg.len()].copy_from_slice(sg);
         }
-        self.slots[s] = SendWqe {
-            wr_id,
-            op,
-            flags,
-            signaled,
-            sges,
-            n: if inline { 0 } else { sg.len() as u8 },
-            len,
-            inline,
-            state: TxState::Pending,
-            seq: 0,
-            done_bytes: 0,
-        };
+        w.len = len;
+        w.inline = inline;
+        w.state = TxState::Pending;
+        w.seq = 0;
+        w.done_bytes = 0;
         self.len += 1;
         Ok(())
     }
@@ -234,10 +233,18 @@ impl SendQueue {
             return None;
         }
         let w = self.slots[self.head];
+        self.drop_head();
+        Some(w)
+    }
+
+    /// Removes the head WQE without copying it out (the caller has read it).
+    pub(crate) fn drop_head(&mut self) {
+        if self.len == 0 {
+            return;
+        }
         self.head = (self.head + 1) % self.slots.len();
         self.len -= 1;
         self.tx = self.tx.saturating_sub(1);
-        Some(w)
     }
 
     /// Drops every WQE without completing it (modify to RESET).
