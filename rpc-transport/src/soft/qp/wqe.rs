@@ -15,6 +15,17 @@ pub(crate) struct RecvWqe {
 }
 
 impl RecvWqe {
+    /// No receive (a slot before it is filled).
+    pub(crate) const EMPTY: RecvWqe = RecvWqe {
+        wr_id: 0,
+        sges: [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; MAX_SGE],
+        n: 0,
+    };
+
     /// The caller has checked `wr.sg_list.len() <= MAX_SGE`.
     pub(crate) fn new(wr: &RecvWr<'_>) -> RecvWqe {
         let mut sges = [Sge::default(); MAX_SGE];
