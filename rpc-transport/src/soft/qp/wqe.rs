@@ -269,3 +269,36 @@ impl SendQueue {
 pub(crate) fn refuse(index: usize, reason: PostError) -> Error {
     Error::Post { index, reason }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sge(addr: u64) -> Sge {
+        Sge {
+            addr,
+            length: 8,
+            lkey: 7,
+        }
+    }
+
+    /// A slot is reused without being cleared first: a WQE with fewer SGEs than the
+    /// slot's last one shows only its own, and starts afresh (state, progress).
+    #[test]
+    fn a_reused_slot_shows_only_the_new_wqe() {
+        let mut q = SendQueue::new(1, 0);
+        let three = [sge(1), sge(2), sge(3)];
+        // SAFETY: not inline: no SGE is read.
+        unsafe { q.push(1, SendOp::Send, SendFlags::empty(), true, &three) }.unwrap();
+        q.get_mut(0).state = TxState::Sent;
+        q.get_mut(0).done_bytes = 5;
+        q.drop_head();
+        assert_eq!(q.len(), 0);
+        // SAFETY: as above.
+        unsafe { q.push(2, SendOp::Send, SendFlags::empty(), false, &[sge(9)]) }.unwrap();
+        let w = q.get(0);
+        assert_eq!((w.wr_id, w.signaled, w.len), (2, false, 8));
+        assert_eq!(w.sges(), &[sge(9)]);
+        assert_eq!((w.state, w.done_bytes, w.seq), (TxState::Pending, 0, 0));
+    }
+}
