@@ -102,14 +102,24 @@ impl Srq {
     /// receives it really uses rather than every slot it ever posted, and the
     /// buffer used next is the one still in cache.
     pub(crate) fn take(&self) -> Option<RecvWqe> {
+        let mut w = RecvWqe::EMPTY;
+        self.take_into(&mut w).then_some(w)
+    }
+
+    /// As [`Srq::take`], copying the receive straight into `dst`; `false` if none.
+    pub(crate) fn take_into(&self, dst: &mut RecvWqe) -> bool {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let w = g.q.pop_back()?;
+        let Some(w) = g.q.back() else {
+            return false;
+        };
+        *dst = *w;
+        g.q.pop_back();
         if g.limit > 0 && (g.q.len() as u32) < g.limit {
             g.limit = 0;
             self.dev
                 .raise(AsyncEvent::SrqLimitReached(ObjectId(self.id)));
         }
-        Some(w)
+        true
     }
 
     /// Drops the pages of all posted receives but the newest `keep` (see

@@ -147,6 +147,23 @@ impl Qp {
         Ok(())
     }
 
+    /// As [`Qp::take_recv`], copying the receive straight into `dst` (one copy of
+    /// the WQE instead of a move per layer); returns its PD.
+    pub(crate) fn take_recv_into(
+        &self,
+        rq: &mut VecDeque<RecvWqe>,
+        dst: &mut RecvWqe,
+    ) -> Option<u32> {
+        match &self.srq {
+            Some(s) => s.take_into(dst).then_some(s.pd),
+            None => {
+                *dst = *rq.front()?;
+                rq.pop_front();
+                Some(self.pd.id)
+            }
+        }
+    }
+
     /// Takes the next receive (from the SRQ if attached), with the PD its SGEs are
     /// checked against.
     pub(crate) fn take_recv(&self, rq: &mut VecDeque<RecvWqe>) -> Option<(RecvWqe, u32)> {

@@ -15,6 +15,17 @@ pub(crate) struct RecvWqe {
 }
 
 impl RecvWqe {
+    /// No receive (a slot before it is filled).
+    pub(crate) const EMPTY: RecvWqe = RecvWqe {
+        wr_id: 0,
+        sges: [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; MAX_SGE],
+        n: 0,
+    };
+
     /// The caller has checked `wr.sg_list.len() <= MAX_SGE`.
     pub(crate) fn new(wr: &RecvWr<'_>) -> RecvWqe {
         let mut sges = [Sge::default(); MAX_SGE];
@@ -207,23 +218,22 @@ impl SendQueue {
                 at += n;
             }
         }
-        let mut sges = [Sge::default(); MAX_SGE];
+        // Field by field, and only the SGEs in use (`sges()` reads no further): a
+        // whole WQE is ~330 bytes, most of them the SGE array.
+        let w = &mut self.slots[s];
+        w.wr_id = wr_id;
+        w.op = op;
+        w.flags = flags;
+        w.signaled = signaled;
+        w.n = if inline { 0 } else { sg.len() as u8 };
         if !inline {
-            sges[..sg.len()].copy_from_slice(sg);
+            w.sges[..sg.len()].copy_from_slice(sg);
         }
-        self.slots[s] = SendWqe {
-            wr_id,
-            op,
-            flags,
-            signaled,
-            sges,
-            n: if inline { 0 } else { sg.len() as u8 },
-            len,
-            inline,
-            state: TxState::Pending,
-            seq: 0,
-            done_bytes: 0,
-        };
+        w.len = len;
+        w.inline = inline;
+        w.state = TxState::Pending;
+        w.seq = 0;
+        w.done_bytes = 0;
         self.len += 1;
         Ok(())
     }
@@ -234,10 +244,18 @@ impl SendQueue {
             return None;
         }
         let w = self.slots[self.head];
+        self.drop_head();
+        Some(w)
+    }
+
+    /// Removes the head WQE without copying it out (the caller has read it).
+    pub(crate) fn drop_head(&mut self) {
+        if self.len == 0 {
+            return;
+        }
         self.head = (self.head + 1) % self.slots.len();
         self.len -= 1;
         self.tx = self.tx.saturating_sub(1);
-        Some(w)
     }
 
     /// Drops every WQE without completing it (modify to RESET).
@@ -250,4 +268,37 @@ impl SendQueue {
 /// Builds the `Error::Post` of WR `index`.
 pub(crate) fn refuse(index: usize, reason: PostError) -> Error {
     Error::Post { index, reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sge(addr: u64) -> Sge {
+        Sge {
+            addr,
+            length: 8,
+            lkey: 7,
+        }
+    }
+
+    /// A slot is reused without being cleared first: a WQE with fewer SGEs than the
+    /// slot's last one shows only its own, and starts afresh (state, progress).
+    #[test]
+    fn a_reused_slot_shows_only_the_new_wqe() {
+        let mut q = SendQueue::new(1, 0);
+        let three = [sge(1), sge(2), sge(3)];
+        // SAFETY: not inline: no SGE is read.
+        unsafe { q.push(1, SendOp::Send, SendFlags::empty(), true, &three) }.unwrap();
+        q.get_mut(0).state = TxState::Sent;
+        q.get_mut(0).done_bytes = 5;
+        q.drop_head();
+        assert_eq!(q.len(), 0);
+        // SAFETY: as above.
+        unsafe { q.push(2, SendOp::Send, SendFlags::empty(), false, &[sge(9)]) }.unwrap();
+        let w = q.get(0);
+        assert_eq!((w.wr_id, w.signaled, w.len), (2, false, 8));
+        assert_eq!(w.sges(), &[sge(9)]);
+        assert_eq!((w.state, w.done_bytes, w.seq), (TxState::Pending, 0, 0));
+    }
 }

@@ -217,7 +217,8 @@ pub(super) fn on_atomic_resp(cx: &mut FrameContext<'_>, seq: u32, orig: u64) -> 
 /// Completes finished WQEs at the head of the send queue, in order.
 pub(super) fn complete(cx: &mut FrameContext<'_>) -> Result<(), Fault> {
     while cx.sq.len() > 0 {
-        let w = *cx.sq.get(0);
+        // Borrowed, not copied: most looks find the head still waiting for its ACK.
+        let w = cx.sq.get(0);
         let ok = match w.state {
             TxState::Failed(st) => return Err(Fault::Send(st)),
             TxState::Done => true,
@@ -235,13 +236,14 @@ pub(super) fn complete(cx: &mut FrameContext<'_>) -> Result<(), Fault> {
         if !ok {
             break;
         }
-        cx.sq.pop();
+        let (signaled, wr_id, opcode, len) = (w.signaled, w.wr_id, wc_opcode(&w.op), w.len);
+        cx.sq.drop_head();
         cx.st.progress_at = cx.now;
-        if w.signaled {
+        if signaled {
             let wc = WorkCompletion {
-                wr_id: w.wr_id,
-                opcode: wc_opcode(&w.op),
-                byte_len: w.len as u32,
+                wr_id,
+                opcode,
+                byte_len: len as u32,
                 qp_num: cx.qp.qpn,
                 ..WorkCompletion::default()
             };

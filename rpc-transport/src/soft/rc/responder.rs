@@ -16,7 +16,6 @@ use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 
 use super::super::device::bump;
 use super::super::pieces::{Pieces, PlanError};
-use super::super::qp::wqe::RecvWqe;
 use super::super::shm::direct::{PeerWriter, WriteError};
 use super::super::wire::{self, Atomic, Body, Nak, SEQ_MASK};
 use super::tx::{CHUNK, COPY_MAX};
@@ -28,9 +27,9 @@ use super::{Fault, FrameContext};
 /// tuned by measurement yet.
 pub(crate) const PLACE_CHUNK: usize = 256 * 1024;
 
-/// A message being received into a receive WQE (Send, or Write with immediate).
+/// A message being received into a receive WQE (Send, or Write with immediate); the
+/// WQE itself is `RcProtocol::in_wqe`.
 pub(crate) struct InMsg {
-    pub(crate) wqe: RecvWqe,
     pd: u32,
     off: u64,
 }
@@ -102,7 +101,7 @@ fn complete_recv(
     sol: bool,
 ) -> Result<(), Fault> {
     let wc = WorkCompletion {
-        wr_id: m.wqe.wr_id,
+        wr_id: cx.st.in_wqe.wr_id,
         opcode,
         byte_len: m.off as u32,
         imm_data: imm,
@@ -119,10 +118,8 @@ fn complete_recv(
 
 /// Fails the receive in progress with `status` and NAKs the sender.
 fn fail_recv(cx: &mut FrameContext<'_>, seq: u32, status: WcStatus, nak: Nak) -> Result<(), Fault> {
-    if let Some(m) = cx.st.in_msg.take() {
-        if !cx.qp.push_recv_error(m.wqe.wr_id, status) {
-            return Err(Fault::Err);
-        }
+    if cx.st.in_msg.take().is_some() && !cx.qp.push_recv_error(cx.st.in_wqe.wr_id, status) {
+        return Err(Fault::Err);
     }
     fatal(cx, seq, nak);
     Ok(())
@@ -143,13 +140,13 @@ pub(super) fn send_head(
         if cx.st.in_msg.is_some() || cx.st.write_open {
             return Err(Fault::Broken);
         }
-        let Some((wqe, pd)) = cx.qp.take_recv(cx.rq) else {
+        let Some(pd) = cx.qp.take_recv_into(cx.rq, &mut cx.st.in_wqe) else {
             // Everything up to the retransmission of this message (a FIRST segment
             // with the same sequence number) is now dropped by `in_order`/`in_msg`.
             rnr(cx, h.seq);
             return Ok(());
         };
-        cx.st.in_msg = Some(InMsg { wqe, pd, off: 0 });
+        cx.st.in_msg = Some(InMsg { pd, off: 0 });
     }
     let Some(m) = cx.st.in_msg.as_ref() else {
         return Ok(()); // the rest of a message that was NAKed
@@ -158,7 +155,7 @@ pub(super) fn send_head(
     match into.resolve(
         keys,
         m.pd,
-        m.wqe.sges(),
+        cx.st.in_wqe.sges(),
         m.off,
         h.len as usize,
         AccessFlags::LOCAL_WRITE,
@@ -209,11 +206,11 @@ pub(super) fn write_head(
             return Ok(());
         }
         if h.flags & wire::IMM != 0 {
-            let Some((wqe, pd)) = cx.qp.take_recv(cx.rq) else {
+            let Some(pd) = cx.qp.take_recv_into(cx.rq, &mut cx.st.in_wqe) else {
                 rnr(cx, h.seq);
                 return Ok(());
             };
-            cx.st.in_msg = Some(InMsg { wqe, pd, off: 0 });
+            cx.st.in_msg = Some(InMsg { pd, off: 0 });
         }
         cx.st.write_open = true;
     } else if !cx.st.write_open {
