@@ -76,10 +76,8 @@ mod tests {
     use std::sync::Arc;
 
     /// One type of future, as a server's calls are.
-    fn call(held: Option<Arc<()>>) -> impl Future<Output = ()> + 'static {
-        async move {
-            let _keep = held;
-        }
+    async fn call(held: Option<Arc<()>>) {
+        let _keep = held;
     }
 
     #[test]
