@@ -21,6 +21,7 @@ mod request;
 mod response;
 pub mod server;
 pub mod service;
+mod slot_buf;
 mod status;
 pub mod stream;
 pub mod transport;

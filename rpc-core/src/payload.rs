@@ -1,5 +1,7 @@
 //! Received message bytes, wherever they live.
 
+use crate::slot_buf::SlotBuf;
+
 /// The bytes of one received message. In the transport they are borrowed from a
 /// registered receive slot (released back to the receive queue when this drops) or,
 /// for a message reassembled from fragments, owned.
@@ -66,7 +68,7 @@ impl Payload {
             // up and down per stream message) for nothing.
             Repr::Shared(b) if range == (0..b.len()) => M::decode(b),
             Repr::Shared(b) => M::decode(b.slice(range)),
-            Repr::Slot { slot, range: r } => M::decode(&slot.bytes()[r][range]),
+            Repr::Slot { slot, range: r } => M::decode(SlotBuf(&slot.bytes()[r][range])),
         }
     }
 

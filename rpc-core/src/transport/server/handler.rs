@@ -12,6 +12,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 
+use super::call_box::CallBox;
 use crate::server::{CallService, ReplyBody, ServerCall, ServerReply};
 use crate::service::{Route, Routes};
 use crate::status::Status;
@@ -130,16 +131,24 @@ async fn wait_for_permit(
 /// finished, else the future to spawn (without `inline`: always). Most handlers
 /// answer without waiting (an echo, a lookup), and for them this saves a task spawn
 /// and a scheduling round: about a tenth of the instructions of a whole call on the
-/// soft provider. A pending future is simply
+/// soft provider; the box of one that finished takes the thread's next call
+/// ([`CallBox`]). A pending future is simply
 /// polled again by the task it is spawned on, with a waker that counts, so nothing
 /// that became ready meanwhile is missed.
-pub(crate) fn start_inline<F: Future<Output = ()>>(fut: F, inline: bool) -> Option<Pin<Box<F>>> {
-    let mut fut = Box::pin(fut);
+pub(crate) fn start_inline<F: Future<Output = ()> + 'static>(
+    fut: F,
+    inline: bool,
+) -> Option<CallBox<F>> {
+    let mut fut = CallBox::new(fut);
     if !inline {
         return Some(fut);
     }
     let mut cx = Context::from_waker(Waker::noop());
-    fut.as_mut().poll(&mut cx).is_pending().then_some(fut)
+    if Pin::new(&mut fut).poll(&mut cx).is_pending() {
+        return Some(fut);
+    }
+    fut.recycle();
+    None
 }
 
 /// Waits once: a call started inline (`start_inline`) continues on a task of its

@@ -12,6 +12,7 @@
 //!   its route in [`crate::service::Routes`]), shared by both sides.
 
 mod builder;
+mod call_box;
 mod credit_pool;
 mod handler;
 mod liveness;
