@@ -143,7 +143,8 @@ if part rpc; then
   # handshakes timed out and evicted (e2e-handshake_faults), streaming calls on RC
   # (their semantics, teardown, a killed server, messages by reference), old or borrowed
   # descriptors refused by the server's memory windows (e2e-rendezvous_windows; on
-  # siw0, which has none, the stated exposure instead), a server run into
+  # siw0, which has none, the stated exposure instead), the same for the client's lent
+  # requests, read by a raw server peer (e2e-client_lend_windows), a server run into
   # its descriptor limit (e2e-fd_exhaustion), UD sessions (e2e-ud: its
   # fault-injection tests open soft devices, the rest run on rxe0), over verbs on rxe0.
   # e2e-ud opens a thousand UD sessions (a TCP connection each way and a completion
