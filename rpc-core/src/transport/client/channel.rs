@@ -240,15 +240,15 @@ impl<L: Dial> LinkChannel<L> {
         let (tx, rx) = oneshot::channel();
         let started = conn.start(tx, head, &call.message, region);
         match started {
-            Ok((id, alone)) => Box::pin(
-                CallGuard {
+            Ok((id, alone)) => {
+                let guard = CallGuard {
                     _handle: self.inner.clone(),
                     conn,
                     id,
                     armed: true,
-                }
-                .wait(rx, alone),
-            ),
+                };
+                boxed_in_place(move || guard.wait(rx, alone))
+            }
             Err(_) if retry && !conn.usable() => {
                 // The connection died before the request left (nothing was posted,
                 // so the server never saw it): once more on the next connection.
@@ -261,6 +261,17 @@ impl<L: Dial> LinkChannel<L> {
             Err(s) => Box::pin(async move { Err(s) }),
         }
     }
+}
+
+/// Boxes the future `make` builds, built in its box: `Box::pin(fut)` builds it on
+/// the stack and copies it into the box (twice, measured: the reply wait's whole
+/// state, hundreds of bytes, per call), since the allocation comes after it.
+fn boxed_in_place<F>(make: impl FnOnce() -> F) -> BoxFuture<IncomingReply>
+where
+    F: std::future::Future<Output = Result<IncomingReply, Status>> + Send + 'static,
+{
+    let boxed: Box<F> = Box::write(Box::new_uninit(), make());
+    Box::into_pin(boxed)
 }
 
 /// A reservation held while its call waits for a region; given back if the caller
