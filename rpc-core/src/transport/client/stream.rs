@@ -32,7 +32,7 @@ use crate::status::Status;
 use crate::stream::{BoxMessageSource, InboundMessages, MessageBytes};
 use crate::transport::lock;
 use crate::transport::stream_batch::{Next, Staged};
-use rpc_transport::msg::PooledRegion;
+use rpc_transport::msg::{PooledRegion, SendSlot};
 
 impl RcLink {
     /// Routes the engine's stream events to their calls.
@@ -90,7 +90,12 @@ impl RcLink {
             return;
         }
         let slot = self.ring.acquire().expect("reserved");
-        let encode = |out: &mut [u8]| source.as_mut().encode_current(out);
+        self.send_inline(id, len, slot, |out| source.as_mut().encode_current(out));
+    }
+
+    /// Sends call `id`'s message of `len` bytes, written by `encode` into `slot`
+    /// (in chunks when it is larger).
+    fn send_inline(&mut self, id: u32, len: usize, slot: SendSlot, encode: impl FnOnce(&mut [u8])) {
         match self
             .engine
             .send_stream_message(id, len, encode, self.ring.buf(&slot))
@@ -118,19 +123,7 @@ impl RcLink {
             Ok(Err(mut region)) => {
                 // No window WR may be posted now: the message goes in chunks.
                 let bytes = &region.buf_mut()[..len];
-                let copy = |out: &mut [u8]| out.copy_from_slice(bytes);
-                match self
-                    .engine
-                    .send_stream_message(id, len, copy, self.ring.buf(&slot))
-                {
-                    Ok(t) => {
-                        let _ = self.post(slot, t.len, t.imm);
-                    }
-                    Err(_) => self.ring.release(slot),
-                }
-                self.send_queued();
-                self.route_stream_events();
-                return;
+                return self.send_inline(id, len, slot, |out| out.copy_from_slice(bytes));
             }
             Err(_) => {
                 self.ring.release(slot);
@@ -192,12 +185,7 @@ impl RcLink {
 
     /// Posts a frame now, or behind the requests held for the driver (a call's
     /// frames never overtake its `REQ`).
-    fn post(
-        &mut self,
-        slot: rpc_transport::msg::SendSlot,
-        len: usize,
-        imm: u32,
-    ) -> Result<(), Status> {
+    fn post(&mut self, slot: SendSlot, len: usize, imm: u32) -> Result<(), Status> {
         if self.ring.holds() {
             self.ring.hold(slot, len, imm);
             return Ok(());
