@@ -196,6 +196,14 @@ where
     (addr, stop)
 }
 
+/// `len` bytes that differ with `seed` and along the body (a misplaced or stale
+/// byte shows), for bodies checked byte for byte.
+pub fn seeded(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
 /// Logs to the test output when `RUST_LOG` is set.
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()

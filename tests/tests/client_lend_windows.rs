@@ -18,18 +18,12 @@ use rpc_core::{Code, Request, Status};
 use rpc_transport::WcStatus;
 use std::time::{Duration, Instant};
 use tests::raw_rc_server::{RawRcPeer, RawRcServer};
-use tests::{init_tracing, path, Echo};
+use tests::{init_tracing, path, seeded, Echo};
 use tokio::task::JoinHandle;
 
 const THRESHOLD: usize = 32 * 1024;
 /// Each body: above the threshold, one 128 KiB pool region.
 const DATA: usize = 100_000;
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-        .collect()
-}
 
 fn encoded(id: u64, data: Vec<u8>) -> Vec<u8> {
     prost::Message::encode_to_vec(&Echo { id, data })
@@ -100,15 +94,15 @@ async fn a_server_replaying_an_old_descriptor_reads_nothing_once_answered() {
     let server = RawRcServer::bind().await;
     let stats = RendezvousStats::new();
     let (ch, mut peer) = connect(&server, &stats).await;
-    let first = call(&ch, 1, pattern(1, DATA));
-    let old = serve_lent(&mut peer, 1, pattern(1, DATA)).await;
+    let first = call(&ch, 1, seeded(1, DATA));
+    let old = serve_lent(&mut peer, 1, seeded(1, DATA)).await;
     assert_eq!(first.await.unwrap().unwrap(), 1);
     // Its caller reaps the first body's invalidation: the region is free again.
     small_call(&ch, &mut peer, 9).await;
     regions_back(&stats).await;
 
     // A later request of the same size: the same region, reused.
-    let secret = pattern(2, DATA);
+    let secret = seeded(2, DATA);
     let second = call(&ch, 2, secret.clone());
     let (id, now) = peer.next_lent_request().await;
     assert_eq!(now.addr, old.addr, "the region is reused");
@@ -126,9 +120,9 @@ async fn a_server_replaying_an_old_descriptor_reads_nothing_once_answered() {
         let e = second.await.unwrap().unwrap_err();
         assert_eq!(e.code(), Code::Unavailable, "{e:?}");
         regions_back(&stats).await;
-        let third = call(&ch, 3, pattern(3, DATA));
+        let third = call(&ch, 3, seeded(3, DATA));
         let mut peer = server.accept().await;
-        serve_lent(&mut peer, 3, pattern(3, DATA)).await;
+        serve_lent(&mut peer, 3, seeded(3, DATA)).await;
         assert_eq!(third.await.unwrap().unwrap(), 3);
     } else {
         assert_eq!(
@@ -150,7 +144,7 @@ async fn a_descriptor_of_another_connection_reads_nothing() {
     let (victim, mut mine) = connect(&server, &stats).await;
     let (_other, mut thief) = connect(&server, &stats).await;
     // The victim's request is lent (not answered yet): in flight on its connection.
-    let c = call(&victim, 1, pattern(4, DATA));
+    let c = call(&victim, 1, seeded(4, DATA));
     let (id, theirs) = mine.next_lent_request().await;
     // On its own PD (and, with windows, bound to the victim's QP): nothing reads
     // through another connection, windows or not. The Read fails as the device fails
@@ -169,7 +163,7 @@ async fn a_descriptor_of_another_connection_reads_nothing() {
         .read(theirs)
         .await
         .expect("its own connection reads it");
-    assert_eq!(body, encoded(1, pattern(4, DATA)));
+    assert_eq!(body, encoded(1, seeded(4, DATA)));
     mine.respond(id, &encoded(1, Vec::new())).await;
     assert_eq!(c.await.unwrap().unwrap(), 1);
     small_call(&victim, &mut mine, 2).await;
@@ -183,14 +177,14 @@ async fn lent_regions_come_back_after_calls_end_fail_are_cancelled_and_the_conne
     let (ch, mut peer) = connect(&server, &stats).await;
 
     // Ends: answered OK.
-    let c = call(&ch, 1, pattern(5, DATA));
-    serve_lent(&mut peer, 1, pattern(5, DATA)).await;
+    let c = call(&ch, 1, seeded(5, DATA));
+    serve_lent(&mut peer, 1, seeded(5, DATA)).await;
     assert_eq!(c.await.unwrap().unwrap(), 1);
     small_call(&ch, &mut peer, 2).await;
     regions_back(&stats).await;
 
     // Fails: answered with an error after the server read the body.
-    let c = call(&ch, 3, pattern(6, DATA));
+    let c = call(&ch, 3, seeded(6, DATA));
     let (id, d) = peer.next_lent_request().await;
     peer.read(d).await.expect("the body lent now reads");
     peer.respond_status(id, &Status::internal("refused")).await;
@@ -200,21 +194,21 @@ async fn lent_regions_come_back_after_calls_end_fail_are_cancelled_and_the_conne
 
     // Cancelled: the caller goes away; the body stays lent (the server may still
     // read it) until the request's answer.
-    let c = call(&ch, 5, pattern(7, DATA));
+    let c = call(&ch, 5, seeded(7, DATA));
     let (id, d) = peer.next_lent_request().await;
     c.abort();
     let (kind, cancelled, _) = peer.next_frame().await;
     assert_eq!((kind, cancelled), (Kind::Cancel, id));
     peer.credit_return(id).await;
     let body = peer.read(d).await.expect("lent until the request's answer");
-    assert_eq!(body, encoded(5, pattern(7, DATA)));
+    assert_eq!(body, encoded(5, seeded(7, DATA)));
     peer.respond_status(id, &Status::cancelled("cancelled"))
         .await;
     small_call(&ch, &mut peer, 6).await;
     regions_back(&stats).await;
 
     // The connection dies with a body lent.
-    let c = call(&ch, 7, pattern(8, DATA));
+    let c = call(&ch, 7, seeded(8, DATA));
     peer.next_lent_request().await;
     assert!(stats.get().in_use > 0, "lent while the call is in flight");
     drop(peer);

@@ -17,18 +17,12 @@ use rpc_transport::{
 };
 use std::time::{Duration, Instant};
 use tests::raw_rc::RawRcClient;
-use tests::{init_tracing, path, serve_echo, Echo};
+use tests::{init_tracing, path, seeded, serve_echo, Echo};
 use tokio::sync::oneshot;
 
 const THRESHOLD: usize = 32 * 1024;
 /// Each body: above the threshold, one 128 KiB pool region.
 const DATA: usize = 100_000;
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-        .collect()
-}
 
 async fn echo_server() -> (std::net::SocketAddr, RendezvousStats, oneshot::Sender<()>) {
     init_tracing();
@@ -177,7 +171,7 @@ async fn an_old_descriptor_of_its_own_connection_reads_nothing_once_done() {
     let (addr, stats, stop) = echo_server().await;
     let good = channel(addr).await;
     let mut h = Hostile::connect(addr).await;
-    let mine = pattern(1, DATA);
+    let mine = seeded(1, DATA);
     let (old, body) = h.call(1, mine).await;
     // While lent, the body reads (it is what the server encoded: the echo).
     let (st, bytes) = h.read(old).await;
@@ -187,7 +181,7 @@ async fn an_old_descriptor_of_its_own_connection_reads_nothing_once_done() {
 
     // Another connection's response now fills the pool's regions (the same size:
     // the same region, reused).
-    let secret = pattern(2, DATA);
+    let secret = seeded(2, DATA);
     assert_eq!(echo(&good, 7, secret.clone()).await, secret);
     let (st, bytes) = h.read(old).await;
     if windows(&h) {
@@ -205,7 +199,7 @@ async fn an_old_descriptor_of_its_own_connection_reads_nothing_once_done() {
         assert_eq!(bytes, theirs, "the documented exposure: the reused region");
     }
     // Everyone else is served, large and small.
-    let data = pattern(3, DATA);
+    let data = seeded(3, DATA);
     assert_eq!(echo(&good, 8, data.clone()).await, data);
     assert_eq!(echo(&good, 9, vec![1]).await, vec![1]);
     drop(h);
@@ -224,7 +218,7 @@ async fn a_descriptor_learned_from_another_connection_reads_nothing() {
     let mut victim = Hostile::connect(addr).await;
     let mut thief = Hostile::connect(addr).await;
     // The victim's response is lent (no RDONE yet): in flight on its connection.
-    let (theirs, body) = victim.call(1, pattern(4, DATA)).await;
+    let (theirs, body) = victim.call(1, seeded(4, DATA)).await;
     let (st, bytes) = thief.read(theirs).await;
     if windows(&thief) {
         assert_eq!(st, WcStatus::RemAccessErr, "another QP's window was read");
@@ -239,7 +233,7 @@ async fn a_descriptor_learned_from_another_connection_reads_nothing() {
     assert_eq!(st, WcStatus::Success);
     assert_eq!(bytes, body);
     victim.done(1).await;
-    let data = pattern(5, DATA);
+    let data = seeded(5, DATA);
     assert_eq!(echo(&good, 2, data.clone()).await, data);
     drop(stop);
 }
@@ -253,7 +247,7 @@ async fn many_bodies_lent_at_once_on_one_connection_all_arrive_and_come_back() {
     let calls = (0..48u8).map(|k| {
         let ch = ch.clone();
         tokio::spawn(async move {
-            let data = pattern(k, DATA + usize::from(k) * 1000);
+            let data = seeded(k, DATA + usize::from(k) * 1000);
             assert_eq!(
                 echo(&ch, u64::from(k), data.clone()).await,
                 data,
