@@ -1,10 +1,15 @@
 //! Fairness between large and small calls on one server (issue 15, "Fairness"): while
 //! 64 MiB echo calls are in flight on two connections (two on one, one on the other),
 //! small calls keep completing on those connections and on a third that carries no
-//! large call. Asserted by counting small calls completed before the first large call
-//! ends, never by timing: a fair stack completes hundreds per connection in that
-//! window even in a debug build on a loaded machine (111 to 1,496 in six runs), one
-//! that serialises small calls behind a large transfer one or two.
+//! large call. Asserted without timing: the server holds the large calls (each
+//! 64 MiB request received, its reply not yet sent; a's second waits for its first,
+//! the client lending one at a time) until each connection has completed
+//! `MIN_SMALL` small calls since one was held on a and on b. A stack that
+//! serialises small calls behind a large one never gets there: the hold gives up
+//! after `HOLD_LIMIT` (a bound against a hang) and the test fails, naming the counts.
+//! (Counting small calls in whatever time the large calls took, as this test once
+//! did, failed now and then on a loaded machine: 9 to 16 on a connection sharing
+//! its queue pair with 64 MiB in 4 runs of 40, against a bound of 20.)
 //!
 //! The parts that once held everything are asserted exactly, each with a body whose
 //! encoding (or a handler) holds its thread until a small call has completed, which it
@@ -17,7 +22,7 @@
 //! are in the `small_beside_large` example.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -26,18 +31,17 @@ use rpc_core::client::Grpc;
 use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, CompletionMode, Endpoint, Server};
 use rpc_core::{Request, Response, Status};
-use tests::{init_tracing, path, serve_echo, serve_router, Echo, EchoService};
+use tests::{path, serve_router, Echo, EchoService};
 use tokio::sync::{oneshot, Notify};
 
 /// Large bodies: 64 MiB, the size the stall was seen with.
 const LARGE: usize = 64 << 20;
-/// Small calls a connection must complete while every large call is in flight. A
-/// fair stack completes hundreds (a small round trip takes microseconds to a
-/// millisecond, a 64 MiB echo about a second in a debug build); one that serialises
-/// small calls behind large ones completes one or two per large call.
+/// Small calls each connection must complete while the large calls are held in
+/// flight: more than one or two, which a stack that serialises small calls behind a
+/// large one would let through per large call.
 const MIN_SMALL: usize = 20;
 
-/// Small calls completed while every large call was in flight, per connection.
+/// Small calls completed while the large calls were held in flight, per connection.
 struct Counts {
     /// The connection carrying two large calls.
     a: usize,
@@ -74,46 +78,122 @@ async fn connect(uri: &str) -> Channel {
         .unwrap()
 }
 
-/// Small calls one after another on `ch` while `all_large_in_flight` holds; how many
-/// completed while it held.
-async fn small_calls(ch: Channel, base: u64, all_large_in_flight: Arc<AtomicBool>) -> usize {
-    let mut during = 0;
-    let mut k = 0;
-    while all_large_in_flight.load(Ordering::Acquire) {
-        let r = echo(&ch, base + k, b"small".to_vec()).await;
-        assert_eq!(r.data, b"small");
-        if all_large_in_flight.load(Ordering::Acquire) {
-            during += 1;
+/// How far the mixed run has got, shared by its small calls, its large calls'
+/// handlers and the test.
+#[derive(Default)]
+struct Progress {
+    /// Small calls completed, per connection (a, b, quiet).
+    small: [AtomicUsize; 3],
+    /// Large calls whose handler holds them, per connection (a, b).
+    large_held: [AtomicUsize; 2],
+    /// The large calls may answer.
+    released: AtomicBool,
+    /// The small calls stop.
+    done: AtomicBool,
+    /// Signalled on every change above.
+    changed: Notify,
+}
+
+impl Progress {
+    /// Waits until `ready` holds.
+    async fn until(&self, ready: impl Fn(&Progress) -> bool) {
+        loop {
+            let changed = self.changed.notified();
+            if ready(self) {
+                return;
+            }
+            changed.await;
         }
+    }
+
+    /// Waits until `ready` holds, or `HOLD_LIMIT` has passed (false): a bound
+    /// against a hang, never a synchronisation.
+    async fn within_limit(&self, ready: impl Fn(&Progress) -> bool) -> bool {
+        tokio::time::timeout(HOLD_LIMIT, self.until(ready))
+            .await
+            .is_ok()
+    }
+
+    fn bump(&self, counter: &AtomicUsize) {
+        counter.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    fn counts(&self) -> [usize; 3] {
+        self.small.each_ref().map(|c| c.load(Ordering::Acquire))
+    }
+}
+
+/// `test.Gated/Echo`: an echo that holds its call (without holding its thread) until
+/// the test releases it (which it does even when it gives up waiting).
+#[derive(Clone)]
+struct GatedEcho(Arc<Progress>);
+
+impl NamedService for GatedEcho {
+    const NAME: &'static str = "test.Gated";
+}
+
+impl tower::Service<ServerCall> for GatedEcho {
+    type Response = ServerReply;
+    type Error = Status;
+    type Future = BoxFuture<ServerReply>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: ServerCall) -> Self::Future {
+        let p = self.0.clone();
+        Box::pin(async move {
+            let m = call.into_request::<Echo>()?.into_inner();
+            // Calls 1 and 2 on connection a, 3 on b.
+            p.bump(&p.large_held[usize::from(m.id == 3)]);
+            p.until(|p| p.released.load(Ordering::Acquire)).await;
+            Ok(Response::new(ReplyBody::message(m)))
+        })
+    }
+}
+
+/// Small calls one after another on `ch` (connection `i`) until the run is done.
+async fn small_calls(ch: Channel, i: usize, p: Arc<Progress>) {
+    let mut k = 0;
+    while !p.done.load(Ordering::Acquire) {
+        let r = echo(&ch, (i as u64 + 1) * 1_000_000 + k, b"small".to_vec()).await;
+        assert_eq!(r.data, b"small");
+        p.bump(&p.small[i]);
         k += 1;
     }
-    during
 }
 
 /// Three 64 MiB echo calls (two on connection a, one on b) and small calls on a, b and
-/// a quiet third connection, all to one server; every large call must come back
-/// intact.
+/// a quiet third connection, all to one server; the server holds the large calls
+/// until every connection has completed `MIN_SMALL` small calls since one was held
+/// on a and on b (or `HOLD_LIMIT`); every large call must then come back intact.
 async fn run_mixed() -> Counts {
-    init_tracing();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let (addr, _task) = serve_echo(Server::builder(), async move {
-        let _ = stop_rx.await;
-    })
-    .await;
+    let p = Arc::new(Progress::default());
+    let router = Server::builder()
+        .add_service(GatedEcho(p.clone()))
+        .add_service(EchoService);
+    let (addr, _stop) = serve_router(router).await;
     let uri = format!("rdma://{addr}");
     let (a, b, quiet) = (
         connect(&uri).await,
         connect(&uri).await,
         connect(&uri).await,
     );
-    let all_large_in_flight = Arc::new(AtomicBool::new(true));
     let mut large = Vec::new();
     for (id, ch) in [(1u64, a.clone()), (2, a.clone()), (3, b.clone())] {
-        let flag = all_large_in_flight.clone();
         large.push(tokio::spawn(async move {
-            let r = echo(&ch, id, large_body(id)).await;
-            // The first large call to end closes the window the small calls count in.
-            flag.store(false, Ordering::Release);
+            let mut g = Grpc::new(ch);
+            let req = Request::new(Echo {
+                id,
+                data: large_body(id),
+            });
+            let r = g
+                .unary::<Echo, Echo>(req, "/test.Gated/Echo")
+                .await
+                .unwrap_or_else(|e| panic!("large call {id}: {e:?}"))
+                .into_inner();
             assert_eq!(r.id, id);
             // `==` is a memcmp: an element-wise loop in a debug build would hold a
             // runtime worker the server shares.
@@ -123,22 +203,39 @@ async fn run_mixed() -> Counts {
             );
         }));
     }
-    let small: Vec<_> = [(a, 1_000_000u64), (b, 2_000_000), (quiet, 3_000_000)]
+    let small: Vec<_> = [a, b, quiet]
         .into_iter()
-        .map(|(ch, base)| tokio::spawn(small_calls(ch, base, all_large_in_flight.clone())))
+        .enumerate()
+        .map(|(i, ch)| tokio::spawn(small_calls(ch, i, p.clone())))
         .collect();
+    // A client lends at most half its pool (80 MiB by default) to requests: a's
+    // second 64 MiB request waits for its first to end.
+    let both_held = |p: &Progress| p.large_held.iter().all(|n| n.load(Ordering::Acquire) > 0);
+    assert!(
+        p.within_limit(both_held).await,
+        "no 64 MiB call reached its handler within {HOLD_LIMIT:?} on connection a or b"
+    );
+    let before = p.counts();
+    let enough = |p: &Progress| {
+        let now = p.counts();
+        (0..3).all(|i| now[i] - before[i] >= MIN_SMALL)
+    };
+    // Whether or not enough came (the assertions say), the large calls go on.
+    p.within_limit(enough).await;
+    let now = p.counts();
+    p.released.store(true, Ordering::Release);
+    p.changed.notify_waiters();
     for t in large {
         t.await.unwrap();
     }
-    let mut n = Vec::new();
+    p.done.store(true, Ordering::Release);
     for t in small {
-        n.push(t.await.unwrap());
+        t.await.unwrap();
     }
-    let _ = stop_tx.send(());
     Counts {
-        a: n[0],
-        b: n[1],
-        quiet: n[2],
+        a: now[0] - before[0],
+        b: now[1] - before[1],
+        quiet: now[2] - before[2],
     }
 }
 
@@ -149,8 +246,8 @@ async fn small_calls_on_a_quiet_connection_keep_completing_beside_64_mib_calls()
     let c = run_mixed().await;
     assert!(
         c.quiet >= MIN_SMALL,
-        "the quiet connection completed {} small calls while every 64 MiB call was in \
-         flight (at least {MIN_SMALL} expected; a {}, b {})",
+        "the quiet connection completed {} small calls in {HOLD_LIMIT:?} while 64 MiB \
+         calls were held in flight (at least {MIN_SMALL} expected; a {}, b {})",
         c.quiet,
         c.a,
         c.b
@@ -165,8 +262,9 @@ async fn small_calls_on_connections_carrying_64_mib_calls_keep_completing() {
     for (name, n) in [("a (two large calls)", c.a), ("b (one large call)", c.b)] {
         assert!(
             n >= MIN_SMALL,
-            "connection {name} completed {n} small calls while every 64 MiB call was in \
-             flight (at least {MIN_SMALL} expected; a {}, b {}, quiet {})",
+            "connection {name} completed {n} small calls in {HOLD_LIMIT:?} while 64 MiB \
+             calls were held in flight (at least {MIN_SMALL} expected; a {}, b {}, \
+             quiet {})",
             c.a,
             c.b,
             c.quiet
