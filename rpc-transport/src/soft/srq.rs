@@ -101,12 +101,9 @@ impl Srq {
     /// other buffers untouched, so a soft server's resident memory follows the
     /// receives it really uses rather than every slot it ever posted, and the
     /// buffer used next is the one still in cache.
-    pub(crate) fn take(&self) -> Option<RecvWqe> {
-        let mut w = RecvWqe::EMPTY;
-        self.take_into(&mut w).then_some(w)
-    }
-
-    /// As [`Srq::take`], copying the receive straight into `dst`; `false` if none.
+    ///
+    /// The receive is copied straight into `dst` (one copy of the WQE, not a move per
+    /// layer); `false` if there is none.
     pub(crate) fn take_into(&self, dst: &mut RecvWqe) -> bool {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(w) = g.q.back() else {

@@ -167,9 +167,8 @@ impl Qp {
     /// Takes the next receive (from the SRQ if attached), with the PD its SGEs are
     /// checked against.
     pub(crate) fn take_recv(&self, rq: &mut VecDeque<RecvWqe>) -> Option<(RecvWqe, u32)> {
-        match &self.srq {
-            Some(s) => s.take().map(|w| (w, s.pd)),
-            None => rq.pop_front().map(|w| (w, self.pd.id)),
-        }
+        let mut wqe = RecvWqe::EMPTY;
+        let pd = self.take_recv_into(rq, &mut wqe)?;
+        Some((wqe, pd))
     }
 }
