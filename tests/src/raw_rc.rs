@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rpc_core::fuzzing::handshake::device::imm_mode;
 use rpc_core::fuzzing::handshake::{check_rc, Capabilities, ClientHello, RcAsk, RcGrant};
-use rpc_transport::msg::{handshake, RecvPool, RecvTarget, SendRing, SendSlot};
+use rpc_transport::msg::{handshake, OneRead, RecvPool, RecvTarget, SendRing, SendSlot};
 use rpc_transport::{
     AccessFlags, CompletionQueue, Device, ProtectionDomain, QpCap, QpInitAttr, QpType, QueuePair,
     WcOpcode, WcStatus, WorkCompletion,
@@ -22,6 +22,8 @@ use tokio::net::TcpStream;
 const PSN: u32 = 5;
 /// How long a raw client waits for an answer or for the server to close.
 const PATIENCE: Duration = Duration::from_secs(20);
+/// The `wr_id` of [`RawRcClient::read`]'s Read (send slots use small ids).
+const READ_WR_ID: u64 = 900;
 
 /// A connected raw client: its verbs objects, what the server granted, and the
 /// handshake's TCP connection (the server closes it when it drops the client).
@@ -146,6 +148,30 @@ impl RawRcClient {
                 Instant::now() < deadline,
                 "nothing came back within {PATIENCE:?}"
             );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Reads `len` bytes of the server's memory at `addr` under `rkey` with one RDMA
+    /// Read: its status and what landed (zeros where nothing did).
+    ///
+    /// # Panics
+    /// If a frame arrives meanwhile (the tests read while the server waits), or the
+    /// Read does not complete within 20 s.
+    pub async fn read(&mut self, addr: u64, rkey: u32, len: u32) -> (WcStatus, Vec<u8>) {
+        let read = OneRead::post(&self.qp, &self.pd, READ_WR_ID, addr, rkey, len).unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let mut wc = [WorkCompletion::default(); 1];
+            if self.cq.poll(&mut wc).unwrap() == 1 {
+                let w = wc[0];
+                if read.owns(&w) {
+                    return read.finish(&w);
+                }
+                assert_ne!(w.opcode, WcOpcode::Recv, "a frame came during the Read");
+                self.ring.handle_completion(&w);
+            }
+            assert!(Instant::now() < deadline, "the Read did not complete");
             tokio::task::yield_now().await;
         }
     }

@@ -24,9 +24,7 @@ use rpc_core::fuzzing::wire::{
 use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
 use rpc_core::{Request, Response, Status};
-use rpc_transport::{
-    AccessFlags, MemoryRegion, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
-};
+use rpc_transport::{AccessFlags, MemoryRegion, WcStatus};
 use tests::init_tracing;
 use tests::raw_rc::RawRcClient;
 use tokio::sync::oneshot;
@@ -281,32 +279,7 @@ impl RawClient {
 
     /// Reads `d` with RDMA Read; the status and what landed.
     async fn read(&mut self, d: Descriptor) -> (WcStatus, Vec<u8>) {
-        let into = self
-            .raw
-            .pd
-            .alloc_mr(d.len as usize, AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        let sge = [into.sge(0, d.len)];
-        let op = SendOp::RdmaRead {
-            remote_addr: d.addr,
-            rkey: d.rkey,
-        };
-        // SAFETY: `into` lives until the Read's completion, waited for below.
-        unsafe { self.raw.qp.post_send(&[SendWr::new(900, op, &sge)]) }.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let mut wc = [WorkCompletion::default(); 1];
-            if self.raw.cq.poll(&mut wc).unwrap() == 1 {
-                let w = wc[0];
-                if w.wr_id == 900 {
-                    return (w.status, into.to_vec(0, d.len as usize));
-                }
-                assert_ne!(w.opcode, WcOpcode::Recv, "a frame came during the Read");
-                self.raw.ring.handle_completion(&w);
-            }
-            assert!(Instant::now() < deadline, "the Read did not complete");
-            tokio::task::yield_now().await;
-        }
+        self.raw.read(d.addr, d.rkey, d.len).await
     }
 
     /// The body of a gathered response: its inline runs and its references read.

@@ -20,6 +20,8 @@
 //!   by reference (RDMA Read); a request that finds no room waits its turn.
 //! * [`Reader`]: a QP's RDMA Reads of messages the peer lent, into pool regions,
 //!   in pieces within the device's max message, handed out as shared `Bytes`.
+//! * [`OneRead`]: one RDMA Read into a region of its own, for raw peers in tools
+//!   and tests; its region is never freed before the Read completed.
 //! * [`GatherWriter`]: a message encoded as a gather list, referencing the bytes it
 //!   holds that lie in a region a pool shared as `Bytes` instead of copying them.
 //! * [`handshake`]: the exchange of QP endpoints (each with an opaque payload for the
@@ -31,6 +33,7 @@ pub mod handshake;
 #[cfg(test)]
 mod header_tests;
 mod imm_mode;
+mod one_read;
 mod reader;
 mod recv_pool;
 mod region_pool;
@@ -42,6 +45,7 @@ mod ud_ring;
 pub use gather_writer::{GatherPart, GatherWriter, Gathered, MAX_INLINE_BYTES, MIN_REF_BYTES};
 pub use handshake::Envelope;
 pub use imm_mode::{ImmMode, IMM_HEADER_LEN};
+pub use one_read::OneRead;
 pub use reader::{Piece, ReadError, Reader};
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
 pub use region_pool::{
