@@ -40,6 +40,19 @@ impl ProtectionDomain {
 
     /// Allocates `len` zeroed, page-aligned bytes and registers them with `access`.
     pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        self.alloc(MrBuffer::zeroed(len), access)
+    }
+
+    /// As [`ProtectionDomain::alloc_mr`], for memory that holds whole message bodies
+    /// (copied end to end, by the CPU or by a peer's Read): from 2 MiB on it starts on
+    /// a huge-page boundary and asks the kernel for transparent huge pages, which
+    /// make pinning and copying it cheaper. Not for memory used a slot at a time (a
+    /// huge page makes 2 MiB resident at its first touch).
+    pub fn alloc_bulk_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        self.alloc(MrBuffer::zeroed_bulk(len), access)
+    }
+
+    fn alloc(&self, buf: MrBuffer, access: AccessFlags) -> Result<MemoryRegion> {
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
         {
@@ -48,7 +61,7 @@ impl ProtectionDomain {
                 "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE".into(),
             ));
         }
-        let buf = Arc::new(MrBuffer::zeroed(len));
+        let buf = Arc::new(buf);
         let imp = match &self.imp {
             PdImp::Soft(pd) => MrImp::Soft(pd.register(buf.clone(), access)?),
             #[cfg(feature = "rdma")]

@@ -273,7 +273,7 @@ impl Inner {
             let m = st.free.pop().expect("in_use + need <= limit");
             st.registered -= m.len();
         }
-        Some(self.pd.alloc_mr(need, self.access).inspect(|_| {
+        Some(self.pd.alloc_bulk_mr(need, self.access).inspect(|_| {
             st.registered += need;
             st.registrations += 1;
         }))
