@@ -64,7 +64,9 @@
 //! has read every answer sent so far) and reserves `R >= window` slots of `S`, with
 //! `sum(R) <= S`. Let `u` be the frames of the connection that hold or will take
 //! an SRQ receive: sent by the client, not yet answered (a frame's slot is reposted
-//! before its answer leaves). Each holds a client token, so `u <= w`, the client's
+//! before its answer leaves: the poller reposts its batch's receives before it
+//! posts the answers it corked, and a slot dropped on another thread, a handler's,
+//! is reposted at once). Each holds a client token, so `u <= w`, the client's
 //! current window. A grant: the server reserves the slot (`R += 1`) *before* the
 //! flagged answer leaves, so `w <= window <= R` throughout. A revoke: once the
 //! flagged answer leaves, the frame it answers no longer counts in `u`, and its token

@@ -1,6 +1,6 @@
 //! `RecvPool`: registered receive slots posted to an SRQ or a QP's receive queue.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::access::AccessFlags;
@@ -54,7 +54,8 @@ struct Inner {
     /// on a UD QP).
     hdr_at: usize,
     pending: Mutex<Vec<u32>>,
-    batching: AtomicBool,
+    /// The thread whose [`RecvBatch`] is open ([`thread_token`]), or 0.
+    batching: AtomicUsize,
     reposted: AtomicU64,
     on_repost: Option<OnRepost>,
 }
@@ -72,7 +73,8 @@ pub struct RecvPool {
 }
 
 /// A completed receive: the received bytes, until dropped, when the buffer is posted
-/// again (at once, or at the end of the current [`RecvPool::batch`]).
+/// again (at once, or, dropped on the thread of an open [`RecvPool::batch`], at its
+/// end).
 pub struct RecvSlot {
     pool: Arc<Inner>,
     idx: u32,
@@ -83,8 +85,13 @@ pub struct RecvSlot {
     retired: bool,
 }
 
-/// While alive, dropped [`RecvSlot`]s wait and are reposted together in post lists
-/// when it drops (doorbell batching for a burst of completions).
+/// While alive, [`RecvSlot`]s dropped on the thread that opened it wait and are
+/// reposted together in post lists when it drops (doorbell batching for a burst of
+/// completions). Slots dropped on other threads are reposted at once: their owners
+/// (a handler, a caller reading its reply) may answer or send next, and a server
+/// returns a frame's credit only once its receive is back (`rpc_core::engine::wire`,
+/// "Why RNR stays impossible"), so their reposts must not wait for a batch that
+/// knows nothing of them.
 pub struct RecvBatch<'a> {
     pool: &'a RecvPool,
 }
@@ -141,7 +148,7 @@ impl RecvPool {
                 skip,
                 hdr_at,
                 pending: Mutex::new((0..n).collect()),
-                batching: AtomicBool::new(false),
+                batching: AtomicUsize::new(0),
                 reposted: AtomicU64::new(0),
                 on_repost: None,
             }),
@@ -230,18 +237,29 @@ impl RecvPool {
         Err(wc.status)
     }
 
-    /// Starts a batch: reposts wait until the returned guard drops.
+    /// Starts a batch: reposts of slots dropped on this thread wait until the
+    /// returned guard drops. One batch at a time per pool (its poller's).
     pub fn batch(&self) -> RecvBatch<'_> {
-        self.inner.batching.store(true, Ordering::SeqCst);
+        self.inner.batching.store(thread_token(), Ordering::SeqCst);
         RecvBatch { pool: self }
     }
 }
 
 impl Drop for RecvBatch<'_> {
     fn drop(&mut self) {
-        self.pool.inner.batching.store(false, Ordering::SeqCst);
+        self.pool.inner.batching.store(0, Ordering::SeqCst);
         self.pool.inner.flush();
     }
+}
+
+thread_local! {
+    static THREAD_MARK: u8 = const { 0 };
+}
+
+/// A nonzero number unique to the calling thread while it lives (the address of a
+/// thread-local), cheaper than `thread::current().id()`.
+fn thread_token() -> usize {
+    THREAD_MARK.with(|m| m as *const u8 as usize)
 }
 
 impl Inner {
@@ -406,8 +424,9 @@ impl Drop for RecvSlot {
             .unwrap_or_else(|e| e.into_inner())
             .push(self.idx);
         // Pairs with the store in `RecvBatch::drop`: either the batch's flush sees
-        // this slot, or this load sees the batch over and flushes it here.
-        if !self.pool.batching.load(Ordering::SeqCst) {
+        // this slot, or this load sees the batch over (or another thread's) and
+        // flushes it here.
+        if self.pool.batching.load(Ordering::SeqCst) != thread_token() {
             self.pool.flush();
         }
     }

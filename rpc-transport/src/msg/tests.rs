@@ -145,8 +145,18 @@ fn one_srq_pool_serves_two_connections_and_batches_reposts() {
         assert_eq!(wc.imm_data, Some(u32::from(from)));
         held.push(slot);
     }
+    // A slot handed to another thread (a handler's) and dropped there is reposted
+    // at once: that thread may answer its frame next, and the batch would repost
+    // it only after that answer had returned the frame's credit.
+    let elsewhere = held.pop().unwrap();
+    std::thread::spawn(move || drop(elsewhere)).join().unwrap();
+    assert_eq!(pool.reposted(), 1, "a slot dropped on another thread");
     drop(held);
-    assert_eq!(pool.reposted(), 0, "reposts wait for the batch");
+    assert_eq!(
+        pool.reposted(),
+        1,
+        "reposts on the batch's thread wait for it"
+    );
     drop(batch);
     assert_eq!(pool.reposted(), 8, "one flush at the end of the batch");
 }

@@ -178,11 +178,15 @@ fn handle(
     for call in calls.drain(..) {
         call.run(&sh.served, sh.settings.inline);
     }
+    // The batch's receives (of frames read here, and of requests answered inline)
+    // go back before any answer leaves: an answer returns its frame's credit, and
+    // the client may spend it at once (`engine::wire`, "Why RNR stays impossible";
+    // siw, which has no RNR retry, closes the connection on a frame that finds the
+    // SRQ empty).
+    drop(batch);
     for c in corked.drain(..) {
         c.uncork();
     }
-    // Last: the receive slots of requests answered inline go back in the same list.
-    drop(batch);
 }
 
 /// Completes after `t` if the peer has sent no frame on its queue pair by then

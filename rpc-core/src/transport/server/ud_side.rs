@@ -287,9 +287,10 @@ impl UdSide {
                 }
             }
         }
+        // Receives back before answers leave (a datagram that finds none is lost).
+        drop(batch);
         Self::pump(&mut st);
         drop(st);
-        drop(batch);
         for call in calls.drain(..) {
             self.dispatch(call);
         }
