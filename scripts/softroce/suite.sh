@@ -364,19 +364,9 @@ if part siw-rpc; then
       cat /tmp/siw-knob.out; bad "siw-rpc-device-knob (failed without naming the device)"
     fi
   fi
-  # Known failure, open: on siw0 this test (8 connections x 32 callers, bodies up to
-  # 12 KB in fragments) failed in about half the runs of 2026-11-29 on 6.1.0-56 (calls
-  # end "send failed: local QP operation error" or "receive failed: Work Request
-  # Flushed Error") and hung once on 6.1.0-50, with and without that day's change;
-  # rxe0 and every soft profile pass it. Skipped here until it is diagnosed.
-  SKIPS=
-  skip many_clients_share_the_servers_one_receive_pool \
-    "flaky on siw: LOC_QP_OP_ERR or a hang under 8 x 32 concurrent callers, open"
   for b in $(e2e_binaries); do
     [ -e "$b" ] || [ -n "$RPC_TESTS" ] || { bad "siw-rpc (no e2e-* test binary staged)"; break; }
-    skips=; [ "$b" = ./e2e-unary ] && skips=$SKIPS
-    # shellcheck disable=SC2086
-    RDMA_RPC_DEVICE=$SIW RDMA_RPC_TEST_DEVICE=$SIW libtest "siw-${b#./}" 900 "$b" --test-threads=1 $skips
+    RDMA_RPC_DEVICE=$SIW RDMA_RPC_TEST_DEVICE=$SIW libtest "siw-${b#./}" 900 "$b" --test-threads=1
   done
   echo "---- siw-rpc-route-guide: RDMA_RPC_DEVICE=$SIW ./route-guide"
   if [ -n "$RPC_TESTS" ]; then
