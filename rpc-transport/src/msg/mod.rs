@@ -35,6 +35,8 @@ mod header_tests;
 mod imm_mode;
 mod one_read;
 mod reader;
+#[cfg(test)]
+mod reader_tests;
 mod recv_pool;
 mod region_pool;
 mod send_ring;

@@ -113,7 +113,9 @@ pub struct Reader {
     max_wrs: u32,
     wrs: u32,
     waiting: VecDeque<Waiting>,
-    active: Vec<Active>,
+    /// Reads holding a region, in the order they started: Reads are posted in this
+    /// order, so that a read waiting for the WR budget is never passed by later ones.
+    active: VecDeque<Active>,
     done: VecDeque<(u32, std::result::Result<Bytes, ReadError>)>,
 }
 
@@ -128,7 +130,7 @@ impl Reader {
             max_wrs: max_wrs.max(1),
             wrs: 0,
             waiting: VecDeque::new(),
-            active: Vec::new(),
+            active: VecDeque::new(),
             done: VecDeque::new(),
         }
     }
@@ -231,7 +233,7 @@ impl Reader {
                 buf[at..at + n].copy_from_slice(&w.inline[from..from + n]);
                 from += n;
             }
-            self.active.push(Active {
+            self.active.push_back(Active {
                 tag: w.tag,
                 len: w.len,
                 region,
@@ -303,7 +305,11 @@ impl Reader {
         if a.outstanding != 0 || (a.failed.is_none() && !a.all_posted()) {
             return false;
         }
-        let a = self.active.swap_remove(i);
+        // Keeps the order (the oldest read usually finishes first: cheap at the
+        // front). Filling the hole with the last one, as before, posted the newest
+        // waiting read next: under steady load the oldest waited for seconds
+        // (rpc-bench 64 KiB x 256: p99.9 1-3 s).
+        let a = self.active.remove(i).expect("index checked above");
         let r = match a.failed {
             Some(s) => Err(ReadError::Failed(s)),
             None => Ok(a.region.into_bytes(a.len)),

@@ -1,0 +1,60 @@
+//! [`Reader`]'s order: reads that wait for the WR budget are posted, and finish, in
+//! the order they were started, so that none waits behind later ones.
+
+use std::task::{Context, Waker};
+
+use super::tests::{next, side_with};
+use super::{Reader, RegionPool};
+use crate::{AccessFlags, QpCap, QpInitAttr, QpType, QueuePair, SoftProfile};
+
+fn rc_qp(s: &super::tests::Side) -> std::sync::Arc<QueuePair> {
+    let mut init = QpInitAttr::new(QpType::Rc, &s.cq, &s.cq);
+    init.cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    std::sync::Arc::new(s.pd.create_qp(&init).unwrap())
+}
+
+#[test]
+fn reads_beyond_the_wr_budget_finish_in_the_order_they_started() {
+    let (reader_side, lender) = (side_with(SoftProfile::Full), side_with(SoftProfile::Full));
+    let (qr, ql) = (rc_qp(&reader_side), rc_qp(&lender));
+    let (er, el) = (qr.endpoint(1).unwrap(), ql.endpoint(2).unwrap());
+    qr.connect_rc(&el, 1, AccessFlags::empty()).unwrap();
+    ql.connect_rc(&er, 2, AccessFlags::REMOTE_READ).unwrap();
+
+    const N: u32 = 6;
+    const LEN: usize = 4096;
+    let lent = lender
+        .pd
+        .alloc_mr(N as usize * LEN, AccessFlags::REMOTE_READ)
+        .unwrap();
+    for k in 0..N as usize {
+        lent.write(k * LEN, &[k as u8; LEN]);
+    }
+    // One Read in flight at a time: every other read waits for the budget.
+    let pool = RegionPool::new(&reader_side.pd, 1 << 20);
+    let mut reader = Reader::new(qr.clone(), pool, 1 << 20, 1);
+    for k in 0..N {
+        let addr = lent.addr() + u64::from(k) * LEN as u64;
+        reader.start(k, addr, lent.rkey(), LEN as u32, &[]);
+    }
+    let mut cx = Context::from_waker(Waker::noop());
+    reader.pump(&mut cx).unwrap();
+    let mut finished = Vec::new();
+    while finished.len() < N as usize {
+        let wc = next(&reader_side.cq, &lender.cq);
+        assert!(wc.is_ok(), "{wc:?}");
+        reader.handle_completion(&wc);
+        reader.pump(&mut cx).unwrap();
+        while let Some((tag, bytes)) = reader.poll_done() {
+            assert_eq!(&bytes.unwrap()[..], &[tag as u8; LEN][..]);
+            finished.push(tag);
+        }
+    }
+    assert_eq!(finished, (0..N).collect::<Vec<_>>());
+}
