@@ -3,26 +3,14 @@
 
 use std::task::{Context, Waker};
 
-use super::tests::{next, side_with};
+use super::tests::{next, qp, side_with};
 use super::{Reader, RegionPool};
-use crate::{AccessFlags, QpCap, QpInitAttr, QpType, QueuePair, SoftProfile};
-
-fn rc_qp(s: &super::tests::Side) -> std::sync::Arc<QueuePair> {
-    let mut init = QpInitAttr::new(QpType::Rc, &s.cq, &s.cq);
-    init.cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 1,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    std::sync::Arc::new(s.pd.create_qp(&init).unwrap())
-}
+use crate::{AccessFlags, SoftProfile};
 
 #[test]
 fn reads_beyond_the_wr_budget_finish_in_the_order_they_started() {
     let (reader_side, lender) = (side_with(SoftProfile::Full), side_with(SoftProfile::Full));
-    let (qr, ql) = (rc_qp(&reader_side), rc_qp(&lender));
+    let (qr, ql) = (qp(&reader_side, None), qp(&lender, None));
     let (er, el) = (qr.endpoint(1).unwrap(), ql.endpoint(2).unwrap());
     qr.connect_rc(&el, 1, AccessFlags::empty()).unwrap();
     ql.connect_rc(&er, 2, AccessFlags::REMOTE_READ).unwrap();
