@@ -196,6 +196,16 @@ where
     (addr, stop)
 }
 
+/// RNR NAKs the process's default device has sent so far (in a test process the
+/// server and its clients share it), or `None` when that device is not the soft
+/// provider (verbs, in the VM suite), which keeps no such count.
+pub fn soft_rnr_naks() -> Option<u64> {
+    rpc_transport::msg::open_device(None)
+        .expect("the default device opens")
+        .soft_stats()
+        .map(|s| s.rc_rnr_naks)
+}
+
 /// `len` bytes that differ with `seed` and along the body (a misplaced or stale
 /// byte shows), for bodies checked byte for byte.
 pub fn seeded(seed: u8, len: usize) -> Vec<u8> {

@@ -40,11 +40,7 @@ async fn echo(ch: &Channel, id: u64) -> Result<Echo, Status> {
 
 /// RNR NAKs the process's soft device has sent so far (server and clients share it).
 fn rnr_naks() -> u64 {
-    rpc_transport::msg::open_device(None)
-        .unwrap()
-        .soft_stats()
-        .expect("the tests run on the soft provider")
-        .rc_rnr_naks
+    tests::soft_rnr_naks().expect("the tests run on the soft provider")
 }
 
 /// Opens `n` RC channels at default settings; every one calls, all at once.

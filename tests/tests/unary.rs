@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use rpc_core::client::Grpc;
 use rpc_core::transport::{Channel, Endpoint, Server};
 use rpc_core::{Code, Request};
-use tests::{init_tracing, path, serve_echo, Echo, NotEcho};
+use tests::{init_tracing, path, serve_echo, soft_rnr_naks, Echo, NotEcho};
 use tokio::sync::oneshot;
 
 async fn echo_server(builder: Server) -> (String, oneshot::Sender<()>) {
@@ -439,7 +439,7 @@ async fn many_clients_share_the_servers_one_receive_pool() {
         .max_connections(8);
     let (uri, _stop) = echo_server(builder).await;
     let ep = Endpoint::from_shared(uri).unwrap().credits(32);
-    let before = rnr_naks();
+    let before = soft_rnr_naks();
     let mut tasks = Vec::new();
     // Held open until the ninth connect is tried: a connection whose callers are
     // done would otherwise close and make room for it.
@@ -470,16 +470,7 @@ async fn many_clients_share_the_servers_one_receive_pool() {
     // On the soft provider, count: it retries such a frame after an RNR NAK, which
     // the calls above would not notice. On verbs (the VM suite) the calls are the
     // check: siw has no RNR retry and closes the connection.
-    if let (Some(before), Some(after)) = (before, rnr_naks()) {
+    if let (Some(before), Some(after)) = (before, soft_rnr_naks()) {
         assert_eq!(after - before, 0, "no frame found an empty receive queue");
     }
-}
-
-/// RNR NAKs the process's soft device has sent so far (server and clients share
-/// it), or `None` on a verbs device.
-fn rnr_naks() -> Option<u64> {
-    rpc_transport::msg::open_device(None)
-        .unwrap()
-        .soft_stats()
-        .map(|s| s.rc_rnr_naks)
 }
