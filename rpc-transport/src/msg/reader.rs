@@ -75,10 +75,15 @@ struct Remote {
     at: usize,
 }
 
+/// Alignment a read's destination is given relative to its source (`align`).
+const COPY_ALIGN: u64 = 64;
+
 struct Waiting {
     tag: u32,
     /// Bytes of region the read fills.
     len: usize,
+    /// The largest remote range's address and offset in the message (`align`).
+    largest: Option<(u64, usize)>,
     /// The prefix and inline runs, back to back, and where each goes.
     inline: Vec<u8>,
     inline_at: Vec<(usize, usize)>,
@@ -89,6 +94,8 @@ struct Waiting {
 struct Active {
     tag: u32,
     len: usize,
+    /// Bytes skipped at the region's start (`align`).
+    pad: usize,
     region: PooledRegion,
     remote: Vec<Remote>,
     /// The remote range being posted, and its bytes posted so far.
@@ -103,6 +110,17 @@ impl Active {
     fn all_posted(&self) -> bool {
         self.next >= self.remote.len()
     }
+}
+
+/// Bytes to skip before a destination at `dst` so that it lies at the same offset
+/// within `COPY_ALIGN` bytes as its source at `src`. The soft provider copies a Read
+/// with the CPU (`process_vm_writev` on one host), and a copy whose destination runs
+/// a few bytes ahead of its source within a page stalls on 4 KiB aliasing: measured
+/// here (AMD EPYC, 4 MiB), 1.3 GB/s at 8-16 bytes ahead against 6-8 GB/s aligned.
+/// A body lent where its `Bytes` lie starts 16 bytes into a page (a heap
+/// allocation), and its head puts the destination anywhere. A NIC ignores it.
+fn align(src: u64, dst: u64) -> usize {
+    (src.wrapping_sub(dst) % COPY_ALIGN) as usize
 }
 
 /// The RDMA Reads of one QP.
@@ -194,9 +212,11 @@ impl Reader {
                 }
             }
         }
+        let largest = remote.iter().max_by_key(|r| r.len).map(|r| (r.addr, r.at));
         self.waiting.push_back(Waiting {
             tag,
             len: at,
+            largest,
             inline,
             inline_at,
             remote,
@@ -211,7 +231,7 @@ impl Reader {
         while let Some(w) = self.waiting.front_mut() {
             let ticket = match &mut w.ticket {
                 Some(t) => t,
-                None => match self.pool.request(w.len) {
+                None => match self.pool.request(w.len + COPY_ALIGN as usize - 1) {
                     Ok(t) => w.ticket.insert(t),
                     Err(e) => {
                         let w = self.waiting.pop_front().expect("front");
@@ -225,17 +245,24 @@ impl Reader {
                 None => break,
                 Some(r) => r?,
             };
-            let w = self.waiting.pop_front().expect("front");
+            let mut w = self.waiting.pop_front().expect("front");
             let mut region = region;
+            let pad = w
+                .largest
+                .map_or(0, |(addr, at)| align(addr, region.addr() + at as u64));
             let buf = region.buf_mut();
             let mut from = 0;
             for &(at, n) in &w.inline_at {
-                buf[at..at + n].copy_from_slice(&w.inline[from..from + n]);
+                buf[pad + at..pad + at + n].copy_from_slice(&w.inline[from..from + n]);
                 from += n;
+            }
+            for r in &mut w.remote {
+                r.at += pad;
             }
             self.active.push_back(Active {
                 tag: w.tag,
                 len: w.len,
+                pad,
                 region,
                 remote: w.remote,
                 next: 0,
@@ -312,7 +339,7 @@ impl Reader {
         let a = self.active.remove(i).expect("index checked above");
         let r = match a.failed {
             Some(s) => Err(ReadError::Failed(s)),
-            None => Ok(a.region.into_bytes(a.len)),
+            None => Ok(a.region.into_bytes(a.pad + a.len).slice(a.pad..)),
         };
         self.done.push_back((a.tag, r));
         true
