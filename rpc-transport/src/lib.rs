@@ -60,7 +60,7 @@ pub use event::{AsyncEvent, ObjectId};
 pub use heap::release_free_heap;
 pub use mr::{MemoryRegion, RemoteMr};
 pub use mw::{inc_rkey, MemoryWindow, MwBind};
-pub use pd::ProtectionDomain;
+pub use pd::{LentBytes, ProtectionDomain};
 pub use qp::{QpCap, QpInitAttr, QueuePair, RcRetry};
 pub use qp_state::{
     ack_timeout_us, rnr_timer_us, transition_allowed, Mtu, QpAttr, QpState, QpType,

@@ -34,6 +34,9 @@ const HUGE: usize = 2 * 1024 * 1024;
 pub(crate) struct MrBuffer {
     ptr: NonNull<u8>,
     len: usize,
+    /// An application's `Bytes` registered where they lie ([`MrBuffer::lent_bytes`])
+    /// instead of a mapping of our own: kept alive, never written, never unmapped.
+    lent: Option<bytes::Bytes>,
 }
 
 // SAFETY: the buffer is plain bytes with no thread affinity; every access goes through
@@ -53,6 +56,18 @@ impl MrBuffer {
     /// aligned to a huge page and advised to use huge pages.
     pub(crate) fn zeroed_bulk(len: usize) -> MrBuffer {
         Self::map(len, true)
+    }
+
+    /// The bytes of `b` where they lie, owned by the buffer until it drops. They are
+    /// immutable (a `Bytes` promises that to every holder), so only a registration
+    /// without write rights may name them (`ProtectionDomain::register_bytes`).
+    pub(crate) fn lent_bytes(b: bytes::Bytes) -> MrBuffer {
+        let ptr = NonNull::new(b.as_ptr().cast_mut()).expect("a Bytes' pointer is never null");
+        MrBuffer {
+            ptr,
+            len: b.len(),
+            lent: Some(b),
+        }
     }
 
     fn map(len: usize, bulk: bool) -> MrBuffer {
@@ -100,7 +115,11 @@ impl MrBuffer {
         }
         let ptr =
             NonNull::new(aligned as *mut u8).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        MrBuffer { ptr, len }
+        MrBuffer {
+            ptr,
+            len,
+            lent: None,
+        }
     }
 
     fn layout(len: usize) -> Layout {
@@ -128,6 +147,9 @@ impl MrBuffer {
 
 impl Drop for MrBuffer {
     fn drop(&mut self) {
+        if self.lent.is_some() {
+            return; // the application's memory: the `Bytes` frees it, if last
+        }
         // SAFETY: `ptr` is the start of a mapping of exactly this size, unmapped once;
         // the region that owned it is gone, so no access can follow.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), Self::layout(self.len).size()) };

@@ -52,6 +52,18 @@ impl ProtectionDomain {
         self.alloc(MrBuffer::zeroed_bulk(len), access)
     }
 
+    /// Registers the application's `bytes` where they lie, for peers to RDMA Read
+    /// (REMOTE_READ, nothing else: `Bytes` are immutable). The registration holds
+    /// them until it drops, and the device holds them while a Read it already
+    /// accepted still copies. Cheap on the soft provider (a key table entry); on a
+    /// NIC it pins the pages (`ibv_reg_mr`), which costs about as much as copying
+    /// them once, so callers there should reuse a registration rather than make one
+    /// per message.
+    pub fn register_bytes(&self, bytes: bytes::Bytes) -> Result<LentBytes> {
+        let mr = self.alloc(MrBuffer::lent_bytes(bytes), AccessFlags::REMOTE_READ)?;
+        Ok(LentBytes { mr })
+    }
+
     fn alloc(&self, buf: MrBuffer, access: AccessFlags) -> Result<MemoryRegion> {
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
@@ -125,6 +137,44 @@ impl std::fmt::Debug for ProtectionDomain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProtectionDomain")
             .field("device", &self.device)
+            .finish()
+    }
+}
+
+/// An application's bytes registered where they lie ([`ProtectionDomain::register_bytes`]):
+/// readable by peers through [`LentBytes::rkey`] until dropped. Unlike a
+/// [`MemoryRegion`] it offers no way to write them.
+pub struct LentBytes {
+    mr: MemoryRegion,
+}
+
+impl LentBytes {
+    /// Address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.mr.addr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.mr.len()
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.mr.is_empty()
+    }
+
+    /// The key a peer's RDMA Read names them by.
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+}
+
+impl std::fmt::Debug for LentBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LentBytes")
+            .field("addr", &self.addr())
+            .field("len", &self.len())
             .finish()
     }
 }

@@ -231,6 +231,49 @@ async fn a_slice_of_a_request_is_lent_and_a_copy_is_not() {
     all_back(&cli).await;
 }
 
+/// Whether the default device is the soft provider (a client there lends its
+/// requests' `Bytes` where they lie; on a NIC it encodes them into its lend pool).
+fn soft() -> bool {
+    let dev = rpc_transport::msg::open_device(None).expect("default RDMA device");
+    dev.caps().fabric == rpc_transport::Fabric::Soft
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_request_bytes_are_lent_where_they_lie_and_arrive_byte_for_byte() {
+    let (srv, cli) = (RendezvousStats::new(), RendezvousStats::new());
+    let (addr, _stop) = serve(&srv).await;
+    let ch = channel(addr, &cli).await;
+    let in_place = soft();
+    for (k, len) in [40_000usize, 1 << 20, (4 << 20) + 3]
+        .into_iter()
+        .enumerate()
+    {
+        // 16 calls at once, all lending the same bytes (as a client resending one
+        // payload does), each echoed whole.
+        let data = pattern(k as u64, len);
+        let before = cli.get().lent_in_place;
+        let calls = (0..16u64).map(|i| {
+            let m = Blob {
+                id: i,
+                data: data.clone(),
+                ..Blob::default()
+            };
+            let ch = ch.clone();
+            tokio::spawn(async move { call(&ch, "Echo", m).await })
+        });
+        for (i, c) in calls.collect::<Vec<_>>().into_iter().enumerate() {
+            let r = c.await.expect("caller");
+            assert_eq!(r.id, i as u64);
+            assert!(r.data == data, "{len} bytes came back changed");
+        }
+        let lent = cli.get().lent_in_place - before;
+        let expected = if in_place { 16 * len as u64 } else { 0 };
+        assert_eq!(lent, expected, "{len} bytes: requests lent where they lie");
+    }
+    all_back(&srv).await;
+    all_back(&cli).await;
+}
+
 /// A raw client that lends its request bodies (so its QP accepts the server's
 /// Reads) and reads gathered responses by hand.
 struct RawClient {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::engine::codec::{self, CallHead, Outcome};
+use crate::engine::gather::ByRef;
 use crate::engine::rendezvous::{ReadOp, STREAM_READ_TAG};
 use crate::engine::stream::client::{ClientStreams, Limits, StreamEvent};
 use crate::engine::wire::{self, CreditAdjust, Descriptor, Kind};
@@ -260,24 +261,26 @@ impl<W> ClientConn<W> {
         self.streams.poll_released()
     }
 
-    /// Starts a call on a reserved token whose request body (`desc.len` bytes) the
-    /// driver encoded into a region it lends to the server: the `REQ` carries the
-    /// descriptor in place of the body. The region is in use until
-    /// [`ClientConn::poll_released`] names the call (or the connection dies). On
-    /// error the reservation is released, nothing is sent and the region is free.
+    /// Starts a call on a reserved token whose request body the driver lends to
+    /// the server: encoded into a region of its own (a descriptor), or where its
+    /// large parts lie (a gather list, only to a server that granted
+    /// `GATHER_REQUESTS`). The `REQ` carries it in place of the body. What it names
+    /// is in use until [`ClientConn::poll_released`] names the call (or the
+    /// connection dies). On error the reservation is released, nothing is sent and
+    /// the memory is free.
     pub fn start_call_by_ref(
         &mut self,
         now: impl Now,
         waiter: W,
         head: &CallHead<'_>,
-        desc: Descriptor,
+        body: ByRef<'_>,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), Status> {
         assert!(
             self.reserved > 0,
             "start_call_by_ref without a reserved token"
         );
-        let res = self.start_by_ref_inner(now, waiter, head, desc, out);
+        let res = self.start_by_ref_inner(now, waiter, head, body, out);
         if res.is_err() {
             self.unreserve();
         } else {
@@ -296,7 +299,7 @@ impl<W> ClientConn<W> {
         now: impl Now,
         waiter: W,
         head: &CallHead<'_>,
-        desc: Descriptor,
+        body: ByRef<'_>,
         out: &mut [u8],
     ) -> Result<(u32, Transmit), Status> {
         if let Some(s) = &self.dead {
@@ -304,11 +307,12 @@ impl<W> ClientConn<W> {
         }
         let cap = self.cfg.frame_size.min(out.len());
         let out = &mut out[..cap];
-        let body_len = desc.len as usize;
+        let body_len = body.body_len();
         let head_len = codec::write_request(head, body_len, out)?;
-        if head_len + wire::DESCRIPTOR_LEN > out.len() {
+        if head_len + body.wire_len() > out.len() {
             return Err(Status::resource_exhausted(format!(
-                "path and metadata ({head_len} bytes) leave no room for a descriptor in a {}-byte frame",
+                "path and metadata ({head_len} bytes) leave no room for a {}-byte descriptor in a {}-byte frame",
+                body.wire_len(),
                 out.len()
             )));
         }
@@ -318,14 +322,14 @@ impl<W> ClientConn<W> {
                 self.cfg.max_send_message
             )));
         }
-        wire::set_request_by_ref(out);
-        desc.write(&mut out[head_len..]);
+        out[wire::REQ_FLAGS_AT] |= body.flags();
+        body.write(&mut out[head_len..]);
         let id = self.alloc_id();
         self.insert_call(now, id, waiter, head, Phase::Waiting, true);
         Ok((
             id,
             Transmit {
-                len: head_len + wire::DESCRIPTOR_LEN,
+                len: head_len + body.wire_len(),
                 imm: wire::imm(Kind::Req, id),
             },
         ))

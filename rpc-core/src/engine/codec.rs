@@ -138,8 +138,11 @@ pub struct RequestStart {
     pub body: Range<usize>,
     /// The body's length across all fragments.
     pub body_len: usize,
-    /// The body is by reference: where it lies (`body` then holds the descriptor).
+    /// The body is by reference: where it lies (`body` then holds the descriptor),
+    /// or for a gather list its first reference with the body's length.
     pub by_ref: Option<Descriptor>,
+    /// The body is a gather list (`by_ref` then summarises it).
+    pub gather: Option<Gather>,
 }
 
 /// Reads a request's first frame: a malformed head is `INTERNAL`, unreadable metadata
@@ -148,26 +151,37 @@ pub fn read_request(frame: &[u8]) -> Result<RequestStart, Status> {
     let head = RequestHead::read(frame)
         .map_err(|m| Status::internal(format!("malformed request: {}", m.0)))?;
     let metadata = MetadataMap::decode(&frame[head.meta()], DEFAULT_METADATA_LIMIT)?;
+    let (by_ref, gather) = by_ref(
+        wire::request_is_by_ref(frame),
+        wire::request_is_gather(frame),
+        &frame[head.body_start()..],
+        head.body_len,
+    );
     Ok(RequestStart {
         path: head.path(),
         metadata,
         timeout: head.timeout(),
         body: head.body_start()..frame.len(),
         body_len: head.body_len as usize,
-        by_ref: by_ref(
-            wire::request_is_by_ref(frame),
-            frame,
-            head.body_start(),
-            head.body_len,
-        ),
+        by_ref,
+        gather,
     })
 }
 
-/// The descriptor of a head already checked by its `read` (which accepted it).
-fn by_ref(flagged: bool, frame: &[u8], at: usize, body_len: u32) -> Option<Descriptor> {
-    flagged
-        .then(|| Descriptor::read(&frame[at..], body_len).ok())
-        .flatten()
+/// The descriptor, or the gather list and its summary, of a body by reference
+/// whose head its `read` already checked (and accepted).
+fn by_ref(
+    by_ref: bool,
+    gather: bool,
+    rest: &[u8],
+    body_len: u32,
+) -> (Option<Descriptor>, Option<Gather>) {
+    if gather {
+        let g = Gather::read(rest, body_len).ok();
+        return (g.as_ref().map(Gather::summary), g);
+    }
+    let d = by_ref.then(|| Descriptor::read(rest, body_len).ok());
+    (d.flatten(), None)
 }
 
 /// Writes an OK `RESP` head and the response `metadata` for a body of `body_len`
@@ -372,22 +386,17 @@ pub fn read_response(frame: &[u8]) -> Result<ResponseStart, Status> {
             Outcome::Status(s)
         }
     };
-    let gather = wire::response_is_gather(frame)
-        .then(|| Gather::read(&frame[head.body_start()..], head.body_len).ok())
-        .flatten();
+    let (by_ref, gather) = by_ref(
+        wire::response_is_by_ref(frame),
+        wire::response_is_gather(frame),
+        &frame[head.body_start()..],
+        head.body_len,
+    );
     Ok(ResponseStart {
         outcome,
         body: head.body_start()..frame.len(),
         body_len: head.body_len as usize,
-        by_ref: match &gather {
-            Some(g) => Some(g.summary()),
-            None => by_ref(
-                wire::response_is_by_ref(frame),
-                frame,
-                head.body_start(),
-                head.body_len,
-            ),
-        },
+        by_ref,
         gather,
     })
 }

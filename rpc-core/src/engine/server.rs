@@ -649,7 +649,7 @@ impl ServerConn {
         self.reads.push_back(ReadOp {
             id,
             desc,
-            gather: None,
+            gather: start.gather,
             head_len: start.body.start,
         });
         None

@@ -145,8 +145,8 @@
 //! * bit 6, [`BY_REF`] (both heads, RC only): the body is not inline; in its place
 //!   the frame carries a [`Descriptor`] (below). A UD receiver treats it as any
 //!   unknown flag (malformed): UD keeps one datagram per message.
-//! * bit 7, [`GATHER`] (`RESP` only, always with `BY_REF`): in place of the
-//!   descriptor, a gather list (below). Without `BY_REF`, or on a `REQ`, malformed.
+//! * bit 7, [`GATHER`] (both heads, always with `BY_REF`): in place of the
+//!   descriptor, a gather list (below). Without `BY_REF`, malformed.
 //!
 //! # Large messages by reference (RC, "rendezvous")
 //!
@@ -179,7 +179,7 @@
 //! hardware fails it (`REM_ACCESS_ERR`), which puts both QPs in error: the connection
 //! ends, its calls end `UNAVAILABLE`, other connections are untouched.
 //!
-//! **Gather lists** (a `RESP` flagged [`BY_REF`] | [`GATHER`]): the bytes after the
+//! **Gather lists** (a `REQ` or `RESP` flagged [`BY_REF`] | [`GATHER`]): the bytes after the
 //! metadata are a list of inline runs and references, [`super::gather`]'s layout,
 //! which in order are the body (at most [`super::gather::MAX_GATHER_PARTS`] parts,
 //! each at least a byte, summing to `body_len`, at least one reference, filling the
@@ -205,9 +205,18 @@
 //! read pool grants no remote access at all and such responses are copied as
 //! before), and the region is held (`SharedRegion`, found by address in the pool's
 //! list of regions shared as `Bytes`) until the windows' invalidations after the
-//! `RDONE` completed, whatever the handler dropped. Requests and stream messages
-//! are still encoded into a lend region (single descriptor): see
-//! `docs/large-messages.md` for what is not done.
+//! `RDONE` completed, whatever the handler dropped.
+//!
+//! A client sends a `REQ` as a list only to a server that granted
+//! `GATHER_REQUESTS` (bit 7), and only on the soft provider: when the request's
+//! encoding holds `Bytes` chunks of at least `MIN_REF_BYTES` (prost's `bytes::Bytes`
+//! fields, which the encoder sees whole) and the rest fits `MAX_INLINE_BYTES`, each
+//! chunk is registered where it lies, REMOTE_READ only, as its own region of
+//! exactly its bytes (`ProtectionDomain::register_bytes`), and deregistered at the
+//! `REQ`'s answer or the connection's end; the registration holds the chunk alive
+//! meanwhile. The server reads it as a single descriptor's request: the head
+//! first, then the parts in place, one region. Stream messages are still encoded
+//! into a lend region (single descriptor): see `docs/large-messages.md`.
 //!
 //! **Stream messages** (both directions, same threshold and condition): a `MSG`
 //! whose `total` has bit 31 ([`MSG_RENDEZVOUS`]) set carries, after its 8-byte head
@@ -660,7 +669,7 @@ impl RequestHead {
             .get(..REQUEST_HEAD_LEN)
             .ok_or(Malformed("request frame shorter than its head"))?;
         let flags = b[REQ_FLAGS_AT];
-        if flags & !(STREAM_FLAG | REQ_WANT_CREDIT | BY_REF) != 0 {
+        if flags & !(STREAM_FLAG | REQ_WANT_CREDIT | BY_REF | GATHER) != 0 {
             return Err(Malformed("request head with flags this side does not know"));
         }
         let timeout = u64::from_be_bytes(b[4..12].try_into().expect("8 bytes"));
@@ -825,6 +834,11 @@ pub fn set_request_by_ref(out: &mut [u8]) {
 /// Whether a `REQ` frame carries its body by reference.
 pub fn request_is_by_ref(frame: &[u8]) -> bool {
     frame.get(REQ_FLAGS_AT).is_some_and(|f| f & BY_REF != 0)
+}
+
+/// Whether a `REQ` frame carries its body as a gather list.
+pub fn request_is_gather(frame: &[u8]) -> bool {
+    frame.get(REQ_FLAGS_AT).is_some_and(|f| f & GATHER != 0)
 }
 
 /// Marks a written `RESP` head as carrying its body by reference.

@@ -26,9 +26,15 @@ impl Capabilities {
     /// (inline runs and references, [`crate::engine::gather`]), so its peer may lend
     /// bytes where they lie instead of copying them into one region.
     pub const GATHER_LISTS: Capabilities = Capabilities(1 << 6);
+    /// With [`Capabilities::RDMA_READ`]: the server reads requests sent as gather
+    /// lists, so a client may lend a request's large `Bytes` where they lie.
+    pub const GATHER_REQUESTS: Capabilities = Capabilities(1 << 7);
     /// What this build implements.
     pub const SUPPORTED: Capabilities = Capabilities(
-        Capabilities::CREDIT_WINDOWS.0 | Capabilities::RDMA_READ.0 | Capabilities::GATHER_LISTS.0,
+        Capabilities::CREDIT_WINDOWS.0
+            | Capabilities::RDMA_READ.0
+            | Capabilities::GATHER_LISTS.0
+            | Capabilities::GATHER_REQUESTS.0,
     );
 
     /// The set with these bits, known or not.

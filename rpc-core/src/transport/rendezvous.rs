@@ -6,9 +6,12 @@
 use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
 
-use rpc_transport::msg::{Piece, PoolStats, ReadError, Reader, RegionPool, WeakRegionPool};
+use rpc_transport::msg::{
+    GatherPart, Gathered, Keep, Piece, PoolStats, ReadError, Reader, RegionPool, WeakRegionPool,
+};
 
 use crate::engine::gather::{self, Gather, MAX_GATHER_PARTS};
+use crate::engine::wire::Descriptor;
 
 use crate::status::Status;
 use crate::transport::lock;
@@ -80,8 +83,10 @@ impl std::fmt::Debug for RendezvousStats {
 }
 
 /// Queues the Reads of a body sent as a gather list: its references read into
-/// their places and its inline runs copied, all in one region.
-pub(crate) fn start_gather(reader: &mut Reader, tag: u32, g: &Gather) {
+/// their places and its inline runs copied, all in one region, after `head` (a
+/// request's head, path and metadata, so that they share the buffer; empty for a
+/// response).
+pub(crate) fn start_gather(reader: &mut Reader, tag: u32, head: &[u8], g: &Gather) {
     let mut pieces = [Piece::Inline(&[]); MAX_GATHER_PARTS];
     let mut n = 0;
     for p in g.pieces() {
@@ -95,7 +100,38 @@ pub(crate) fn start_gather(reader: &mut Reader, tag: u32, g: &Gather) {
         };
         n += 1;
     }
-    reader.start_pieces(tag, &[], &pieces[..n]);
+    reader.start_pieces(tag, head, &pieces[..n]);
+}
+
+/// Bytes the gather list of `g` takes in a frame (`engine::gather`'s layout).
+pub(crate) fn gathered_len(g: &Gathered) -> usize {
+    2 + g
+        .parts
+        .iter()
+        .map(|p| match p {
+            GatherPart::Inline(r) => 4 + r.len(),
+            GatherPart::Ref { .. } => 16,
+        })
+        .sum::<usize>()
+}
+
+/// The list's pieces, each reference under the key `rkey` gives it (called once
+/// per reference, in order).
+pub(crate) fn gathered_pieces(
+    g: &Gathered,
+    mut rkey: impl FnMut(&Keep) -> u32,
+) -> Vec<gather::Piece<'_>> {
+    g.parts
+        .iter()
+        .map(|p| match p {
+            GatherPart::Inline(r) => gather::Piece::Inline(&g.inline[r.clone()]),
+            GatherPart::Ref { region, addr, len } => gather::Piece::Ref(Descriptor {
+                addr: *addr,
+                rkey: rkey(region),
+                len: *len as u32,
+            }),
+        })
+        .collect()
 }
 
 /// The status a call ends with when the pool refused its body (larger than the

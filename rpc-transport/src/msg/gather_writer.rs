@@ -3,14 +3,17 @@
 //! received and echoed, forwarded, or sliced) are referenced where they lie; the
 //! rest (tags, lengths, short fields) is copied into inline runs. prost writes a
 //! `Bytes` field with `BufMut::put` and everything else with `put_slice`, so a
-//! writer that overrides both sees every chunk's address. rpc-core's
+//! writer that overrides both sees every chunk's address, and through `put` can
+//! hold a `Bytes` chunk itself: a client lends its request's `Bytes` fields where
+//! they lie ([`BytesLender`]), registered for the server's Read. rpc-core's
 //! `engine::gather` has the wire layout, `docs/large-messages.md` ("Lending received
 //! bytes where they lie") the rules.
 
 use bytes::buf::UninitSlice;
-use bytes::{Buf, BufMut};
+use bytes::{Buf, BufMut, Bytes};
 
-use super::region_pool::SharedRegion;
+use super::region_pool::{RegionPool, SharedRegion};
+use crate::pd::{LentBytes, ProtectionDomain};
 
 /// Chunks shorter than this are copied even when they lie in registered memory: a
 /// reference costs a Read WR and a window bind, which a short copy beats.
@@ -19,6 +22,48 @@ pub const MIN_REF_BYTES: usize = 16 * 1024;
 /// and metadata); a message with more is copied whole as before.
 pub const MAX_INLINE_BYTES: usize = 1024;
 
+/// What a reference holds until the peer has read it.
+#[derive(Debug)]
+pub enum Keep {
+    /// A region of a read pool that received the bytes (a server's echo).
+    Pool(SharedRegion),
+    /// The application's bytes, registered where they lie (a client's request).
+    Bytes(LentBytes),
+}
+
+/// Where a [`GatherWriter`] may reference a chunk instead of copying it.
+pub trait Lender {
+    /// `chunk`, if it lies in memory already registered.
+    fn find(&self, chunk: &[u8]) -> Option<Keep>;
+    /// A chunk the message holds as `Bytes` (prost's `bytes::Bytes` fields): by
+    /// default as [`Lender::find`]; a lender may register it where it lies.
+    fn capture(&self, chunk: Bytes) -> Option<Keep> {
+        self.find(&chunk)
+    }
+}
+
+/// Bytes received into the pool and shared as `Bytes` (a server's echo).
+impl Lender for RegionPool {
+    fn find(&self, chunk: &[u8]) -> Option<Keep> {
+        self.shared_containing(chunk).map(Keep::Pool)
+    }
+}
+
+/// Registers every `Bytes` chunk where it lies, readable until the list drops: for
+/// the soft provider, whose registration is a key-table entry. (On a NIC a
+/// registration pins pages and costs about a copy; the copy stays the path there.)
+pub struct BytesLender<'a>(pub &'a ProtectionDomain);
+
+impl Lender for BytesLender<'_> {
+    fn find(&self, _chunk: &[u8]) -> Option<Keep> {
+        None
+    }
+
+    fn capture(&self, chunk: Bytes) -> Option<Keep> {
+        self.0.register_bytes(chunk).ok().map(Keep::Bytes)
+    }
+}
+
 /// One part of a gathered body.
 #[derive(Debug)]
 pub enum GatherPart {
@@ -26,8 +71,8 @@ pub enum GatherPart {
     Inline(std::ops::Range<usize>),
     /// `len` bytes at `addr`, inside `region` (held until the peer read them).
     Ref {
-        /// The region they lie in, held until dropped.
-        region: SharedRegion,
+        /// What they lie in, held until dropped.
+        region: Keep,
         /// Address of the first byte.
         addr: u64,
         /// Bytes.
@@ -47,7 +92,7 @@ pub struct Gathered {
 /// The `BufMut` a message encodes into to be gathered. Its methods are prost's
 /// business; build one only through the transport.
 pub struct GatherWriter<'a> {
-    find: &'a dyn Fn(&[u8]) -> Option<SharedRegion>,
+    lender: &'a dyn Lender,
     max_parts: usize,
     inline: Vec<u8>,
     run_start: usize,
@@ -57,11 +102,11 @@ pub struct GatherWriter<'a> {
 }
 
 impl<'a> GatherWriter<'a> {
-    /// A writer that references chunks `find` locates in registered memory, for a
-    /// list of at most `max_parts` parts.
-    pub fn new(find: &'a dyn Fn(&[u8]) -> Option<SharedRegion>, max_parts: usize) -> Self {
+    /// A writer that references the chunks `lender` finds or registers, for a list
+    /// of at most `max_parts` parts.
+    pub fn new(lender: &'a dyn Lender, max_parts: usize) -> Self {
         GatherWriter {
-            find,
+            lender,
             max_parts,
             inline: Vec::new(),
             run_start: 0,
@@ -83,17 +128,36 @@ impl<'a> GatherWriter<'a> {
             return;
         }
         if chunk.len() >= MIN_REF_BYTES {
-            if let Some(region) = (self.find)(chunk) {
-                self.close_run();
-                self.parts.push(GatherPart::Ref {
-                    region,
-                    addr: chunk.as_ptr() as u64,
-                    len: chunk.len(),
-                });
-                self.spilled |= self.parts.len() > self.max_parts;
-                return;
+            if let Some(region) = self.lender.find(chunk) {
+                return self.reference(region, chunk);
             }
         }
+        self.copy(chunk);
+    }
+
+    /// As `take`, for a chunk held as `Bytes`, which the lender may register.
+    fn take_owned(&mut self, chunk: Bytes) {
+        if self.spilled {
+            return;
+        }
+        let lent = self.lender.capture(chunk.clone());
+        match lent {
+            Some(region) => self.reference(region, &chunk),
+            None => self.copy(&chunk),
+        }
+    }
+
+    fn reference(&mut self, region: Keep, chunk: &[u8]) {
+        self.close_run();
+        self.parts.push(GatherPart::Ref {
+            region,
+            addr: chunk.as_ptr() as u64,
+            len: chunk.len(),
+        });
+        self.spilled |= self.parts.len() > self.max_parts;
+    }
+
+    fn copy(&mut self, chunk: &[u8]) {
         if self.inline.len() + chunk.len() > MAX_INLINE_BYTES {
             self.spilled = true;
             return;
@@ -140,6 +204,17 @@ unsafe impl BufMut for GatherWriter<'_> {
     where
         Self: Sized,
     {
+        let n = src.remaining();
+        if n >= MIN_REF_BYTES && src.chunk().len() == n {
+            // prost puts a `Bytes` field whole; `copy_to_bytes` of a `Bytes` is a
+            // shared handle, not a copy (same address), which the lender may keep.
+            let at = src.chunk().as_ptr();
+            let owned = src.copy_to_bytes(n);
+            if owned.as_ptr() == at {
+                return self.take_owned(owned);
+            }
+            return self.take(&owned);
+        }
         while src.has_remaining() {
             let n = src.chunk().len();
             self.take(src.chunk());
@@ -176,8 +251,7 @@ mod tests {
         let pool = RegionPool::new(&dev.alloc_pd().expect("pd"), 16 * GRAIN);
         let body: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
         let received = shared(&pool, &body);
-        let find = |b: &[u8]| pool.shared_containing(b);
-        let mut w = GatherWriter::new(&find, 16);
+        let mut w = GatherWriter::new(&pool, 16);
         w.put_slice(b"\x0a");
         w.put_u8(0x80);
         w.put(received.slice(10..MIN_REF_BYTES + 10));
@@ -185,7 +259,7 @@ mod tests {
         let g = w.finish();
         assert!(g.is_none(), "16 KiB of copies do not fit inline: {g:?}");
 
-        let mut w = GatherWriter::new(&find, 16);
+        let mut w = GatherWriter::new(&pool, 16);
         w.put_slice(b"\x0a\x80");
         w.put(received.slice(10..MIN_REF_BYTES + 10));
         w.put(received.slice(0..100)); // too short to reference
@@ -226,15 +300,43 @@ mod tests {
         let dev = Device::open_soft(crate::SoftConfig::default()).expect("soft device");
         let pool = RegionPool::new(&dev.alloc_pd().expect("pd"), 16 * GRAIN);
         let received = shared(&pool, &vec![1u8; 4 * MIN_REF_BYTES]);
-        let find = |b: &[u8]| pool.shared_containing(b);
-        let mut w = GatherWriter::new(&find, 3);
+        let mut w = GatherWriter::new(&pool, 3);
         for i in 0..3 {
             w.put_u8(i);
             w.put(received.slice(..MIN_REF_BYTES));
         }
         assert!(w.finish().is_none(), "6 parts of at most 3");
-        let mut w = GatherWriter::new(&find, 3);
+        let mut w = GatherWriter::new(&pool, 3);
         w.put_slice(b"abc");
         assert!(w.finish().is_none(), "nothing referenced");
+    }
+
+    #[test]
+    fn a_bytes_lender_registers_bytes_chunks_where_they_lie_and_copies_slices() {
+        let dev = Device::open_soft(crate::SoftConfig::default()).expect("soft device");
+        let pd = dev.alloc_pd().expect("pd");
+        let lender = BytesLender(&pd);
+        let payload = Bytes::from(vec![9u8; 3 * MIN_REF_BYTES]);
+        let mut w = GatherWriter::new(&lender, 16);
+        w.put_slice(b"\x0a\x80\x80\x03");
+        w.put(payload.clone());
+        let g = w.finish().expect("a list");
+        assert_eq!(g.inline, b"\x0a\x80\x80\x03");
+        let GatherPart::Ref {
+            region: Keep::Bytes(lent),
+            addr,
+            len,
+        } = &g.parts[1]
+        else {
+            panic!("not lent in place: {:?}", g.parts)
+        };
+        assert_eq!((*addr, *len), (payload.as_ptr() as u64, payload.len()));
+        assert_eq!((lent.addr(), lent.len()), (*addr, *len));
+
+        // The same bytes as a slice (a `Vec<u8>` field) cannot be kept: copied, and
+        // too long to travel inline.
+        let mut w = GatherWriter::new(&lender, 16);
+        w.put_slice(&payload);
+        assert!(w.finish().is_none());
     }
 }

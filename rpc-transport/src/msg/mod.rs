@@ -33,6 +33,8 @@ pub mod handshake;
 #[cfg(test)]
 mod header_tests;
 mod imm_mode;
+#[cfg(test)]
+mod lent_bytes_tests;
 mod one_read;
 mod reader;
 #[cfg(test)]
@@ -44,7 +46,9 @@ mod send_ring;
 mod tests;
 mod ud_ring;
 
-pub use gather_writer::{GatherPart, GatherWriter, Gathered, MAX_INLINE_BYTES, MIN_REF_BYTES};
+pub use gather_writer::{
+    BytesLender, GatherPart, GatherWriter, Gathered, Keep, Lender, MAX_INLINE_BYTES, MIN_REF_BYTES,
+};
 pub use handshake::Envelope;
 pub use imm_mode::{ImmMode, IMM_HEADER_LEN};
 pub use one_read::OneRead;

@@ -59,8 +59,9 @@ pub struct PoolStats {
     pub waiting: usize,
     /// Registrations made since creation (a steady workload stops adding to it).
     pub registrations: u64,
-    /// Bytes of regions shared as [`Bytes`] that were lent to a peer where they lie
-    /// (a body sent on without being copied), since creation.
+    /// Bytes lent to a peer where they lie, since creation: of regions shared as
+    /// [`Bytes`] (a body received and sent on without a copy), or, in a client's
+    /// lend pool, of requests' `Bytes` lent instead of encoded into a region.
     pub lent_in_place: u64,
 }
 
@@ -181,6 +182,12 @@ impl RegionPool {
     /// The byte limit.
     pub fn limit(&self) -> usize {
         self.inner.limit
+    }
+
+    /// Counts `len` bytes lent where they lie in place of a region of this pool
+    /// ([`PoolStats::lent_in_place`]).
+    pub fn record_lent_in_place(&self, len: usize) {
+        lock(&self.inner.state).lent_in_place += len as u64;
     }
 
     /// What the pool holds now.

@@ -111,9 +111,14 @@ impl Pair {
 
     /// A call whose request body goes by reference at `addr`.
     fn call_by_ref(&mut self, tag: u64, addr: u64, body: Vec<u8>) -> u32 {
-        assert!(self.c.request_by_ref(body.len()));
-        assert!(self.c.reserve());
         let desc = self.client_lent.lend(addr, body);
+        self.start_by_ref(tag, ByRef::One(desc))
+    }
+
+    /// A call whose request body is lent as `body` (a descriptor or a list).
+    fn start_by_ref(&mut self, tag: u64, body: ByRef<'_>) -> u32 {
+        assert!(self.c.request_by_ref(body.body_len()));
+        assert!(self.c.reserve());
         let md = MetadataMap::new();
         let mut out = vec![0u8; FRAME];
         let (id, t) = self
@@ -122,7 +127,7 @@ impl Pair {
                 self.now,
                 tag,
                 &CallHead::new("/p.S/M", &md, None),
-                desc,
+                body,
                 &mut out,
             )
             .unwrap();
@@ -141,7 +146,11 @@ impl Pair {
             }
             while let Some(op) = self.s.poll_read() {
                 moved = true;
-                let r = self.client_lent.read(op.desc).map(|b| prefixed(&op, b));
+                let r = match &op.gather {
+                    Some(g) => self.client_lent.gather(g),
+                    None => self.client_lent.read(op.desc),
+                }
+                .map(|b| prefixed(&op, b));
                 self.incoming.extend(self.s.handle_read_done(op.id, r));
             }
             while let Some(t) = self.s.poll_transmit(&mut out) {
@@ -493,6 +502,58 @@ fn a_response_as_a_gather_list_is_placed_in_order_and_released_by_its_rdone() {
         "one RDONE releases the list"
     );
     assert_eq!(p.c.stats().malformed + p.s.stats().malformed, 0);
+}
+
+#[test]
+fn a_request_as_a_gather_list_is_placed_after_its_head_and_released_by_the_answer() {
+    let mut p = Pair::new();
+    // A client lending its request's `Bytes` field where it lies, the protobuf
+    // framing inline before it.
+    let field = pattern(50_000, 3);
+    let lent = p.client_lent.lend(0x7000_0000, field.clone());
+    let pieces = [Piece::Inline(b"\x0a\xd0\x86\x03"), Piece::Ref(lent)];
+    let id = p.start_by_ref(4, ByRef::Gather(&pieces));
+    p.run();
+    let inc = p.incoming.pop().expect("dispatched after the Reads");
+    let RequestBody::Shared(b) = &inc.bytes else {
+        panic!("read by reference")
+    };
+    let mut expected = b"\x0a\xd0\x86\x03".to_vec();
+    expected.extend_from_slice(&field);
+    assert!(b[inc.body.clone()] == expected[..], "placed in order");
+    assert!(p.released_by_client().is_empty(), "lent until the answer");
+    let mut out = vec![0u8; FRAME];
+    let md = MetadataMap::new();
+    let t = p.s.respond(id, Ok((&md, &Raw(b"ok".to_vec()))), &mut out);
+    Pair::sent(&mut p.to_client, &out, t.expect("running"));
+    p.run();
+    assert_eq!(p.released_by_client(), vec![id], "the RESP released it");
+    assert!(p.done.pop().expect("completed").result.is_ok());
+    assert_eq!(p.c.stats().malformed + p.s.stats().malformed, 0);
+}
+
+#[test]
+fn a_request_gather_reference_outside_what_was_lent_ends_the_call_and_releases_it() {
+    let mut p = Pair::new();
+    let lent = p.client_lent.lend(0x7000_0000, pattern(50_000, 3));
+    let beyond = Descriptor {
+        addr: lent.addr + 40_000,
+        len: 20_000, // 10,000 bytes past what was lent
+        ..lent
+    };
+    let id = p.start_by_ref(
+        4,
+        ByRef::Gather(&[Piece::Inline(b"ab"), Piece::Ref(beyond)]),
+    );
+    p.run();
+    assert!(p.incoming.is_empty(), "nothing dispatched");
+    let e = p.done.pop().expect("answered").result.expect_err("failed");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert_eq!(
+        p.released_by_client(),
+        vec![id],
+        "answered: never read again"
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ use tower::{Service, ServiceExt};
 use super::conn::Conn;
 use super::conn::Dial;
 use super::handle::Handle;
+use super::link::Lend;
 use super::reap::{reap_until_reply, ReplyReceiver};
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::CallHead;
@@ -175,10 +176,20 @@ impl<L: Dial> LinkChannel<L> {
         // free and nobody waits, else awaited in line (the reservation is kept).
         // Read without the lock: a small call pays one comparison.
         let ticket = match conn.by_ref_above {
-            Some(t) if Message::encoded_len(&call.message) > t => conn
-                .lock()
-                .link
-                .region_for(Message::encoded_len(&call.message)),
+            Some(t) if Message::encoded_len(&call.message) > t => {
+                // Its large `Bytes` lent where they lie, if it can: no region, no copy.
+                if let Some(g) = conn.in_place.as_ref().and_then(|p| {
+                    p.gather(
+                        &CallHead::new(call.path, &call.metadata, None),
+                        &call.message,
+                    )
+                }) {
+                    return self.begin(conn, call, Some(Ok(Lend::InPlace(g))), retry);
+                }
+                conn.lock()
+                    .link
+                    .region_for(Message::encoded_len(&call.message))
+            }
             _ => None,
         };
         let region = match ticket {
@@ -189,7 +200,7 @@ impl<L: Dial> LinkChannel<L> {
                 return Box::pin(async move { Err(s) });
             }
             Some(Ok(mut ticket)) => match ticket.try_take() {
-                Some(r) => Some(r),
+                Some(r) => Some(r.map(Lend::Region)),
                 None => {
                     // Regions come back when their windows' invalidations are
                     // reaped (`lend_windows`): someone must reap them.
@@ -197,7 +208,7 @@ impl<L: Dial> LinkChannel<L> {
                     let mut this = self.clone();
                     return Box::pin(async move {
                         let mut parked = Parked(Some(conn));
-                        let region = ticket.await;
+                        let region = ticket.await.map(Lend::Region);
                         let conn = parked.0.take().expect("held until the region came");
                         this.begin(conn, call, Some(region), retry).await
                     });
@@ -213,7 +224,7 @@ impl<L: Dial> LinkChannel<L> {
         &mut self,
         conn: Arc<Conn<L>>,
         call: OutgoingCall<M>,
-        region: Option<rpc_transport::Result<rpc_transport::msg::PooledRegion>>,
+        region: Option<rpc_transport::Result<Lend>>,
         retry: bool,
     ) -> BoxFuture<IncomingReply>
     where

@@ -10,7 +10,7 @@ use rpc_transport::msg::RecvPool;
 use rpc_transport::{CompletionQueue, WorkCompletion};
 use tokio::net::TcpStream;
 
-use super::link::{EncodedBody, Link, NewCall, Signals};
+use super::link::{EncodedBody, InPlace, Lend, Link, NewCall, Signals};
 use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
 use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter, Kicks};
@@ -46,6 +46,8 @@ pub(crate) struct Conn<L> {
     /// Request bodies longer than this go by reference (`None`: never), read
     /// without the lock so that a small call pays one comparison.
     pub(crate) by_ref_above: Option<usize>,
+    /// Such bodies may be lent where their `Bytes` lie (`in_place`).
+    pub(crate) in_place: Option<InPlace>,
 }
 
 impl<L: Link> Conn<L> {
@@ -61,8 +63,10 @@ impl<L: Link> Conn<L> {
         tcp: TcpStream,
     ) -> Arc<Conn<L>> {
         let by_ref_above = link.by_ref_above();
+        let in_place = link.in_place();
         let conn = Arc::new(Conn {
             by_ref_above,
+            in_place,
             state: Mutex::new(State { link, armed: None }),
             sig,
             pool,
@@ -132,12 +136,15 @@ impl<L: Link> Conn<L> {
         reply: super::ReplySender,
         head: crate::engine::CallHead<'_>,
         body: &dyn crate::server::EncodeMessage,
-        region: Option<rpc_transport::msg::PooledRegion>,
+        lend: Option<Lend>,
     ) -> Result<(u32, bool), Status> {
-        let region = region.map(|mut region| {
-            let len = body.encoded_len();
-            body.encode_to(&mut region.buf_mut()[..len]);
-            EncodedBody { region, len }
+        let region = lend.map(|lend| match lend {
+            Lend::Region(mut region) => {
+                let len = body.encoded_len();
+                body.encode_to(&mut region.buf_mut()[..len]);
+                EncodedBody::Region { region, len }
+            }
+            Lend::InPlace(g) => EncodedBody::InPlace(g),
         });
         let mut st = self.lock();
         let call = NewCall {

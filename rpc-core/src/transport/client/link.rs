@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use rpc_transport::msg::{PooledRegion, RecvPool, Ticket};
+use rpc_transport::msg::{Gathered, PooledRegion, RecvPool, Ticket};
 use rpc_transport::WorkCompletion;
 use tokio::sync::Notify;
 
@@ -71,6 +71,8 @@ impl SlotPromises {
     }
 }
 
+pub(crate) use super::in_place::InPlace;
+
 /// A call to start on a reservation.
 pub(crate) struct NewCall<'a> {
     /// Where its reply goes.
@@ -82,11 +84,24 @@ pub(crate) struct NewCall<'a> {
     pub(crate) region: Option<EncodedBody>,
 }
 
-/// A request body encoded into a pooled region (outside the connection's lock).
-pub(crate) struct EncodedBody {
-    pub(crate) region: PooledRegion,
-    /// Bytes of the region the body fills.
-    pub(crate) len: usize,
+/// How a request body goes by reference, chosen before the connection's lock.
+pub(crate) enum Lend {
+    /// Encoded into this region of the connection's lend pool.
+    Region(PooledRegion),
+    /// Its large `Bytes` where they lie (`in_place`).
+    InPlace(Gathered),
+}
+
+/// A request body made ready to lend outside the connection's lock.
+pub(crate) enum EncodedBody {
+    /// Encoded into a pooled region.
+    Region {
+        region: PooledRegion,
+        /// Bytes of the region the body fills.
+        len: usize,
+    },
+    /// Its large `Bytes` lent where they lie, the rest inline (`lend_in_place`).
+    InPlace(Gathered),
 }
 
 /// One transport's connection state under the connection's lock: its engine (RC
@@ -123,6 +138,12 @@ pub(crate) trait Link: Send + Sized + 'static {
     /// The threshold above which [`Link::region_for`] may give a region (`None`:
     /// never), fixed for the connection's life.
     fn by_ref_above(&self) -> Option<usize> {
+        None
+    }
+
+    /// Whether request bodies may be lent where their `Bytes` lie, and how
+    /// (`lend_in_place`); fixed for the connection's life.
+    fn in_place(&self) -> Option<InPlace> {
         None
     }
 

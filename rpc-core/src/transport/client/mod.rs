@@ -19,6 +19,7 @@ mod channel;
 mod conn;
 mod dial;
 mod handle;
+mod in_place;
 mod link;
 pub(crate) mod rc;
 mod reap;

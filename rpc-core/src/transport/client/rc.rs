@@ -10,26 +10,31 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rpc_transport::msg::{
-    handshake, PooledRegion, Reader, RecvPool, RecvTarget, RegionPool, SendRing, Ticket,
+    handshake, GatherPart, Gathered, Keep, PooledRegion, Reader, RecvPool, RecvTarget, RegionPool,
+    SendRing, SendSlot, Ticket,
 };
 use rpc_transport::{
-    AccessFlags, DeviceCaps, ProtectionDomain, QpCap, QpInitAttr, QpType, WcOpcode, WorkCompletion,
+    AccessFlags, DeviceCaps, Fabric, ProtectionDomain, QpCap, QpInitAttr, QpType, WcOpcode,
+    WorkCompletion,
 };
 
 use super::conn::{Conn, Dial};
 use super::dial::{dial, shared_device};
-use super::link::{Link, NewCall, Signals, SlotPromises};
+use super::link::{EncodedBody, InPlace, Link, NewCall, Signals, SlotPromises};
 use super::stream_shared::StreamShared;
 use super::{deliver, ReplySender};
+use crate::engine::gather::ByRef;
 use crate::engine::wire::{Descriptor, SERVER_CREDITS};
-use crate::engine::MIN_FRAME;
 use crate::engine::{ClientConfig, ClientConn, OnDemand, Reply};
+use crate::engine::{Transmit, MIN_FRAME};
 use crate::handshake::{check_rc, device, Capabilities, ClientHello, HandshakeError, RcAsk};
 use crate::id_map::IdMap;
 use crate::status::Status;
 use crate::transport::endpoint::Endpoint;
 use crate::transport::lend_windows::{lend_access, LendRefusal, LendWindows, Lent, WINDOW_WRS};
-use crate::transport::rendezvous::{pool_refusal, read_failed, waker, READ_WRS, UNKNOWN_MAX_READ};
+use crate::transport::rendezvous::{
+    gathered_pieces, pool_refusal, read_failed, waker, READ_WRS, UNKNOWN_MAX_READ,
+};
 use crate::transport::Error;
 
 /// Calls open on a connection above which a new request is left for the driver to
@@ -75,6 +80,10 @@ struct Rendezvous {
     reader: Reader,
     /// Request regions lent, by call id, until the `REQ`'s answer.
     lent: IdMap<u32, Lent>,
+    /// Request `Bytes` lent where they lie (`in_place`), by call id, likewise.
+    lent_in_place: IdMap<u32, Gathered>,
+    /// Whether requests may be lent so (soft provider, `GATHER_REQUESTS` granted).
+    in_place: Option<InPlace>,
     /// Stream message regions lent, by address, until the server's `RDONE`.
     lent_msgs: IdMap<u64, Lent>,
     /// What exposes the regions lent to the server (a window per body, or none).
@@ -200,6 +209,10 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
             lend_pool,
             reader: Reader::new(qp.clone(), read_pool, piece, READ_WRS),
             lent: IdMap::default(),
+            lent_in_place: IdMap::default(),
+            in_place: (caps.fabric == Fabric::Soft
+                && grant.capabilities.contains(Capabilities::GATHER_REQUESTS))
+            .then(|| InPlace::new(pd.clone(), frame)),
             lent_msgs: IdMap::default(),
             windows: LendWindows::new(qp.clone(), windows).with_room(window_wrs),
             waker: waker(move || kick.kick.notify_one()),
@@ -324,6 +337,7 @@ impl RcLink {
             if let Some(l) = rdv.lent.remove(&id) {
                 unlent = unlent.and(rdv.windows.release(l));
             }
+            rdv.lent_in_place.remove(&id);
         }
         while let Some(addr) = self.engine.poll_released_message() {
             if let Some(l) = rdv.lent_msgs.remove(&addr) {
@@ -335,7 +349,9 @@ impl RcLink {
         }
         while let Some(op) = self.engine.poll_read() {
             match &op.gather {
-                Some(g) => crate::transport::rendezvous::start_gather(&mut rdv.reader, op.id, g),
+                Some(g) => {
+                    crate::transport::rendezvous::start_gather(&mut rdv.reader, op.id, &[], g)
+                }
                 None => {
                     let d = op.desc;
                     rdv.reader.start(op.id, d.addr, d.rkey, d.len, &[]);
@@ -474,6 +490,10 @@ impl Link for RcLink {
         self.rdv.as_ref().and(self.engine.rendezvous())
     }
 
+    fn in_place(&self) -> Option<InPlace> {
+        self.rdv.as_ref().and_then(|r| r.in_place.clone())
+    }
+
     fn region_for(&self, body_len: usize) -> Option<Result<Ticket, Status>> {
         let rdv = self.rdv.as_ref()?;
         if !self.engine.request_by_ref(body_len) {
@@ -496,9 +516,17 @@ impl Link for RcLink {
         // nothing else when a call starts.
         let now = call.head.timeout.map(|_| Instant::now());
         let clock = OnDemand(|| now.unwrap_or_else(Instant::now));
+        let region = match call.region {
+            Some(EncodedBody::InPlace(g)) => {
+                let started = self.start_in_place(clock, call.reply, &call.head, g, &slot);
+                return self.post_started(sig, slot, started, now, call.head.timeout);
+            }
+            Some(EncodedBody::Region { region, len }) => Some((region, len)),
+            None => None,
+        };
         // The window first, posted ahead of the `REQ` that names it.
-        let lent = match call.region {
-            Some(encoded) if self.rdv.is_some() => match self.lend(encoded.region, encoded.len) {
+        let lent = match region {
+            Some((region, len)) if self.rdv.is_some() => match self.lend(region, len) {
                 Ok(Ok(lent)) => Some(lent),
                 // No window WR may be posted now: the body goes in fragments.
                 Ok(Err(_region)) => None,
@@ -517,7 +545,7 @@ impl Link for RcLink {
                     clock,
                     call.reply,
                     &call.head,
-                    desc,
+                    ByRef::One(desc),
                     self.ring.buf(&slot),
                 );
                 match (&r, &mut self.rdv) {
@@ -536,32 +564,7 @@ impl Link for RcLink {
                 self.ring.buf(&slot),
             ),
         };
-        let (id, t) = match started {
-            Ok(started) => started,
-            Err(s) => {
-                self.ring.release(slot);
-                return Err(s);
-            }
-        };
-        if self.engine.calls() > HOLD_ABOVE || self.ring.holds() {
-            // Many calls in flight: the driver is busy with their replies and will
-            // post this request with the others of the burst, one doorbell (one
-            // `send` on the soft provider) for all, instead of one per caller.
-            // The first held request of a burst kicks the driver; until it posts
-            // them, later ones just join the list.
-            if !self.ring.holds() {
-                sig.kick.notify_one();
-            }
-            self.ring.hold(slot, t.len, t.imm);
-        } else if let Err(e) = self.ring.post(slot, t.len, t.imm) {
-            let status = Status::unavailable(format!("post failed: {e}"));
-            self.fail(status.clone());
-            return Err(status);
-        }
-        if self.engine.wants_transmit() {
-            self.pump();
-        }
-        Ok((id, now.zip(call.head.timeout).map(|(now, t)| now + t)))
+        self.post_started(sig, slot, started, now, call.head.timeout)
     }
 
     fn cancel(&mut self, sig: &Signals, id: u32) {
@@ -646,6 +649,7 @@ impl Link for RcLink {
         if let Some(rdv) = &mut self.rdv {
             // The QP posts nothing more: regions lent or read into come back.
             rdv.lent.clear();
+            rdv.lent_in_place.clear();
             rdv.lent_msgs.clear();
             rdv.windows.clear();
             rdv.reader.abandon();
@@ -659,5 +663,79 @@ impl Link for RcLink {
             let _ = c.waiter.send(Err(status));
         }
         self.route_stream_events();
+    }
+}
+
+impl RcLink {
+    /// Starts a call whose request's large `Bytes` are lent where they lie (`g`,
+    /// registered by `in_place`): the `REQ` carries their gather list, and they
+    /// stay registered until the `REQ`'s answer (or the connection's end).
+    fn start_in_place(
+        &mut self,
+        clock: impl crate::engine::Now,
+        reply: ReplySender,
+        head: &crate::engine::CallHead<'_>,
+        g: Gathered,
+        slot: &SendSlot,
+    ) -> Result<(u32, Transmit), Status> {
+        let pieces = gathered_pieces(&g, |k| match k {
+            Keep::Bytes(b) => b.rkey(),
+            Keep::Pool(_) => unreachable!("a client's lender registers `Bytes` only"),
+        });
+        let r = self.engine.start_call_by_ref(
+            clock,
+            reply,
+            head,
+            ByRef::Gather(&pieces),
+            self.ring.buf(slot),
+        );
+        drop(pieces);
+        if let (Ok((id, _)), Some(rdv)) = (&r, &mut self.rdv) {
+            let lent = g.parts.iter().map(|p| match p {
+                GatherPart::Ref { len, .. } => *len,
+                GatherPart::Inline(_) => 0,
+            });
+            rdv.lend_pool.record_lent_in_place(lent.sum());
+            rdv.lent_in_place.insert(*id, g);
+        }
+        r
+    }
+
+    /// Posts a started call's `REQ` from `slot` (or holds it for the driver's next
+    /// list), or gives the slot back when the start failed.
+    fn post_started(
+        &mut self,
+        sig: &Signals,
+        slot: SendSlot,
+        started: Result<(u32, Transmit), Status>,
+        now: Option<Instant>,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<(u32, Option<Instant>), Status> {
+        let (id, t) = match started {
+            Ok(started) => started,
+            Err(s) => {
+                self.ring.release(slot);
+                return Err(s);
+            }
+        };
+        if self.engine.calls() > HOLD_ABOVE || self.ring.holds() {
+            // Many calls in flight: the driver is busy with their replies and will
+            // post this request with the others of the burst, one doorbell (one
+            // `send` on the soft provider) for all, instead of one per caller.
+            // The first held request of a burst kicks the driver; until it posts
+            // them, later ones just join the list.
+            if !self.ring.holds() {
+                sig.kick.notify_one();
+            }
+            self.ring.hold(slot, t.len, t.imm);
+        } else if let Err(e) = self.ring.post(slot, t.len, t.imm) {
+            let status = Status::unavailable(format!("post failed: {e}"));
+            self.fail(status.clone());
+            return Err(status);
+        }
+        if self.engine.wants_transmit() {
+            self.pump();
+        }
+        Ok((id, now.zip(timeout).map(|(now, t)| now + t)))
     }
 }

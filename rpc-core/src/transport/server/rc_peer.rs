@@ -21,7 +21,7 @@ use crate::server::{ServerCall, ServerReply};
 use crate::status::Status;
 use crate::transport::lend_windows::{LendRefusal, LendWindows, Lent};
 use crate::transport::lock;
-use crate::transport::rendezvous::{pool_refusal, read_failed};
+use crate::transport::rendezvous::{pool_refusal, read_failed, start_gather};
 
 mod gather;
 
@@ -353,8 +353,11 @@ impl RcPeer {
             while let Some(op) = state.engine.poll_read() {
                 let d = op.desc;
                 // The head (path, metadata) goes to the region's head: one buffer.
-                rdv.reader
-                    .start(op.id, d.addr, d.rkey, d.len, &slot.bytes()[..op.head_len]);
+                let head = &slot.bytes()[..op.head_len];
+                match &op.gather {
+                    Some(g) => start_gather(&mut rdv.reader, op.id, head, g),
+                    None => rdv.reader.start(op.id, d.addr, d.rkey, d.len, head),
+                }
             }
             let calls = self.drive_reads(state);
             // Only a Read's completion completes a read (a refusal answers the call).

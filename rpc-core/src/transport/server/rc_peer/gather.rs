@@ -4,14 +4,15 @@
 //! beside inline runs for the rest, instead of being copied into a lend region.
 //! `engine::gather` has the frame; `docs/large-messages.md` the rules.
 
-use rpc_transport::msg::{GatherPart, GatherWriter, Gathered, SendSlot};
+use rpc_transport::msg::{GatherPart, GatherWriter, Gathered, Keep, SendSlot};
 
 use super::{RcPeer, RcPeerState};
-use crate::engine::gather::{gather_len, ByRef, Piece, MAX_GATHER_PARTS};
-use crate::engine::wire::{Descriptor, RESPONSE_HEAD_LEN};
+use crate::engine::gather::{gather_len, ByRef, MAX_GATHER_PARTS};
+use crate::engine::wire::RESPONSE_HEAD_LEN;
 use crate::metadata::MetadataMap;
 use crate::server::EncodeMessage;
 use crate::transport::lock;
+use crate::transport::rendezvous::{gathered_len, gathered_pieces};
 
 impl RcPeer {
     /// `msg` (`len` bytes) as a gather list, if the connection lends through
@@ -36,21 +37,12 @@ impl RcPeer {
         if !pool.has_shared() {
             return None;
         }
-        let find = |b: &[u8]| pool.shared_containing(b);
-        let mut w = GatherWriter::new(&find, MAX_GATHER_PARTS);
+        let mut w = GatherWriter::new(&pool, MAX_GATHER_PARTS);
         if !msg.encode_gathered(&mut w) {
             return None;
         }
         let g = w.finish()?;
-        let list = 2 + g
-            .parts
-            .iter()
-            .map(|p| match p {
-                GatherPart::Inline(r) => 4 + r.len(),
-                GatherPart::Ref { .. } => 16,
-            })
-            .sum::<usize>();
-        (RESPONSE_HEAD_LEN + metadata.encoded_len() + list <= frame).then_some(g)
+        (RESPONSE_HEAD_LEN + metadata.encoded_len() + gathered_len(&g) <= frame).then_some(g)
     }
 }
 
@@ -71,8 +63,13 @@ impl RcPeerState {
             return Ok(());
         };
         let refs = g.parts.iter().filter_map(|p| match p {
-            GatherPart::Ref { region, addr, len } => Some((region.clone(), *addr, *len)),
-            GatherPart::Inline(_) => None,
+            GatherPart::Ref {
+                region: Keep::Pool(region),
+                addr,
+                len,
+            } => Some((region.clone(), *addr, *len)),
+            // The read pool's lender keeps pool regions only.
+            GatherPart::Ref { .. } | GatherPart::Inline(_) => None,
         });
         if !rdv.windows.can_lend_shared(refs.clone().count()) {
             return Err((g, slot));
@@ -88,18 +85,7 @@ impl RcPeerState {
             }
         };
         let mut rkeys = rkeys.into_iter();
-        let pieces: Vec<Piece<'_>> = g
-            .parts
-            .iter()
-            .map(|p| match p {
-                GatherPart::Inline(r) => Piece::Inline(&g.inline[r.clone()]),
-                GatherPart::Ref { addr, len, .. } => Piece::Ref(Descriptor {
-                    addr: *addr,
-                    rkey: rkeys.next().expect("one rkey per reference"),
-                    len: *len as u32,
-                }),
-            })
-            .collect();
+        let pieces = gathered_pieces(&g, |_| rkeys.next().expect("one rkey per reference"));
         debug_assert!(gather_len(&pieces) <= self.engine.frame_size());
         let RcPeerState {
             engine, ring, rdv, ..
