@@ -5,18 +5,14 @@ use std::task::{Context, Waker};
 
 use bytes::Bytes;
 
-use super::tests::{next, qp, side_with, Side};
+use super::tests::{next, reader_and_lender, Side};
 use super::{Reader, RegionPool};
-use crate::{AccessFlags, SendOp, SendWr, SoftProfile, WcStatus};
+use crate::{AccessFlags, SendOp, SendWr, WcStatus};
 
 #[test]
 fn lent_bytes_are_read_where_they_lie_never_written_and_gone_after_drop() {
-    let (reader_side, lender) = (side_with(SoftProfile::Full), side_with(SoftProfile::Full));
-    let (qr, ql) = (qp(&reader_side, None), qp(&lender, None));
-    let (er, el) = (qr.endpoint(1).unwrap(), ql.endpoint(2).unwrap());
-    qr.connect_rc(&el, 1, AccessFlags::empty()).unwrap();
-    ql.connect_rc(&er, 2, AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE)
-        .unwrap();
+    let (reader_side, lender, qr, _ql) =
+        reader_and_lender(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE);
 
     // An odd slice of a heap allocation: no page alignment is needed.
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
@@ -63,11 +59,7 @@ fn lent_bytes_are_read_where_they_lie_never_written_and_gone_after_drop() {
 
 #[test]
 fn a_dropped_registration_no_longer_reaches_the_bytes() {
-    let (reader_side, lender) = (side_with(SoftProfile::Full), side_with(SoftProfile::Full));
-    let (qr, ql) = (qp(&reader_side, None), qp(&lender, None));
-    let (er, el) = (qr.endpoint(1).unwrap(), ql.endpoint(2).unwrap());
-    qr.connect_rc(&el, 1, AccessFlags::empty()).unwrap();
-    ql.connect_rc(&er, 2, AccessFlags::REMOTE_READ).unwrap();
+    let (reader_side, lender, qr, _ql) = reader_and_lender(AccessFlags::REMOTE_READ);
 
     let bytes = Bytes::from(vec![5u8; 32 * 1024]);
     let lent = lender.pd.register_bytes(bytes.clone()).unwrap();

@@ -3,17 +3,13 @@
 
 use std::task::{Context, Waker};
 
-use super::tests::{next, qp, side_with};
+use super::tests::{next, reader_and_lender};
 use super::{Reader, RegionPool};
-use crate::{AccessFlags, SoftProfile};
+use crate::AccessFlags;
 
 #[test]
 fn reads_beyond_the_wr_budget_finish_in_the_order_they_started() {
-    let (reader_side, lender) = (side_with(SoftProfile::Full), side_with(SoftProfile::Full));
-    let (qr, ql) = (qp(&reader_side, None), qp(&lender, None));
-    let (er, el) = (qr.endpoint(1).unwrap(), ql.endpoint(2).unwrap());
-    qr.connect_rc(&el, 1, AccessFlags::empty()).unwrap();
-    ql.connect_rc(&er, 2, AccessFlags::REMOTE_READ).unwrap();
+    let (reader_side, lender, qr, _ql) = reader_and_lender(AccessFlags::REMOTE_READ);
 
     const N: u32 = 6;
     const LEN: usize = 4096;
@@ -49,11 +45,7 @@ fn reads_beyond_the_wr_budget_finish_in_the_order_they_started() {
 
 #[test]
 fn a_read_lands_at_its_sources_offset_within_64_bytes_after_its_prefix() {
-    let (reader_side, lender) = (side_with(SoftProfile::Full), side_with(SoftProfile::Full));
-    let (qr, ql) = (qp(&reader_side, None), qp(&lender, None));
-    let (er, el) = (qr.endpoint(1).unwrap(), ql.endpoint(2).unwrap());
-    qr.connect_rc(&el, 1, AccessFlags::empty()).unwrap();
-    ql.connect_rc(&er, 2, AccessFlags::REMOTE_READ).unwrap();
+    let (reader_side, lender, qr, _ql) = reader_and_lender(AccessFlags::REMOTE_READ);
     let lent = lender
         .pd
         .alloc_mr(1 << 16, AccessFlags::REMOTE_READ)

@@ -50,6 +50,19 @@ pub(super) fn connect(a: &QueuePair, b: &QueuePair) {
     b.connect_rc(&ea, 2, AccessFlags::empty()).unwrap();
 }
 
+/// A reader and a lender on two soft devices, their RC QPs connected; the
+/// lender's QP accepts `lender_access` (RDMA Read, Write) from the reader.
+pub(super) fn reader_and_lender(
+    lender_access: AccessFlags,
+) -> (Side, Side, Arc<QueuePair>, Arc<QueuePair>) {
+    let (reader, lender) = (side_with(SoftProfile::Full), side_with(SoftProfile::Full));
+    let (qr, ql) = (qp(&reader, None), qp(&lender, None));
+    let (er, el) = (qr.endpoint(1).unwrap(), ql.endpoint(2).unwrap());
+    qr.connect_rc(&el, 1, AccessFlags::empty()).unwrap();
+    ql.connect_rc(&er, 2, lender_access).unwrap();
+    (reader, lender, qr, ql)
+}
+
 /// Polls `cq` (driving `other` too) until a completion comes.
 pub(super) fn next(cq: &CompletionQueue, other: &CompletionQueue) -> WorkCompletion {
     let deadline = Instant::now() + Duration::from_secs(10);
