@@ -8,16 +8,16 @@
 //! exactly its head and a descriptor of its length, and re-encodes to the same bytes.
 //! An accepted gather list has at most `MAX_GATHER_PARTS` parts, none empty, at least
 //! one reference, none wrapping, summing to the announced length, and re-encodes to
-//! the same bytes; a `RESP` accepted with `GATHER` hands out that list.
+//! the same bytes; a `REQ` or `RESP` accepted with `GATHER` hands out that list.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rpc_core::fuzzing::codec::{read_request, read_response};
 use rpc_core::fuzzing::gather::{gather_len, write_gather, Gather, Piece, MAX_GATHER_PARTS};
 use rpc_core::fuzzing::wire::{
-    msg_by_ref, read_msg, read_rdone, request_is_by_ref, response_is_by_ref, response_is_gather,
-    write_msg_by_ref,
-    write_rdone, Descriptor, MsgFrame, RequestHead, ResponseHead, DESCRIPTOR_LEN, MSG_HEAD_LEN,
+    msg_by_ref, read_msg, read_rdone, request_is_by_ref, request_is_gather, response_is_by_ref,
+    response_is_gather, write_msg_by_ref, write_rdone, Descriptor, MsgFrame, RequestHead,
+    ResponseHead, DESCRIPTOR_LEN, MSG_HEAD_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -51,11 +51,22 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(sum, u64::from(body_len));
         let mut out = vec![0u8; gather_len(&pieces)];
         write_gather(&mut out, &pieces);
-        assert_eq!(&out[..], frame, "a gather list re-encodes to the same bytes");
+        assert_eq!(
+            &out[..],
+            frame,
+            "a gather list re-encodes to the same bytes"
+        );
     }
 
     if let Ok(h) = RequestHead::read(frame) {
-        if request_is_by_ref(frame) {
+        if request_is_gather(frame) {
+            let g = Gather::read(&frame[h.body_start()..], h.body_len)
+                .expect("an accepted GATHER head carries a list of its body");
+            if let Ok(r) = read_request(frame) {
+                assert_eq!(r.by_ref, Some(g.summary()));
+                assert_eq!(r.gather, Some(g));
+            }
+        } else if request_is_by_ref(frame) {
             let d = Descriptor::read(&frame[h.body_start()..], h.body_len)
                 .expect("an accepted BY_REF head carries a descriptor of its body");
             let r = read_request(frame);
@@ -87,7 +98,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(msg_by_ref(frame), Some(desc));
         let mut out = [0u8; MSG_HEAD_LEN + DESCRIPTOR_LEN];
         write_msg_by_ref(&mut out, &desc);
-        assert_eq!(&out[..], frame, "a MSG by reference re-encodes to the same bytes");
+        assert_eq!(
+            &out[..],
+            frame,
+            "a MSG by reference re-encodes to the same bytes"
+        );
     }
     if let Ok(addr) = read_rdone(frame) {
         let mut out = [0u8; 8];

@@ -97,7 +97,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(r) = read_response(frame) {
         assert!(r.body.start <= r.body.end && r.body.end == frame.len());
         assert!(r.body.len() <= r.body_len);
-        let code = ResponseHead::read(frame).expect("read_response accepted it").code();
+        let code = ResponseHead::read(frame)
+            .expect("read_response accepted it")
+            .code();
         match r.outcome {
             Outcome::Ok(_) => assert_eq!(code, Code::Ok),
             Outcome::Status(s) => assert_eq!(s.code(), code),
