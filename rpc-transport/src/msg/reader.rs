@@ -116,7 +116,7 @@ impl Active {
 /// within `COPY_ALIGN` bytes as its source at `src`. The soft provider copies a Read
 /// with the CPU (`process_vm_writev` on one host), and a copy whose destination runs
 /// a few bytes ahead of its source within a page stalls on 4 KiB aliasing: measured
-/// here (AMD EPYC, 4 MiB), 1.3 GB/s at 8-16 bytes ahead against 6-8 GB/s aligned.
+/// here (AMD EPYC, 4 MiB), 1.2-1.4 GB/s at 1-21 bytes ahead against 6-8 GB/s aligned.
 /// A body lent where its `Bytes` lie starts 16 bytes into a page (a heap
 /// allocation), and its head puts the destination anywhere. A NIC ignores it.
 fn align(src: u64, dst: u64) -> usize {
