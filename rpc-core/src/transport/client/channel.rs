@@ -176,21 +176,24 @@ impl<L: Dial> LinkChannel<L> {
         // free and nobody waits, else awaited in line (the reservation is kept).
         // Read without the lock: a small call pays one comparison.
         let ticket = match conn.by_ref_above {
-            Some(t) if Message::encoded_len(&call.message) > t => {
-                // Its large `Bytes` lent where they lie, if it can: no region, no copy.
-                if let Some(g) = conn.in_place.as_ref().and_then(|p| {
-                    p.gather(
-                        &CallHead::new(call.path, &call.metadata, None),
-                        &call.message,
-                    )
-                }) {
-                    return self.begin(conn, call, Some(Ok(Lend::InPlace(g))), retry);
+            Some(t) => match Message::encoded_len(&call.message) {
+                len if len > t => {
+                    // Its large `Bytes` lent where they lie, if it can: no region,
+                    // no copy.
+                    if let Some(g) = conn.in_place.as_ref().and_then(|p| {
+                        p.gather(
+                            &CallHead::new(call.path, &call.metadata, None),
+                            &call.message,
+                        )
+                    }) {
+                        return self.begin(conn, call, Some(Ok(Lend::InPlace(g))), retry);
+                    }
+                    let ticket = conn.lock().link.region_for(len);
+                    ticket.map(|t| t.map(|ticket| (ticket, len)))
                 }
-                conn.lock()
-                    .link
-                    .region_for(Message::encoded_len(&call.message))
-            }
-            _ => None,
+                _ => None,
+            },
+            None => None,
         };
         let region = match ticket {
             None => None,
@@ -199,8 +202,8 @@ impl<L: Dial> LinkChannel<L> {
                 conn.sig.ready.wake_all();
                 return Box::pin(async move { Err(s) });
             }
-            Some(Ok(mut ticket)) => match ticket.try_take() {
-                Some(r) => Some(r.map(Lend::Region)),
+            Some(Ok((mut ticket, len))) => match ticket.try_take() {
+                Some(r) => Some(r.map(|region| Lend::Region { region, len })),
                 None => {
                     // Regions come back when their windows' invalidations are
                     // reaped (`lend_windows`): someone must reap them.
@@ -208,7 +211,7 @@ impl<L: Dial> LinkChannel<L> {
                     let mut this = self.clone();
                     return Box::pin(async move {
                         let mut parked = Parked(Some(conn));
-                        let region = ticket.await.map(Lend::Region);
+                        let region = ticket.await.map(|region| Lend::Region { region, len });
                         let conn = parked.0.take().expect("held until the region came");
                         this.begin(conn, call, Some(region), retry).await
                     });

@@ -10,7 +10,7 @@ use rpc_transport::msg::RecvPool;
 use rpc_transport::{CompletionQueue, WorkCompletion};
 use tokio::net::TcpStream;
 
-use super::link::{EncodedBody, InPlace, Lend, Link, NewCall, Signals};
+use super::link::{InPlace, Lend, Link, NewCall, Signals};
 use crate::handshake::liveness::{Event, Keepalive, Liveness};
 use crate::status::Status;
 use crate::transport::completion::{yield_stealable, CompletionMode, CqWaiter, Kicks};
@@ -136,16 +136,11 @@ impl<L: Link> Conn<L> {
         reply: super::ReplySender,
         head: crate::engine::CallHead<'_>,
         body: &dyn crate::server::EncodeMessage,
-        lend: Option<Lend>,
+        mut region: Option<Lend>,
     ) -> Result<(u32, bool), Status> {
-        let region = lend.map(|lend| match lend {
-            Lend::Region(mut region) => {
-                let len = body.encoded_len();
-                body.encode_to(&mut region.buf_mut()[..len]);
-                EncodedBody::Region { region, len }
-            }
-            Lend::InPlace(g) => EncodedBody::InPlace(g),
-        });
+        if let Some(Lend::Region { region, len }) = &mut region {
+            body.encode_to(&mut region.buf_mut()[..*len]);
+        }
         let mut st = self.lock();
         let call = NewCall {
             reply,

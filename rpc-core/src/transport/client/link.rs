@@ -80,27 +80,16 @@ pub(crate) struct NewCall<'a> {
     pub(crate) head: CallHead<'a>,
     /// The request message, encoded straight into a send slot.
     pub(crate) body: &'a dyn EncodeMessage,
-    /// A body that goes by reference ([`Link::region_for`]), already encoded.
-    pub(crate) region: Option<EncodedBody>,
+    /// A body that goes by reference ([`Link::region_for`], or in place), ready.
+    pub(crate) region: Option<Lend>,
 }
 
 /// How a request body goes by reference, chosen before the connection's lock.
 pub(crate) enum Lend {
-    /// Encoded into this region of the connection's lend pool.
-    Region(PooledRegion),
-    /// Its large `Bytes` where they lie (`in_place`).
-    InPlace(Gathered),
-}
-
-/// A request body made ready to lend outside the connection's lock.
-pub(crate) enum EncodedBody {
-    /// Encoded into a pooled region.
-    Region {
-        region: PooledRegion,
-        /// Bytes of the region the body fills.
-        len: usize,
-    },
-    /// Its large `Bytes` lent where they lie, the rest inline (`lend_in_place`).
+    /// Encoded into the first `len` bytes of this region of the connection's lend
+    /// pool (by `Conn::start`, outside the lock).
+    Region { region: PooledRegion, len: usize },
+    /// Its large `Bytes` lent where they lie, the rest inline (`in_place`).
     InPlace(Gathered),
 }
 
@@ -142,7 +131,7 @@ pub(crate) trait Link: Send + Sized + 'static {
     }
 
     /// Whether request bodies may be lent where their `Bytes` lie, and how
-    /// (`lend_in_place`); fixed for the connection's life.
+    /// (`in_place`); fixed for the connection's life.
     fn in_place(&self) -> Option<InPlace> {
         None
     }

@@ -20,7 +20,7 @@ use rpc_transport::{
 
 use super::conn::{Conn, Dial};
 use super::dial::{dial, shared_device};
-use super::link::{EncodedBody, InPlace, Link, NewCall, Signals, SlotPromises};
+use super::link::{InPlace, Lend, Link, NewCall, Signals, SlotPromises};
 use super::stream_shared::StreamShared;
 use super::{deliver, ReplySender};
 use crate::engine::gather::ByRef;
@@ -517,11 +517,11 @@ impl Link for RcLink {
         let now = call.head.timeout.map(|_| Instant::now());
         let clock = OnDemand(|| now.unwrap_or_else(Instant::now));
         let region = match call.region {
-            Some(EncodedBody::InPlace(g)) => {
+            Some(Lend::InPlace(g)) => {
                 let started = self.start_in_place(clock, call.reply, &call.head, g, &slot);
                 return self.post_started(sig, slot, started, now, call.head.timeout);
             }
-            Some(EncodedBody::Region { region, len }) => Some((region, len)),
+            Some(Lend::Region { region, len }) => Some((region, len)),
             None => None,
         };
         // The window first, posted ahead of the `REQ` that names it.
