@@ -59,36 +59,27 @@ fuzz_target!(|data: &[u8]| {
     }
 
     if let Ok(h) = RequestHead::read(frame) {
-        if request_is_gather(frame) {
-            let g = Gather::read(&frame[h.body_start()..], h.body_len)
-                .expect("an accepted GATHER head carries a list of its body");
-            if let Ok(r) = read_request(frame) {
-                assert_eq!(r.by_ref, Some(g.summary()));
-                assert_eq!(r.gather, Some(g));
-            }
-        } else if request_is_by_ref(frame) {
-            let d = Descriptor::read(&frame[h.body_start()..], h.body_len)
-                .expect("an accepted BY_REF head carries a descriptor of its body");
-            let r = read_request(frame);
-            if let Ok(r) = r {
-                assert_eq!(r.by_ref, Some(d));
-            }
+        let rest = &frame[h.body_start()..];
+        let by_ref = by_ref_of(
+            rest,
+            h.body_len,
+            request_is_gather(frame),
+            request_is_by_ref(frame),
+        );
+        if let (Some((d, g)), Ok(r)) = (by_ref, read_request(frame)) {
+            assert_eq!((r.by_ref, r.gather), (Some(d), g));
         }
     }
     if let Ok(h) = ResponseHead::read(frame) {
-        if response_is_gather(frame) {
-            let g = Gather::read(&frame[h.body_start()..], h.body_len)
-                .expect("an accepted GATHER head carries a list of its body");
-            if let Ok(r) = read_response(frame) {
-                assert_eq!(r.by_ref, Some(g.summary()));
-                assert_eq!(r.gather, Some(g));
-            }
-        } else if response_is_by_ref(frame) {
-            let d = Descriptor::read(&frame[h.body_start()..], h.body_len)
-                .expect("an accepted BY_REF head carries a descriptor of its body");
-            if let Ok(r) = read_response(frame) {
-                assert_eq!(r.by_ref, Some(d));
-            }
+        let rest = &frame[h.body_start()..];
+        let by_ref = by_ref_of(
+            rest,
+            h.body_len,
+            response_is_gather(frame),
+            response_is_by_ref(frame),
+        );
+        if let (Some((d, g)), Ok(r)) = (by_ref, read_response(frame)) {
+            assert_eq!((r.by_ref, r.gather), (Some(d), g));
         }
     }
 
@@ -110,3 +101,24 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&out[..], frame);
     }
 });
+
+/// What a head its `read` accepted must carry after its metadata (`rest`): with
+/// `GATHER` a list of its body (summarised by its first reference), else with
+/// `BY_REF` a descriptor of it; `None` for an inline body.
+fn by_ref_of(
+    rest: &[u8],
+    body_len: u32,
+    gather: bool,
+    by_ref: bool,
+) -> Option<(Descriptor, Option<Gather>)> {
+    if gather {
+        let g = Gather::read(rest, body_len)
+            .expect("an accepted GATHER head carries a list of its body");
+        return Some((g.summary(), Some(g)));
+    }
+    by_ref.then(|| {
+        let d = Descriptor::read(rest, body_len)
+            .expect("an accepted BY_REF head carries a descriptor of its body");
+        (d, None)
+    })
+}
