@@ -67,7 +67,7 @@ async fn a_request_over_the_client_s_encoding_limit_fails_before_it_is_sent() {
     assert_eq!(reply.into_inner().message, "abcdefgh");
 
     let status = client.say_hello(request("1:abcdefghi")).await.unwrap_err();
-    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.code(), Code::Internal);
     assert_eq!(
         status.message(),
         format!(
@@ -80,7 +80,7 @@ async fn a_request_over_the_client_s_encoding_limit_fails_before_it_is_sent() {
 }
 
 #[tokio::test]
-async fn a_reply_over_the_client_s_decoding_limit_is_resource_exhausted() {
+async fn a_reply_over_the_client_s_decoding_limit_is_out_of_range() {
     let (greeter, transport) = setup();
     let limit = reply_len(100);
     let mut client = GreeterClient::new(transport).max_decoding_message_size(limit);
@@ -89,7 +89,7 @@ async fn a_reply_over_the_client_s_decoding_limit_is_resource_exhausted() {
     assert_eq!(reply.into_inner().message.len(), 100);
 
     let status = client.say_hello(request("101:x")).await.unwrap_err();
-    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.code(), Code::OutOfRange);
     assert_eq!(
         status.message(),
         format!(
@@ -113,7 +113,7 @@ async fn a_request_over_the_server_s_decoding_limit_never_reaches_the_handler() 
 
     client.say_hello(request("1:abcdefgh")).await.unwrap();
     let status = client.say_hello(request("1:abcdefghi")).await.unwrap_err();
-    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.code(), Code::OutOfRange);
     assert!(
         status
             .message()
@@ -128,7 +128,7 @@ async fn a_request_over_the_server_s_decoding_limit_never_reaches_the_handler() 
 }
 
 #[tokio::test]
-async fn a_reply_over_the_server_s_encoding_limit_is_resource_exhausted() {
+async fn a_reply_over_the_server_s_encoding_limit_is_out_of_range() {
     let server = GreeterServer::new(Repeater::default()).max_encoding_message_size(reply_len(100));
     let mut client = GreeterClient::new(Loopback::new(server));
 
@@ -143,7 +143,7 @@ async fn a_reply_over_the_server_s_encoding_limit_is_resource_exhausted() {
         100
     );
     let status = client.say_hello(request("101:x")).await.unwrap_err();
-    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.code(), Code::OutOfRange);
     assert!(
         status
             .message()

@@ -294,7 +294,7 @@ async fn each_received_message_is_held_to_the_decoding_limit() {
         .into_inner();
     assert_eq!(stream.message().await.unwrap().unwrap().name, "small");
     let err = stream.message().await.unwrap_err();
-    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
     assert!(err.message().contains("the limit is: 50 bytes"), "{err:?}");
 }
 
@@ -368,7 +368,7 @@ async fn each_streamed_request_is_held_to_the_server_s_decoding_limit() {
         "short after 0"
     );
     let err = replies.message().await.unwrap_err();
-    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
     assert!(err.message().contains("the limit is: 30 bytes"), "{err:?}");
 }
 
@@ -395,7 +395,7 @@ async fn a_request_over_the_client_s_encoding_limit_fails_the_call() {
         got.len() <= 1 && got.iter().all(|m| m == "short after 0"),
         "{got:?}"
     );
-    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert_eq!(err.code(), Code::Internal, "{err:?}");
     assert!(
         err.message().contains("encoded message length too large"),
         "{err:?}"
@@ -571,7 +571,7 @@ async fn each_streamed_reply_is_held_to_the_server_s_encoding_limit() {
         .into_inner();
     assert_eq!(stream.message().await.unwrap().unwrap().name, "small");
     let err = stream.message().await.unwrap_err();
-    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
     assert!(err.message().contains("the limit is: 50 bytes"), "{err:?}");
 }
 

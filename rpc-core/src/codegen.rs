@@ -12,10 +12,12 @@ pub use tower::Service;
 pub use futures_util::Stream;
 
 pub use crate::client::{Grpc, IncomingReply, IncomingStream, OutgoingCall, OutgoingStream};
+use crate::code::Code;
 pub use crate::codec::server::{
     streaming_reply, streaming_request, unary_call_request, unary_request,
 };
 pub use crate::codec::Streaming;
+pub use crate::extensions::GrpcMethod;
 pub use crate::request::{IntoRequest, IntoStreamingRequest, Request};
 pub use crate::response::Response;
 pub use crate::server::{
@@ -50,30 +52,54 @@ pub struct MessageLimits {
 }
 
 impl MessageLimits {
-    /// `RESOURCE_EXHAUSTED` for a received message of `len` bytes over the limit, in
+    /// `OUT_OF_RANGE` for a received message of `len` bytes over the limit, in
     /// tonic's words.
     pub fn check_decoding(&self, len: usize) -> Result<(), Status> {
         match self.decoding {
-            Some(limit) if len > limit => Err(Status::resource_exhausted(format!(
-                "Error, decoded message length too large: found {len} bytes, the limit is: \
-                 {limit} bytes"
-            ))),
+            Some(limit) if len > limit => Err(decoded_too_large(len, limit)),
             _ => Ok(()),
         }
     }
 
-    /// `RESOURCE_EXHAUSTED` for a message to send whose encoding is over the limit,
-    /// in tonic's words. Its length is computed only when there is a limit.
+    /// `OUT_OF_RANGE` for a reply to send whose encoding is over the limit, in
+    /// tonic's words. Its length is computed only when there is a limit.
     pub fn check_encoding<M: prost::Message>(&self, message: &M) -> Result<(), Status> {
+        self.check_encoding_as(message, Code::OutOfRange)
+    }
+
+    /// As [`MessageLimits::check_encoding`], for a client's request: `INTERNAL`, the
+    /// code a tonic call fails with when its own request is over its limit (the
+    /// HTTP/2 stream is reset).
+    pub(crate) fn check_request_encoding<M: prost::Message>(
+        &self,
+        message: &M,
+    ) -> Result<(), Status> {
+        self.check_encoding_as(message, Code::Internal)
+    }
+
+    fn check_encoding_as<M: prost::Message>(&self, message: &M, code: Code) -> Result<(), Status> {
         match self.encoding {
             Some(limit) if message.encoded_len() > limit => {
-                Err(Status::resource_exhausted(format!(
-                    "Error, encoded message length too large: found {} bytes, the limit \
-                     is: {limit} bytes",
-                    message.encoded_len()
-                )))
+                Err(encoded_too_large(code, message.encoded_len(), limit))
             }
             _ => Ok(()),
         }
     }
+}
+
+/// A received message of `len` bytes over `limit`: `OUT_OF_RANGE`, in tonic's words.
+pub(crate) fn decoded_too_large(len: usize, limit: usize) -> Status {
+    Status::out_of_range(format!(
+        "Error, decoded message length too large: found {len} bytes, the limit is: {limit} bytes"
+    ))
+}
+
+/// A message to send of `len` bytes encoded, over `limit`: `code`, in tonic's words.
+pub(crate) fn encoded_too_large(code: Code, len: usize, limit: usize) -> Status {
+    Status::new(
+        code,
+        format!(
+            "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
+        ),
+    )
 }

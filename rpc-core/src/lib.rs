@@ -13,6 +13,7 @@ pub mod codec;
 pub mod codegen;
 mod engine;
 mod extensions;
+mod grpc_timeout;
 mod handshake;
 mod id_map;
 pub mod metadata;
@@ -29,12 +30,15 @@ pub mod transport;
 pub use async_trait::async_trait;
 pub use code::Code;
 pub use codec::Streaming;
-pub use extensions::Extensions;
+pub use extensions::{Extensions, GrpcMethod};
 pub use metadata::MetadataMap;
 pub use payload::Payload;
 pub use request::{IntoRequest, IntoStreamingRequest, Request, WaitForReady};
 pub use response::Response;
 pub use status::Status;
+
+/// A result whose error is a [`Status`] by default, as tonic's `tonic::Result`.
+pub type Result<T, E = Status> = std::result::Result<T, E>;
 
 /// The sans-IO protocol engine and the handshake negotiation, for the fuzz targets in
 /// `fuzz/` and the wire-level tests of this workspace. Not part of the API: no

@@ -133,9 +133,23 @@ impl<T> Request<T> {
     }
 
     /// Sets how long the call may take: the client fails it with `DEADLINE_EXCEEDED`
-    /// when it passes, and the deadline travels to the server.
+    /// when it passes, and the deadline travels to the server. As tonic's, it is
+    /// also the `grpc-timeout` metadata entry (e.g. `100000u` for 100 ms), which the
+    /// server's handler finds in its request's metadata.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = Some(timeout);
+        let value = crate::grpc_timeout::encode(timeout);
+        let value = value.parse().expect("digits and a unit are ASCII");
+        self.metadata.insert(crate::grpc_timeout::KEY, value);
+    }
+
+    /// The deadline a client's call takes from this request: [`Request::set_timeout`]'s,
+    /// else a `grpc-timeout` entry put in its metadata otherwise (as tonic reads it).
+    pub(crate) fn call_timeout(&self) -> Option<Duration> {
+        self.timeout.or_else(|| {
+            let v = self.metadata.get(crate::grpc_timeout::KEY)?;
+            crate::grpc_timeout::decode(v.to_str().ok()?)
+        })
     }
 
     /// The timeout set by [`Request::set_timeout`] (on the server: the time left

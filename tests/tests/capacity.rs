@@ -83,7 +83,7 @@ async fn beyond_max_connections_a_connect_fails_unavailable_naming_the_limit() {
         assert_eq!(echo(&ch, i).await.unwrap().id, i);
         held.push(ch);
     }
-    let e = Channel::connect(uri.clone()).await.unwrap_err().to_string();
+    let e = format!("{:?}", Channel::connect(uri.clone()).await.unwrap_err());
     assert!(
         e.contains("limit of 3 connections"),
         "the refusal names the limit: {e}"

@@ -84,8 +84,8 @@ async fn a_server_with_immediates_refuses_a_client_without_naming_why() {
     let (addr, _stop) = serve_on(&sdev, Server::builder()).await;
     let e = endpoint("rdma", addr, &cdev).connect().await.unwrap_err();
     assert!(
-        e.to_string().contains("device has no immediate data"),
-        "{e}"
+        format!("{e:?}").contains("device has no immediate data"),
+        "{e:?}"
     );
     // The server still serves clients that have them.
     let ch = endpoint("rdma", addr, &sdev).connect().await.unwrap();
@@ -117,7 +117,7 @@ async fn ud_to_a_server_without_ud_or_rc_fails_naming_both() {
         .connect()
         .await
         .unwrap_err();
-    let msg = e.to_string();
+    let msg = format!("{e:?}");
     assert!(msg.contains("server's device has no UD"), "{msg}");
     assert!(msg.contains("does not accept RC connections"), "{msg}");
     let lazy = endpoint("rdma+ud", addr, &cdev).connect_lazy();

@@ -67,7 +67,10 @@ async fn calls_in_flight_finish_across_shutdown(scheme: &str, first: u64) {
             Ok(_) => panic!("a connect 1 s after the shutdown signal was accepted"),
         }
     };
-    assert!(refused.to_string().contains("cannot connect"), "{refused}");
+    assert!(
+        format!("{refused:?}").contains("cannot connect"),
+        "{refused:?}"
+    );
     // Every call in flight completes.
     for (i, c) in calls.into_iter().enumerate() {
         assert_eq!(c.await.unwrap().unwrap(), first + i as u64);

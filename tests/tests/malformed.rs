@@ -121,7 +121,7 @@ async fn a_server_that_is_not_rdma_rpc_is_named() {
         let Err(e) = Channel::connect(format!("rdma://{addr}")).await else {
             panic!("connected to a stranger");
         };
-        assert!(e.to_string().contains(want), "{e}");
+        assert!(format!("{e:?}").contains(want), "{e:?}");
         server.await.unwrap();
     }
 }

@@ -74,6 +74,12 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
         tonic::metadata::MetadataMap::new(),
     );
     tonic::Status::from_error("boom".into());
+    let _ = tonic::Status::try_from_error("boom".into());
+    let mut ok = tonic::Status::ok("fine");
+    tonic::Status::set_source(&mut ok, std::sync::Arc::new(std::fmt::Error));
+    let _: tonic::Result<u32> = Ok(1);
+    let m = tonic::GrpcMethod::new("pkg.Svc", "Method");
+    let _ = (m.service(), m.method());
     tonic::Code::description(&tonic::Code::NotFound);
     tonic::Code::from_bytes(b"5");
     let _: i32 = tonic::Code::from(5).into();
@@ -113,6 +119,7 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let e = tonic::transport::Endpoint::concurrency_limit(e, 8);
     let e = tonic::transport::Endpoint::rate_limit(e, 8, Duration::from_secs(1));
     let e = tonic::transport::Endpoint::keep_alive_timeout(e, Duration::from_secs(1));
+    let e = tonic::transport::Endpoint::keep_alive_while_idle(e, true);
     let c: tonic::transport::Channel = tonic::transport::Endpoint::connect(&e).await?;
     let e = tonic::transport::Channel::from_static("rdma://127.0.0.1:1");
     let b = tonic::transport::Channel::balance_list(vec![e.clone()].into_iter());

@@ -32,7 +32,7 @@ pub struct OutgoingCall<M> {
 impl<M> OutgoingCall<M> {
     /// A call of `path` carrying `request`.
     pub fn new(path: &'static str, request: Request<M>) -> Self {
-        let timeout = request.timeout();
+        let timeout = request.call_timeout();
         let (metadata, extensions, message) = request.into_parts();
         OutgoingCall {
             path,

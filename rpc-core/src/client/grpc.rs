@@ -66,7 +66,7 @@ impl<T> Grpc<T> {
         M1: Message + Send + 'static,
         M2: Message + Default,
     {
-        self.limits.check_encoding(request.get_ref())?;
+        self.limits.check_request_encoding(request.get_ref())?;
         let call = OutgoingCall::new(path, request);
         let reply = self.inner.ready().await?.call(call).await?;
         self.limits.check_decoding(reply.payload.as_slice().len())?;
@@ -87,7 +87,7 @@ impl<T> Grpc<T> {
         M1: Message + Send + 'static,
         M2: Message + Default,
     {
-        self.limits.check_encoding(request.get_ref())?;
+        self.limits.check_request_encoding(request.get_ref())?;
         let request = request.map(|m| futures_util::stream::iter(Some(m)));
         self.streaming(request, path).await
     }
@@ -140,7 +140,7 @@ impl<T> Grpc<T> {
         S: Stream<Item = M1> + Send + 'static,
         M1: Message + Send + 'static,
     {
-        let timeout = request.timeout();
+        let timeout = request.call_timeout();
         let (metadata, extensions, messages) = request.into_parts();
         let call = OutgoingStream {
             path,

@@ -7,6 +7,7 @@ use std::task::{ready, Context, Poll};
 use futures_util::stream::{Map, Stream, StreamExt};
 use prost::Message;
 
+use crate::code::Code;
 use crate::status::Status;
 use crate::stream::MessageSource;
 
@@ -25,6 +26,8 @@ pin_project_lite::pin_project! {
         stream: S,
         current: Option<M>,
         max_encoding: Option<usize>,
+        // The code of a message over `max_encoding`: tonic's on each side.
+        over_limit: Code,
         done: bool,
     }
 }
@@ -33,13 +36,15 @@ impl<S, M> MessageStreamSource<S, M>
 where
     S: Stream<Item = Result<M, Status>>,
 {
-    /// A source of the messages of `stream`, each at most `max_encoding` bytes
-    /// encoded (`None`: no limit of its own).
+    /// A source of the messages of `stream` (a server's replies), each at most
+    /// `max_encoding` bytes encoded (`None`: no limit of its own; over it, the call
+    /// ends `OUT_OF_RANGE`).
     pub fn new(stream: S, max_encoding: Option<usize>) -> Self {
         MessageStreamSource {
             stream,
             current: None,
             max_encoding,
+            over_limit: Code::OutOfRange,
             done: false,
         }
     }
@@ -55,8 +60,13 @@ where
 {
     /// A source of a client's request messages (a stream of messages, never errors),
     /// each at most `max_encoding` bytes encoded.
+    /// Over the limit, the call ends `INTERNAL`, as tonic's (its HTTP/2 stream is reset).
     pub fn requests(stream: S, max_encoding: Option<usize>) -> Self {
-        MessageStreamSource::new(stream.map(Ok as fn(M) -> Result<M, Status>), max_encoding)
+        let ok = stream.map(Ok as fn(M) -> Result<M, Status>);
+        MessageStreamSource {
+            over_limit: Code::Internal,
+            ..MessageStreamSource::new(ok, max_encoding)
+        }
     }
 }
 
@@ -90,10 +100,8 @@ where
         if let Some(limit) = *this.max_encoding {
             if len > limit {
                 *this.done = true;
-                return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
-                    "Error, encoded message length too large: found {len} bytes, the limit \
-                     is: {limit} bytes"
-                )))));
+                let status = crate::codegen::encoded_too_large(*this.over_limit, len, limit);
+                return Poll::Ready(Some(Err(status)));
             }
         }
         *this.current = Some(message);
@@ -164,17 +172,27 @@ mod tests {
     }
 
     #[test]
-    fn a_message_over_the_encoding_limit_ends_the_stream() {
+    fn a_request_over_the_encoding_limit_ends_the_stream_internal_as_on_tonic() {
         let mut s =
             MessageStreamSource::requests(stream::iter([String::from("0123456789")]), Some(4));
         match poll(&mut s) {
             Poll::Ready(Some(Err(status))) => {
-                assert_eq!(status.code(), crate::Code::ResourceExhausted);
+                assert_eq!(status.code(), Code::Internal);
                 assert!(
                     status.message().contains("the limit is: 4 bytes"),
                     "{status:?}"
                 );
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_reply_over_the_encoding_limit_ends_the_stream_out_of_range_as_on_tonic() {
+        let items = [Ok::<_, Status>(String::from("0123456789"))];
+        let mut s = MessageStreamSource::new(stream::iter(items), Some(4));
+        match poll(&mut s) {
+            Poll::Ready(Some(Err(status))) => assert_eq!(status.code(), Code::OutOfRange),
             other => panic!("{other:?}"),
         }
     }

@@ -71,7 +71,8 @@ impl<T: Message + Default> Streaming<T> {
         }
     }
 
-    /// The trailing metadata the server ended the call with. Messages not yet read
+    /// The trailing metadata the server ended the call with, after `grpc-status: 0`
+    /// as tonic's (a client's stream only). Messages not yet read
     /// are read and dropped first (none, after [`Streaming::message`] gave `None`);
     /// a call that ended with an error status gives that status. `None` on a
     /// server's stream of requests, which has no trailers.
@@ -93,10 +94,7 @@ fn decode<T: Message + Default>(
     };
     if let Some(limit) = max_decoding {
         if len > limit {
-            return Err(Status::resource_exhausted(format!(
-                "Error, decoded message length too large: found {len} bytes, the limit \
-                 is: {limit} bytes"
-            )));
+            return Err(crate::codegen::decoded_too_large(len, limit));
         }
     }
     let decoded = match m {
@@ -130,7 +128,10 @@ impl<T: Message + Default> Stream for Streaming<T> {
             },
             Some(Err(status)) => Some(Err(status)),
             None => {
-                this.trailers = inbound.as_mut().trailers();
+                this.trailers = inbound
+                    .as_mut()
+                    .trailers()
+                    .map(MetadataMap::into_ok_trailers);
                 None
             }
         };
@@ -200,6 +201,13 @@ mod tests {
         // `trailers` reads (and drops) what was not read yet.
         let trailers = s.trailers().await.unwrap().expect("trailers");
         assert_eq!(trailers.get("done").unwrap().to_str().unwrap(), "yes");
+        let keys: Vec<_> = trailers.keys().map(|k| format!("{k:?}")).collect();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(
+            keys[0].contains("grpc-status"),
+            "first, as tonic's: {keys:?}"
+        );
+        assert_eq!(trailers.get("grpc-status").unwrap(), "0");
         assert_eq!(s.message().await.unwrap(), None, "ended");
     }
 
@@ -218,7 +226,7 @@ mod tests {
         let mut s = streaming(items, None, Some(2));
         assert_eq!(s.message().await.unwrap(), Some(1));
         let err = s.message().await.unwrap_err();
-        assert_eq!(err.code(), crate::Code::ResourceExhausted);
+        assert_eq!(err.code(), crate::Code::OutOfRange);
         assert!(err.message().contains("found 6 bytes"), "{err:?}");
         assert_eq!(s.message().await.unwrap(), None);
     }

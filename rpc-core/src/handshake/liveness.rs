@@ -57,6 +57,8 @@ pub struct Liveness<R, W> {
     next_ping: Instant,
     /// When the PING that is still unanswered was sent.
     ping_sent: Option<Instant>,
+    /// Whether the side has nothing in flight, when it pings only while busy.
+    idle: Option<Box<dyn Fn() -> bool + Send>>,
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Liveness<R, W> {
@@ -69,7 +71,16 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Liveness<R, W> {
             keepalive,
             next_ping,
             ping_sent: None,
+            idle: None,
         }
+    }
+
+    /// Sends no PING while `idle` says so (tonic's `keep_alive_while_idle(false)`):
+    /// a ping that falls due then is put off by an interval.
+    #[must_use]
+    pub fn without_idle_pings(mut self, idle: impl Fn() -> bool + Send + 'static) -> Self {
+        self.idle = Some(Box::new(idle));
+        self
     }
 
     /// Waits for the next event.
@@ -86,6 +97,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Liveness<R, W> {
                 () = sleep_until(timer) => {
                     if self.ping_sent.is_some() {
                         return Event::TimedOut;
+                    }
+                    if let (Some(k), Some(idle)) = (self.keepalive, &self.idle) {
+                        if idle() {
+                            self.next_ping = Instant::now() + k.interval;
+                            continue;
+                        }
                     }
                     if self.wr.write_all(&[PING]).await.is_err() {
                         return Event::Closed;

@@ -197,6 +197,18 @@ impl MetadataMap {
         old.into_iter().next()
     }
 
+    /// The trailers of a call that ended OK as a tonic client shows them: the
+    /// server's, after `grpc-status: 0`.
+    pub(crate) fn into_ok_trailers(mut self) -> MetadataMap {
+        self.take::<Ascii>("grpc-status");
+        let status = Ascii::into_slot(
+            MetadataKey::from_static("grpc-status"),
+            MetadataValue::from_static("0"),
+        );
+        self.slots.insert(0, status);
+        self
+    }
+
     /// Adds `value` after the last value of `key`; returns whether `key` had one.
     pub(super) fn add<VE: ValueEncoding>(
         &mut self,

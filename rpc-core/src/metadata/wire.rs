@@ -12,13 +12,15 @@ use super::value::MetadataValue;
 use crate::status::Status;
 
 /// Names gRPC keeps for its own headers: a map may hold them, but they are not sent
-/// (tonic drops them from every request, response and status it sends).
-const RESERVED: [&str; 5] = [
+/// (tonic drops them from every request, response and status it sends). A call's
+/// `grpc-timeout` travels in its frame instead.
+const RESERVED: [&str; 6] = [
     "te",
     "content-type",
     "grpc-message",
     "grpc-message-type",
     "grpc-status",
+    "grpc-timeout",
 ];
 
 impl Slot {

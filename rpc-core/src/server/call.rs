@@ -57,10 +57,15 @@ impl ServerCall {
         payload: Payload,
         path: Range<usize>,
         body: Range<usize>,
-        metadata: MetadataMap,
+        mut metadata: MetadataMap,
         timeout: Option<Duration>,
         addrs: ConnAddrs,
     ) -> Result<ServerCall, Status> {
+        if let Some(t) = timeout {
+            // Where a tonic handler reads its deadline (the frame carried it).
+            let value = crate::grpc_timeout::encode(t).parse().expect("ASCII");
+            metadata.insert(crate::grpc_timeout::KEY, value);
+        }
         let bytes = payload.as_slice();
         let p = bytes
             .get(path.clone())

@@ -13,7 +13,7 @@ use crate::client::{OutgoingCall, OutgoingStream};
 use crate::request::{ConnAddrs, Request};
 use crate::server::{NamedService, ServerCall};
 use crate::status::Status;
-use crate::{Extensions, MetadataMap};
+use crate::{Extensions, GrpcMethod, MetadataMap};
 
 /// Sees a call's [`Request<()>`](Request) (its metadata, extensions, timeout and, on
 /// the server, the connection's addresses; not its message) and returns it, changed
@@ -161,6 +161,7 @@ where
     }
 
     fn call(&mut self, mut call: OutgoingCall<M>) -> Self::Future {
+        call.extensions.insert(GrpcMethod::of_path(call.path));
         let head = (&mut call.metadata, &mut call.extensions, &mut call.timeout);
         match intercept_head(&mut self.interceptor, head) {
             Ok(()) => ResponseFuture::inner(self.inner.call(call)),
@@ -206,6 +207,7 @@ where
     }
 
     fn call(&mut self, mut call: OutgoingStream) -> Self::Future {
+        call.extensions.insert(GrpcMethod::of_path(call.path));
         let head = (&mut call.metadata, &mut call.extensions, &mut call.timeout);
         match intercept_head(&mut self.interceptor, head) {
             Ok(()) => ResponseFuture::inner(self.inner.call(call)),

@@ -34,6 +34,8 @@ pub(crate) struct Settings {
     pub(crate) rc_retry: rpc_transport::RcRetry,
     pub(crate) keepalive_interval: Option<Duration>,
     pub(crate) keepalive_timeout: Duration,
+    /// Whether keepalive PINGs go while no call is in flight.
+    pub(crate) keepalive_while_idle: bool,
     pub(crate) concurrency_limit: Option<usize>,
     pub(crate) rate_limit: Option<(u64, Duration)>,
     /// Bodies longer than this go by reference (RC, RDMA Read agreed).
@@ -70,6 +72,7 @@ impl Default for Settings {
             rc_retry: DEFAULT_RC_RETRY,
             keepalive_interval: None,
             keepalive_timeout: Duration::from_secs(20),
+            keepalive_while_idle: false,
             concurrency_limit: None,
             rate_limit: None,
             rendezvous_threshold: crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD,
@@ -88,20 +91,20 @@ impl Endpoint {
             None => (false, uri.strip_prefix("rdma://")),
         };
         let rest = rest.ok_or_else(|| {
-            Error::new(format!(
+            Error::invalid_uri(format!(
                 "{uri:?} is not an rdma://host:port or rdma+ud://host:port address"
             ))
         })?;
         let rest = rest.trim_end_matches('/');
         let (host, port) = rest
             .rsplit_once(':')
-            .ok_or_else(|| Error::new(format!("{uri:?} has no port")))?;
+            .ok_or_else(|| Error::invalid_uri(format!("{uri:?} has no port")))?;
         let port: u16 = port
             .parse()
-            .map_err(|_| Error::new(format!("{uri:?} has a bad port")))?;
+            .map_err(|_| Error::invalid_uri(format!("{uri:?} has a bad port")))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         if host.is_empty() {
-            return Err(Error::new(format!("{uri:?} has no host")));
+            return Err(Error::invalid_uri(format!("{uri:?} has no host")));
         }
         Ok(Endpoint {
             host: host.to_string(),
@@ -255,6 +258,15 @@ impl Endpoint {
         self
     }
 
+    /// Whether keepalive PINGs go while the connection has no call in flight
+    /// (default `false`, as tonic's and gRPC's: an idle connection is not pinged,
+    /// so a server that went away is found at the next call); takes effect with
+    /// [`Endpoint::http2_keep_alive_interval`].
+    pub fn keep_alive_while_idle(mut self, enabled: bool) -> Self {
+        self.settings.keepalive_while_idle = enabled;
+        self
+    }
+
     /// The RC transport retry budget (ACK timeout code and retransmissions): how
     /// long the server may stop answering before the connection is declared dead.
     /// Default: code 17 and 7, about 4.3 s.
@@ -332,7 +344,8 @@ mod tests {
         let e = Endpoint::try_from(format!("rdma://h:{}", 10)).unwrap();
         assert_eq!(e.port, 10);
         let err = Endpoint::try_from("http://h:1").unwrap_err();
-        assert!(err.to_string().contains("not an rdma://"), "{err}");
+        assert_eq!(err.to_string(), "invalid URI", "tonic's words");
+        assert!(format!("{err:?}").contains("not an rdma://"), "{err:?}");
     }
 
     #[test]

@@ -106,33 +106,88 @@ pub use server::{Router, Server, UdStatsHandle};
 // The UD counters `Channel::ud_stats` and `UdStatsHandle::get` return.
 pub use crate::engine::ud::{UdClientStats, UdServerStats};
 
-/// A transport failure (connecting, binding, a handshake).
+/// A transport failure (connecting, binding, a handshake), as tonic's: its
+/// `Display` is the kind alone (`transport error`, `invalid URI`), and what went
+/// wrong is its [`source`](std::error::Error::source), also shown by `Debug`.
+pub struct Error {
+    kind: ErrorKind,
+    cause: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ErrorKind {
+    Transport,
+    InvalidUri,
+}
+
+/// What went wrong, in words: the source of an [`Error`] made from text.
 #[derive(Debug)]
-pub struct Error(String);
+struct Cause(String);
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Cause {}
 
 impl Error {
     pub(crate) fn new(msg: impl Into<String>) -> Error {
-        Error(msg.into())
+        Error::of(ErrorKind::Transport, Cause(msg.into()))
+    }
+
+    /// An address that is not one (`invalid URI`, as tonic's).
+    pub(crate) fn invalid_uri(msg: impl Into<String>) -> Error {
+        Error::of(ErrorKind::InvalidUri, Cause(msg.into()))
+    }
+
+    fn of(kind: ErrorKind, cause: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error {
+            kind,
+            cause: Box::new(cause),
+        }
+    }
+
+    /// The kind and the cause in one line, for logs and statuses.
+    pub(crate) fn detailed(&self) -> String {
+        format!("{self}: {}", self.cause)
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "transport error: {}", self.0)
+        f.write_str(match self.kind {
+            ErrorKind::Transport => "transport error",
+            ErrorKind::InvalidUri => "invalid URI",
+        })
     }
 }
 
-impl std::error::Error for Error {}
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("transport::Error")
+            .field(&self.kind)
+            .field(&self.cause.to_string())
+            .finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.cause)
+    }
+}
 
 impl From<rpc_transport::Error> for Error {
     fn from(e: rpc_transport::Error) -> Error {
-        Error(e.to_string())
+        Error::of(ErrorKind::Transport, e)
     }
 }
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Error {
-        Error(e.to_string())
+        Error::of(ErrorKind::Transport, e)
     }
 }
 

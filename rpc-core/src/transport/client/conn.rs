@@ -79,7 +79,8 @@ impl<L: Link> Conn<L> {
             default_timeout: settings.timeout,
         });
         tokio::spawn(unstranded(|driver| drive(conn.clone(), driver)));
-        tokio::spawn(watch(conn.clone(), tcp, settings.keepalive()));
+        let idle_pings = settings.keepalive_while_idle;
+        tokio::spawn(watch(conn.clone(), tcp, settings.keepalive(), idle_pings));
         conn
     }
 
@@ -448,9 +449,18 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>, driver: DriverWaker) {
 /// Holds the handshake connection: its closing (or, with a keepalive, a PING
 /// unanswered) means the server is gone, and a GOAWAY on it means the server
 /// drains: no new call starts on this connection.
-async fn watch<L: Link>(conn: Arc<Conn<L>>, tcp: TcpStream, keepalive: Option<Keepalive>) {
+async fn watch<L: Link>(
+    conn: Arc<Conn<L>>,
+    tcp: TcpStream,
+    keepalive: Option<Keepalive>,
+    idle_pings: bool,
+) {
     let (rd, wr) = tcp.into_split();
     let mut live = Liveness::new(rd, wr, keepalive);
+    if !idle_pings {
+        let c = conn.clone();
+        live = live.without_idle_pings(move || c.open_calls() == 0);
+    }
     loop {
         let event = tokio::select! {
             event = live.next() => event,

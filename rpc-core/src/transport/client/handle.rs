@@ -126,7 +126,7 @@ impl<L: Dial> Handle<L> {
         tokio::spawn(async move {
             let t = endpoint.settings.connect_timeout;
             let r = match tokio::time::timeout(t, L::connect(&endpoint)).await {
-                Ok(r) => r.map_err(|e| e.to_string()),
+                Ok(r) => r.map_err(|e| e.detailed()),
                 Err(_) => Err(format!("timed out after {t:?}")),
             };
             let Some(h) = weak.upgrade() else {

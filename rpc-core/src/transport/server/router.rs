@@ -212,7 +212,7 @@ where
         let ud = match UdSide::new(&pd, served.clone(), config) {
             Ok(u) => Some(u),
             Err(e) => {
-                tracing::warn!(error = %e, "UD sessions not served");
+                tracing::warn!(error = %e.detailed(), "UD sessions not served");
                 None
             }
         };
@@ -273,7 +273,7 @@ where
                         tokio::spawn(async move {
                             if let Err(e) = accept(sh, tcp, waiting).await {
                                 if let Some(more) = HANDSHAKE_LOG.allow() {
-                                    tracing::info!(%peer, error = %e, more, "handshake refused or failed");
+                                    tracing::info!(%peer, error = %e.detailed(), more, "handshake refused or failed");
                                 }
                             }
                             heap_release::connection_closed();
