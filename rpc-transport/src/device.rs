@@ -132,6 +132,7 @@ impl Device {
         }
         #[cfg(feature = "rdma")]
         {
+            crate::fd_limit::raise_once();
             return Ok(Device {
                 imp: DeviceImp::Verbs(crate::verbs::Device::open(name)?),
             }
@@ -193,6 +194,7 @@ impl Device {
     /// Opens a soft device that offers only what `profile` offers, whatever the
     /// environment says.
     pub fn open_soft_with(config: SoftConfig, profile: SoftProfile) -> Result<Device> {
+        crate::fd_limit::raise_once();
         Ok(Device {
             imp: DeviceImp::Soft(soft::Device::open(config, profile)?),
         }

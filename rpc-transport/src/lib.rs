@@ -34,6 +34,7 @@ mod device;
 mod dispatch;
 mod error;
 mod event;
+mod fd_limit;
 mod heap;
 mod mr;
 mod mr_buffer;
