@@ -325,6 +325,14 @@ impl Builder {
         self
     }
 
+    /// Accepted for tonic-prost-build's build scripts and ignored: protox compiles the
+    /// protos and no `protoc` runs (proto3 `optional`, which the usual
+    /// `--experimental_allow_proto3_optional` turns on, always is).
+    #[must_use]
+    pub fn protoc_arg<A: AsRef<str>>(self, _arg: A) -> Self {
+        self
+    }
+
     /// Leaves out the proto comments of the messages, services and methods matching
     /// the paths (`.pkg.Service`, `.pkg.Service.Method`), for example when they
     /// contain indented text that rustdoc would run as a doctest.
@@ -353,11 +361,7 @@ impl Builder {
     /// # Errors
     /// A file that does not parse or resolve (with its line and column), two methods
     /// with the same Rust name, an output directory that cannot be written.
-    pub fn compile_protos(
-        self,
-        protos: &[impl AsRef<Path>],
-        includes: &[impl AsRef<Path>],
-    ) -> io::Result<()> {
+    pub fn compile_protos<P: AsRef<Path>>(self, protos: &[P], includes: &[P]) -> io::Result<()> {
         self.compile_with_config(Config::new(), protos, includes)
     }
 
@@ -368,11 +372,11 @@ impl Builder {
     ///
     /// # Errors
     /// As [`Builder::compile_protos`].
-    pub fn compile_with_config(
+    pub fn compile_with_config<P: AsRef<Path>>(
         self,
         config: Config,
-        protos: &[impl AsRef<Path>],
-        includes: &[impl AsRef<Path>],
+        protos: &[P],
+        includes: &[P],
     ) -> io::Result<()> {
         let fds = parse::parse(protos, includes, self.emit_rerun_if_changed)?;
         self.compile_fds_with_config(fds, config)

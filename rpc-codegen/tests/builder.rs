@@ -36,6 +36,19 @@ fn the_one_argument_compile_protos_includes_the_proto_s_directory() {
 }
 
 #[test]
+fn a_tonic_prost_build_script_s_protoc_arg_and_empty_includes_build() {
+    // tonic-prost-build's signature: one path type for both lists, so `&[]` infers.
+    let _empty_includes = || rpc_codegen::configure().compile_protos(&["a.proto"], &[]);
+    let out = generate(
+        "protoc_arg",
+        rpc_codegen::configure().protoc_arg("--experimental_allow_proto3_optional"),
+        "../proto/kv.proto",
+        "kv",
+    );
+    assert!(out.contains("pub mod key_value_client"));
+}
+
+#[test]
 fn client_only_and_server_only() {
     let client = generate(
         "client",

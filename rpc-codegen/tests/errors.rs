@@ -17,7 +17,10 @@ fn compile(test: &str, proto: &str) -> (std::io::Error, PathBuf) {
     let dir = out_dir(test);
     let err = rpc_codegen::configure()
         .out_dir(&dir)
-        .compile_protos(&[format!("tests/protos/{proto}")], &["tests/protos"])
+        .compile_protos(
+            &[format!("tests/protos/{proto}")],
+            &["tests/protos".to_string()],
+        )
         .expect_err("generation must fail");
     (err, dir)
 }
