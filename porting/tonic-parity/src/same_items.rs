@@ -120,6 +120,14 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let e = tonic::transport::Endpoint::rate_limit(e, 8, Duration::from_secs(1));
     let e = tonic::transport::Endpoint::keep_alive_timeout(e, Duration::from_secs(1));
     let e = tonic::transport::Endpoint::keep_alive_while_idle(e, true);
+    let e = tonic::transport::Endpoint::tcp_nodelay(e, true);
+    let e = tonic::transport::Endpoint::tcp_keepalive(e, Some(Duration::from_secs(60)));
+    let e = tonic::transport::Endpoint::tcp_keepalive_interval(e, Some(Duration::from_secs(5)));
+    let e = tonic::transport::Endpoint::tcp_keepalive_retries(e, Some(3));
+    let e = tonic::transport::Endpoint::initial_stream_window_size(e, 1 << 20);
+    let e = tonic::transport::Endpoint::initial_connection_window_size(e, None);
+    let e = tonic::transport::Endpoint::http2_adaptive_window(e, true);
+    let e = tonic::transport::Endpoint::max_frame_size(e, 1 << 16);
     let c: tonic::transport::Channel = tonic::transport::Endpoint::connect(&e).await?;
     let e = tonic::transport::Channel::from_static("rdma://127.0.0.1:1");
     let b = tonic::transport::Channel::balance_list(vec![e.clone()].into_iter());
@@ -133,6 +141,16 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let server = tonic::transport::Server::builder();
     let server = tonic::transport::Server::layer(server, tower::layer::util::Identity::new());
     let server = tonic::transport::Server::concurrency_limit_per_connection(server, 8);
+    let server = tonic::transport::Server::tcp_nodelay(server, true);
+    let server = tonic::transport::Server::tcp_keepalive(server, Some(Duration::from_secs(60)));
+    let server = tonic::transport::Server::tcp_keepalive_interval(server, None);
+    let server = tonic::transport::Server::tcp_keepalive_retries(server, None);
+    let server = tonic::transport::Server::max_concurrent_streams(server, 128);
+    let server = tonic::transport::Server::initial_stream_window_size(server, 1 << 20);
+    let server = tonic::transport::Server::initial_connection_window_size(server, None);
+    let server = tonic::transport::Server::http2_adaptive_window(server, Some(true));
+    let server = tonic::transport::Server::max_frame_size(server, 1 << 16);
+    let server = tonic::transport::Server::accept_http1(server, true);
     let router = tonic::transport::Server::add_service(server, svc);
     let router = tonic::transport::Server::add_optional_service(
         tonic::transport::Server::builder(),

@@ -36,6 +36,8 @@ pub(crate) struct Settings {
     pub(crate) keepalive_timeout: Duration,
     /// Whether keepalive PINGs go while no call is in flight.
     pub(crate) keepalive_while_idle: bool,
+    /// The handshake connection's TCP options.
+    pub(crate) tcp: crate::transport::tcp_options::TcpOptions,
     pub(crate) concurrency_limit: Option<usize>,
     pub(crate) rate_limit: Option<(u64, Duration)>,
     /// Bodies longer than this go by reference (RC, RDMA Read agreed).
@@ -73,6 +75,7 @@ impl Default for Settings {
             keepalive_interval: None,
             keepalive_timeout: Duration::from_secs(20),
             keepalive_while_idle: false,
+            tcp: Default::default(),
             concurrency_limit: None,
             rate_limit: None,
             rendezvous_threshold: crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD,

@@ -90,6 +90,8 @@ pub(crate) mod rendezvous;
 pub mod server;
 mod spin_budget;
 mod stream_batch;
+mod tcp_options;
+mod tonic_knobs;
 mod ud_device;
 mod unstranded;
 

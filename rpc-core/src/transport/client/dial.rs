@@ -45,6 +45,6 @@ pub(super) async fn dial(ep: &Endpoint) -> Result<(TcpStream, SocketAddr), Error
         .next()
         .ok_or_else(|| Error::new(format!("{} resolves to nothing", ep.host)))?;
     let tcp = TcpStream::connect(addr).await?;
-    tcp.set_nodelay(true)?;
+    ep.settings.tcp.apply(&tcp)?;
     Ok((tcp, addr))
 }

@@ -17,7 +17,7 @@ use crate::transport::completion::CompletionMode;
 /// through ([`Identity`], none, by default).
 #[derive(Debug, Default)]
 pub struct Server<L = Identity> {
-    settings: ServerSettings,
+    pub(super) settings: ServerSettings,
     layer: L,
 }
 

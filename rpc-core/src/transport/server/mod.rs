@@ -25,6 +25,7 @@ mod settings;
 mod srq_side;
 mod stream_inbound;
 mod table_room;
+mod tonic_knobs;
 mod ud_side;
 
 pub use builder::Server;

@@ -39,6 +39,8 @@ pub(super) struct ServerSettings {
     pub(super) rendezvous_pool_bytes: usize,
     /// Where the pool's occupancy is reported.
     pub(super) rendezvous_stats: Option<crate::transport::RendezvousStats>,
+    /// Accepted handshake connections' TCP options.
+    pub(super) tcp: crate::transport::tcp_options::TcpOptions,
 }
 
 /// gRPC's server defaults: a PING every 2 hours, answered within 20 s.
@@ -86,6 +88,7 @@ impl Default for ServerSettings {
             rendezvous_threshold: crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD,
             rendezvous_pool_bytes: crate::transport::rendezvous::DEFAULT_SERVER_POOL_BYTES,
             rendezvous_stats: None,
+            tcp: Default::default(),
         }
     }
 }

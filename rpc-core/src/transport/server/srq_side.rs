@@ -204,7 +204,7 @@ pub(super) async fn accept(
     mut tcp: TcpStream,
     pending: Pending,
 ) -> Result<(), Error> {
-    tcp.set_nodelay(true)?;
+    sh.settings.tcp.apply(&tcp)?;
     let addrs = ConnAddrs::of(&tcp);
     let t = sh.settings.handshake_timeout;
     let hello = tokio::select! {

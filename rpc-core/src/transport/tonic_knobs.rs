@@ -1,0 +1,58 @@
+//! tonic's `Endpoint` knobs for the TCP connection and HTTP/2, so that a tonic
+//! client's builder chain compiles unchanged. The TCP ones set the handshake
+//! connection, which stays open as the RDMA connection's liveness channel
+//! ([`super::tcp_options`]). The HTTP/2 ones have nothing to set: there is no HTTP/2
+//! here, and flow control is the connection's credits and each stream's message
+//! credits. They are accepted and change nothing, as the porting guide says.
+
+use std::time::Duration;
+
+use super::Endpoint;
+
+impl Endpoint {
+    /// `TCP_NODELAY` on the handshake connection (default `true`).
+    pub fn tcp_nodelay(mut self, enabled: bool) -> Self {
+        self.settings.tcp.nodelay = enabled;
+        self
+    }
+
+    /// TCP keepalive on the handshake connection: probes after this much idle time
+    /// (default `None`: off). The kernel's answer finds a server host that vanished.
+    pub fn tcp_keepalive(mut self, idle: Option<Duration>) -> Self {
+        self.settings.tcp.keepalive = idle;
+        self
+    }
+
+    /// Time between TCP keepalive probes (the kernel's default when `None`).
+    pub fn tcp_keepalive_interval(mut self, interval: Option<Duration>) -> Self {
+        self.settings.tcp.keepalive_interval = interval;
+        self
+    }
+
+    /// TCP keepalive probes unanswered before the connection drops (the kernel's
+    /// default when `None`).
+    pub fn tcp_keepalive_retries(mut self, retries: Option<u32>) -> Self {
+        self.settings.tcp.keepalive_retries = retries;
+        self
+    }
+
+    /// HTTP/2's stream window: accepted, no effect (no HTTP/2 here).
+    pub fn initial_stream_window_size(self, _size: impl Into<Option<u32>>) -> Self {
+        self
+    }
+
+    /// HTTP/2's connection window: accepted, no effect (no HTTP/2 here).
+    pub fn initial_connection_window_size(self, _size: impl Into<Option<u32>>) -> Self {
+        self
+    }
+
+    /// HTTP/2's adaptive window: accepted, no effect (no HTTP/2 here).
+    pub fn http2_adaptive_window(self, _enabled: bool) -> Self {
+        self
+    }
+
+    /// HTTP/2's largest frame: accepted, no effect (frames here are receive slots).
+    pub fn max_frame_size(self, _size: impl Into<Option<u32>>) -> Self {
+        self
+    }
+}
