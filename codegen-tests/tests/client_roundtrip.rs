@@ -213,10 +213,7 @@ async fn two_services_of_one_file_are_separate_clients_and_servers() {
     let mut wrong = AlphaClient::new(Loopback::new(beta_server::BetaServer::new(Named("beta"))));
     let status = wrong.ping(Ping { seq: 3 }).await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented);
-    assert_eq!(
-        status.message(),
-        "service multi.Alpha not found (this is multi.Beta)"
-    );
+    assert_eq!(status.message(), "", "no message, as tonic's");
 }
 
 struct Doubler;

@@ -98,7 +98,7 @@ async fn a_status_from_the_trait_method_is_the_call_outcome() {
 }
 
 #[tokio::test]
-async fn an_unknown_method_is_unimplemented_and_named() {
+async fn an_unknown_method_is_unimplemented_with_no_message_as_on_tonic() {
     let greeter = Arc::new(CountingGreeter::default());
     let mut server = GreeterServer::from_arc(Arc::clone(&greeter));
     let body = HelloRequest { name: "Ada".into() }.encode_to_vec();
@@ -111,10 +111,7 @@ async fn an_unknown_method_is_unimplemented_and_named() {
     .await
     .unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented);
-    assert_eq!(
-        status.message(),
-        "method SayGoodbye not found in service helloworld.Greeter"
-    );
+    assert_eq!(status.message(), "", "no message, as tonic's");
     assert_eq!(greeter.calls.load(Ordering::SeqCst), 0);
 }
 
@@ -184,8 +181,5 @@ async fn a_service_without_methods_answers_everything_unimplemented() {
         .err()
         .unwrap();
     assert_eq!(status.code(), Code::Unimplemented);
-    assert_eq!(
-        status.message(),
-        "method Anything not found in service multi.Placeholder"
-    );
+    assert_eq!(status.message(), "", "no message, as tonic's");
 }
