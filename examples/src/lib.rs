@@ -43,7 +43,7 @@ pub mod echo {
 /// The encoded `FileDescriptorSet` of every proto above, for the servers' reflection
 /// service (`rpc_reflection::server::Builder::register_encoded_file_descriptor_set`).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/examples_descriptor.bin"));
+    rpc_core::include_file_descriptor_set!("examples_descriptor");
 
 /// Sets up `tracing` output, filtered by `RUST_LOG` (default: info).
 pub fn init_tracing() {

@@ -1,4 +1,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tonic_build::compile_protos("proto/parity.proto")?;
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    tonic_build::configure()
+        .file_descriptor_set_path(out.join("parity_descriptor.bin"))
+        .compile_protos(&["proto/parity.proto"], &["proto"])?;
     Ok(())
 }

@@ -61,3 +61,13 @@ macro_rules! include_proto {
         include!(concat!(env!("OUT_DIR"), concat!("/", $package, ".rs")));
     };
 }
+
+/// Includes the encoded `FileDescriptorSet` that `file_descriptor_set_path` wrote to
+/// `OUT_DIR/<name>.bin`, as a `&'static [u8]` (tonic's
+/// `include_file_descriptor_set!`, e.g. for `rpc-reflection`).
+#[macro_export]
+macro_rules! include_file_descriptor_set {
+    ($name:tt) => {
+        include_bytes!(concat!(env!("OUT_DIR"), concat!("/", $name, ".bin")))
+    };
+}

@@ -78,6 +78,10 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let mut ok = tonic::Status::ok("fine");
     tonic::Status::set_source(&mut ok, std::sync::Arc::new(std::fmt::Error));
     let _: tonic::Result<u32> = Ok(1);
+    let fds: &[u8] = tonic::include_file_descriptor_set!("parity_descriptor");
+    assert!(!fds.is_empty());
+    let headers = tonic::metadata::MetadataMap::into_headers(tonic::metadata::MetadataMap::new());
+    let _ = tonic::metadata::MetadataMap::from_headers(headers);
     let m = tonic::GrpcMethod::new("pkg.Svc", "Method");
     let _ = (m.service(), m.method());
     tonic::Code::description(&tonic::Code::NotFound);

@@ -16,7 +16,8 @@
 //!   for ASCII values (`as_encoded_bytes`, `AsRef<[u8]>`), except
 //!   `Bytes::from(value)`, which gives the base64 text as tonic's does.
 //! * The names gRPC reserves for its own headers (`te`, `content-type`,
-//!   `grpc-message`, `grpc-message-type`, `grpc-status`) may be put in a map but are
+//!   `grpc-message`, `grpc-message-type`, `grpc-status`, and `grpc-timeout`, which a
+//!   call's frame carries) may be put in a map but are
 //!   never sent, as tonic drops them from requests, responses and statuses.
 //!
 //! The wire encoding is `count:u16, (key_len:u8, key, value_len:u16, value)*`, big
@@ -25,6 +26,7 @@
 mod base64;
 mod encoding;
 mod entry;
+mod headers;
 mod iter;
 mod key;
 mod key_arg;
