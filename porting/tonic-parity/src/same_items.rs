@@ -155,6 +155,11 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let server = tonic::transport::Server::http2_adaptive_window(server, Some(true));
     let server = tonic::transport::Server::max_frame_size(server, 1 << 16);
     let server = tonic::transport::Server::accept_http1(server, true);
+    let mut routes = tonic::service::Routes::builder();
+    routes.add_service(ParityServer::new(MyParity::default()));
+    let routes = tonic::service::Routes::prepare(routes.routes());
+    let mut server = server;
+    let _ = tonic::transport::Server::add_routes(&mut server, routes);
     let router = tonic::transport::Server::add_service(server, svc);
     let router = tonic::transport::Server::add_optional_service(
         tonic::transport::Server::builder(),

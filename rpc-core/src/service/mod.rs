@@ -5,9 +5,11 @@
 mod future;
 pub mod interceptor;
 mod routes;
+mod routes_builder;
 
 pub use future::ResponseFuture;
 #[doc(inline)]
 pub use interceptor::{InterceptedService, Interceptor, InterceptorLayer};
 pub(crate) use routes::Route;
 pub use routes::Routes;
+pub use routes_builder::RoutesBuilder;

@@ -345,6 +345,20 @@ impl<L> Server<L> {
         self.into_router().add_optional_service(svc)
     }
 
+    /// A router serving `routes` (built apart, e.g. with
+    /// [`Routes::builder`](crate::service::Routes::builder)), with this server's
+    /// settings and layers; the server stays usable, as tonic's.
+    pub fn add_routes(&mut self, routes: Routes) -> Router<L>
+    where
+        L: Clone,
+    {
+        Router {
+            settings: self.settings.clone(),
+            routes,
+            layer: self.layer.clone(),
+        }
+    }
+
     fn into_router(self) -> Router<L> {
         Router {
             settings: self.settings,
