@@ -134,6 +134,10 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let e = tonic::transport::Endpoint::max_frame_size(e, 1 << 16);
     let c: tonic::transport::Channel = tonic::transport::Endpoint::connect(&e).await?;
     let e = tonic::transport::Channel::from_static("rdma://127.0.0.1:1");
+    let uri: tonic::transport::Uri = "rdma://127.0.0.1:1".parse()?;
+    let from_uri = tonic::transport::Channel::builder(uri.clone());
+    let _ = tonic::transport::Endpoint::uri(&from_uri);
+    let _ = tonic::transport::Endpoint::from(uri);
     let b = tonic::transport::Channel::balance_list(vec![e.clone()].into_iter());
     let (b, tx) = tonic::transport::Channel::balance_channel::<u32>(4);
     tx.send(tonic::transport::channel::Change::Insert(1, e))

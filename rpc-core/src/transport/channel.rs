@@ -281,6 +281,9 @@ impl Endpoint {
     /// Connects now: fails if the first dial does (address, refusal, timeout).
     /// Afterwards the channel dials again by itself whenever its connection breaks.
     pub async fn connect(&self) -> Result<Channel, Error> {
+        if let Some(why) = &self.invalid {
+            return Err(Error::invalid_uri(why.clone()));
+        }
         let channel = Channel::lazy(self);
         let dialed = match &channel.transport {
             Transport::Rc(c) => c.dial_now().await,

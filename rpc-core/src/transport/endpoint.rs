@@ -16,6 +16,11 @@ pub struct Endpoint {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) settings: Settings,
+    /// The address as given.
+    pub(crate) uri: http::Uri,
+    /// Why this endpoint cannot connect, for one made infallibly from a URI that is
+    /// not an rdma-rpc address (`From<Uri>`): its connects fail `invalid URI`.
+    pub(crate) invalid: Option<String>,
 }
 
 /// Connection settings.
@@ -109,6 +114,9 @@ impl Endpoint {
         if host.is_empty() {
             return Err(Error::invalid_uri(format!("{uri:?} has no host")));
         }
+        let parsed = uri
+            .parse()
+            .map_err(|e| Error::invalid_uri(format!("{uri:?}: {e}")))?;
         Ok(Endpoint {
             host: host.to_string(),
             port,
@@ -116,6 +124,8 @@ impl Endpoint {
                 ud,
                 ..Settings::default()
             },
+            uri: parsed,
+            invalid: None,
         })
     }
 
@@ -143,7 +153,7 @@ impl Endpoint {
     pub fn from_static(uri: &'static str) -> Endpoint {
         match Endpoint::from_shared(uri) {
             Ok(endpoint) => endpoint,
-            Err(e) => panic!("Endpoint::from_static: {e}"),
+            Err(e) => panic!("Endpoint::from_static: {e:?}"),
         }
     }
 

@@ -82,6 +82,7 @@ mod channel_stream;
 mod client;
 mod completion;
 mod endpoint;
+mod endpoint_uri;
 mod heap_release;
 pub(crate) mod lend_windows;
 mod limit;
@@ -100,6 +101,8 @@ use std::fmt;
 pub use channel::Channel;
 pub use completion::CompletionMode;
 pub use endpoint::Endpoint;
+/// A URI, as tonic's `transport::Uri` (`http::Uri`).
+pub use http::Uri;
 pub use rendezvous::{
     RendezvousStats, DEFAULT_CLIENT_POOL_BYTES, DEFAULT_RENDEZVOUS_THRESHOLD,
     DEFAULT_SERVER_POOL_BYTES,
