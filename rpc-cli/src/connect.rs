@@ -19,8 +19,9 @@ impl Connection {
         let endpoint = Endpoint::from_shared(target.addr.clone())
             .map_err(|e| {
                 local(format!(
-                    "{:?} is not an address (rdma://host:port or rdma+ud://host:port): {e}",
-                    target.addr
+                    "{:?} is not an address (rdma://host:port or rdma+ud://host:port): {}",
+                    target.addr,
+                    why(&e)
                 ))
             })?
             .connect_timeout(target.connect_timeout);
@@ -44,6 +45,12 @@ impl Connection {
         self.endpoint
             .connect()
             .await
-            .map_err(|e| local(format!("cannot connect to {}: {e}", self.addr)))
+            .map_err(|e| local(format!("cannot connect to {}: {}", self.addr, why(&e))))
     }
+}
+
+/// What went wrong: a transport error shows only its kind, as tonic's; the reason
+/// is its source.
+fn why(e: &rpc_core::transport::Error) -> String {
+    std::error::Error::source(e).map_or_else(|| e.to_string(), ToString::to_string)
 }

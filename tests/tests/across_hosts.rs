@@ -161,7 +161,7 @@ async fn client_host() {
             .ud(ud)
             .connect()
             .await
-            .unwrap_or_else(|e| panic!("connect (ud {ud}) to {uri}: {e}"));
+            .unwrap_or_else(|e| panic!("connect (ud {ud}) to {uri}: {e:?}"));
         let mut g = Grpc::new(ch);
         let mut req = Request::new(Echo {
             id,

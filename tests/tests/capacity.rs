@@ -50,7 +50,7 @@ async fn connect_and_call(n: usize) {
     for i in 0..n {
         let ch = Channel::connect(format!("rdma://{addr}"))
             .await
-            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+            .unwrap_or_else(|e| panic!("connection {i}: {e:?}"));
         channels.push(ch);
     }
     let mut calls = Vec::new();

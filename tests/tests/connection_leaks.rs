@@ -83,7 +83,7 @@ async fn rounds_of_rc_clients_leave_the_servers_qps_and_regions_where_they_were(
         for i in 0..CLIENTS {
             let ch = Channel::connect(uri.clone())
                 .await
-                .unwrap_or_else(|e| panic!("round {round}, client {i}: {e}"));
+                .unwrap_or_else(|e| panic!("round {round}, client {i}: {e:?}"));
             call(&ch, i as u64).await;
             channels.push(ch);
         }

@@ -184,7 +184,7 @@ async fn has_ud_or_falls_back(dev: &Device) -> bool {
 
     let srv = serve(Server::builder().accept_rc(false), dev, Count::new(1)).await;
     let e = srv.ud(dev).connect().await.expect_err("no UD and no RC");
-    assert!(e.to_string().contains("device has no UD"), "{e}");
+    assert!(format!("{e:?}").contains("device has no UD"), "{e:?}");
     let lazy = srv.ud(dev).connect_lazy();
     let s = call(&lazy, ECHO, 0, vec![])
         .await
