@@ -185,4 +185,39 @@ mod tests {
         let waited = t0.elapsed() - Duration::from_secs(35);
         assert!(waited <= Duration::from_secs(12), "{waited:?}");
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_idle_pings_an_idle_side_sends_none_and_a_busy_one_does() {
+        let k = Keepalive {
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(2),
+        };
+        let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (a, b) = tokio::io::duplex(64);
+        let (ar, aw) = tokio::io::split(a);
+        let (mut br, _bw) = tokio::io::split(b);
+        let idle = busy.clone();
+        let mut pinger = Liveness::new(ar, aw, Some(k))
+            .without_idle_pings(move || !idle.load(std::sync::atomic::Ordering::Relaxed));
+        let mut got = [0u8; 8];
+        // Idle for 60 s of (paused) time: no PING, so nothing to time out either.
+        tokio::select! {
+            e = pinger.next() => panic!("an idle pinger reported {e:?}"),
+            n = br.read(&mut got) => panic!("an idle pinger sent {:?}", &got[..n.unwrap()]),
+            () = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+        // Busy: a PING within an interval, and, unanswered, a timeout.
+        busy.store(true, std::sync::atomic::Ordering::Relaxed);
+        let t0 = Instant::now();
+        tokio::select! {
+            e = pinger.next() => panic!("{e:?} before its PING"),
+            n = br.read(&mut got) => assert_eq!(&got[..n.unwrap()], [PING]),
+        }
+        assert!(
+            t0.elapsed() <= Duration::from_secs(10),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(pinger.next().await, Event::TimedOut, "nothing answered");
+    }
 }
