@@ -159,6 +159,7 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let server = tonic::transport::Server::http2_adaptive_window(server, Some(true));
     let server = tonic::transport::Server::max_frame_size(server, 1 << 16);
     let server = tonic::transport::Server::accept_http1(server, true);
+    let server = tonic::transport::Server::load_shed(server, false);
     let mut routes = tonic::service::Routes::builder();
     routes.add_service(ParityServer::new(MyParity::default()));
     let routes = tonic::service::Routes::prepare(routes.routes());

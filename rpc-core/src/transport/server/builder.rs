@@ -91,6 +91,15 @@ impl<L> Server<L> {
         self
     }
 
+    /// With `true`, a call that finds its connection at
+    /// [`Server::concurrency_limit_per_connection`] is refused at once,
+    /// `RESOURCE_EXHAUSTED` ("Too many active requests for the connection", as
+    /// tonic's), instead of waiting for a handler to finish. Off by default.
+    pub fn load_shed(mut self, enabled: bool) -> Self {
+        self.settings.load_shed = enabled;
+        self
+    }
+
     /// Most calls in flight on one connection (default 256): the cap of its credit
     /// window, less the one credit clients keep for CANCEL frames. A connection
     /// starts at one call and its window grows toward this as it is used, out of

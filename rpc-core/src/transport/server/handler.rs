@@ -26,6 +26,9 @@ pub(crate) struct Served {
     /// existed (no boxed stack to clone, no boxed future per call).
     stack: Option<Route>,
     timeout: Option<Duration>,
+    /// `Server::load_shed`: a call finding its connection's limit reached is
+    /// refused instead of waiting.
+    load_shed: bool,
 }
 
 impl Served {
@@ -34,6 +37,7 @@ impl Served {
         routes: Routes,
         stack: T,
         timeout: Option<Duration>,
+        load_shed: bool,
     ) -> Served {
         // No layer (tower's `Identity`) gives back the routes themselves.
         let stack = (TypeId::of::<T>() != TypeId::of::<Routes>()).then(|| {
@@ -43,6 +47,7 @@ impl Served {
             routes,
             stack,
             timeout,
+            load_shed,
         }
     }
 }
@@ -104,6 +109,12 @@ pub(crate) async fn run_limited(
     let call = call?;
     let (_permit, timeout) = match limit.try_acquire() {
         Ok(permit) => (permit, timeout),
+        // tonic's status for a call shed (its `load_shed` layer's `Overloaded`).
+        Err(_) if served.load_shed => {
+            return Err(Status::resource_exhausted(
+                "Too many active requests for the connection",
+            ))
+        }
         Err(_) => wait_for_permit(limit, timeout).await?,
     };
     run_handler(served, Ok(call), timeout).await

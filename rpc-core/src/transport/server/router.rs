@@ -200,7 +200,7 @@ where
             "rdma-rpc server listening"
         );
         let stack = self.layer.layer(self.routes.clone());
-        let served = Arc::new(Served::new(self.routes, stack, s.timeout));
+        let served = Arc::new(Served::new(self.routes, stack, s.timeout, s.load_shed));
         let config = UdSideConfig {
             ud: s.ud,
             mode: s.mode,

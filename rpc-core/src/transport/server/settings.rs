@@ -33,6 +33,8 @@ pub(super) struct ServerSettings {
     pub(super) timeout: Option<Duration>,
     /// `Server::concurrency_limit_per_connection`.
     pub(super) concurrency_limit: Option<usize>,
+    /// `Server::load_shed`.
+    pub(super) load_shed: bool,
     /// Bodies longer than this go by reference (RC, RDMA Read agreed).
     pub(super) rendezvous_threshold: usize,
     /// Registered bytes the server's pool (shared by its connections) may hold.
@@ -85,6 +87,7 @@ impl Default for ServerSettings {
             keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
             timeout: None,
             concurrency_limit: None,
+            load_shed: false,
             rendezvous_threshold: crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD,
             rendezvous_pool_bytes: crate::transport::rendezvous::DEFAULT_SERVER_POOL_BYTES,
             rendezvous_stats: None,
