@@ -192,6 +192,13 @@ mod tests {
         Ok(Payload::from_vec(v.encode_to_vec()))
     }
 
+    #[test]
+    fn a_stream_is_send_and_sync_as_tonic_s() {
+        // A `&Streaming` held across an await in a spawned task needs both.
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Streaming<u32>>();
+    }
+
     #[tokio::test]
     async fn messages_then_none_then_the_trailers() {
         let mut md = MetadataMap::new();

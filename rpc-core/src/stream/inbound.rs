@@ -18,7 +18,10 @@ use crate::status::Status;
 /// Dropping it before the end tells the transport this side wants no more: on the
 /// client that cancels the call; on the server it discards what the client still
 /// sends (the handler may go on answering, as in gRPC).
-pub trait InboundMessages: Send + 'static {
+///
+/// `Sync` so that [`crate::Streaming`] is, as tonic's: a task may hold a reference
+/// to one across an await.
+pub trait InboundMessages: Send + Sync + 'static {
     /// The next received message.
     fn poll_message(
         self: Pin<&mut Self>,
