@@ -12,6 +12,13 @@ pub mod loopback;
 // Generated messages carry only the docs their protos have (all generated service
 // items are documented).
 
+/// Every package above again, through the include file the build script asked for
+/// (`Builder::include_file`), nested by package name.
+#[allow(missing_docs)]
+pub mod all {
+    include!(concat!(env!("OUT_DIR"), "/all_protos.rs"));
+}
+
 /// `proto/helloworld.proto`.
 #[allow(missing_docs)]
 pub mod helloworld {

@@ -11,7 +11,7 @@ use prost_build::{Config, Module};
 use prost_types::FileDescriptorSet;
 
 use crate::service_generator::{ModAttributes, RpcServiceGenerator, Settings};
-use crate::{manifest, output, parse};
+use crate::{include_file, manifest, output, parse};
 
 /// Configures code generation; made by [`configure`](crate::configure). Its methods
 /// are tonic-build's (`tonic_prost_build::Builder` in tonic 0.14) where tonic has
@@ -31,6 +31,8 @@ pub struct Builder {
     prost: Vec<ProstOption>,
     out_dir: Option<PathBuf>,
     file_descriptor_set_path: Option<PathBuf>,
+    /// Set by [`Builder::include_file`]: relative to the output directory.
+    include_file: Option<PathBuf>,
     emit_rerun_if_changed: bool,
 }
 
@@ -60,6 +62,7 @@ impl Default for Builder {
             prost: Vec::new(),
             out_dir: None,
             file_descriptor_set_path: None,
+            include_file: None,
             // Only build scripts get `CARGO_CFG_*`: elsewhere the lines would be noise.
             emit_rerun_if_changed: std::env::var_os("CARGO_CFG_TARGET_ARCH").is_some(),
         }
@@ -110,6 +113,14 @@ impl Builder {
     /// `FileDescriptorSet` to `path` (for reflection, or `prost-reflect`).
     pub fn file_descriptor_set_path(mut self, path: impl AsRef<Path>) -> Self {
         self.file_descriptor_set_path = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Also writes `path` (in the output directory): every generated package as
+    /// nested `pub mod`s that include its file, as tonic-prost-build's. Then
+    /// `include!(concat!(env!("OUT_DIR"), "/<path>"));` brings them all in.
+    pub fn include_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.include_file = Some(path.as_ref().to_owned());
         self
     }
 
@@ -446,7 +457,12 @@ impl Builder {
                 format!("rpc-codegen: {}", errors.join("\nrpc-codegen: ")),
             ));
         }
-        output::write_modules(&out_dir, modules)
+        let names: Vec<Module> = modules.keys().cloned().collect();
+        output::write_modules(&out_dir, modules)?;
+        match &self.include_file {
+            Some(path) => output::write_file(&out_dir.join(path), &include_file::render(&names)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -116,6 +116,7 @@
 mod builder;
 mod client;
 mod docs;
+mod include_file;
 mod manifest;
 mod model;
 mod naming;
@@ -128,6 +129,9 @@ use std::io;
 use std::path::Path;
 
 pub use builder::Builder;
+/// prost-build's settings, for [`Builder::compile_with_config`] (as tonic-prost-build
+/// re-exports it).
+pub use prost_build::Config;
 
 /// A [`Builder`] with the defaults: client and server, output in `$OUT_DIR`,
 /// well-known types from `prost-types`.

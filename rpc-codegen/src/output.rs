@@ -35,6 +35,11 @@ fn format(file_name: &str, source: &str) -> io::Result<String> {
     Ok(format!("{HEADER}{}", prettyplease::unparse(&file)))
 }
 
+/// Writes `text` to `path` unless it already holds it.
+pub(crate) fn write_file(path: &Path, text: &str) -> io::Result<()> {
+    write_if_changed(path, text.as_bytes())
+}
+
 fn write_if_changed(path: &Path, content: &[u8]) -> io::Result<()> {
     if fs::read(path).is_ok_and(|old| old == content) {
         return Ok(());
