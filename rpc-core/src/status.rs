@@ -191,9 +191,7 @@ impl Status {
             } else if e.is::<tower::timeout::error::Elapsed>() {
                 found = Some(Status::deadline_exceeded(e.to_string()));
             } else if e.is::<tower::load_shed::error::Overloaded>() {
-                found = Some(Status::resource_exhausted(
-                    "Too many active requests for the connection",
-                ));
+                found = Some(Status::shed());
             }
             if found.is_some() {
                 break;
@@ -207,6 +205,12 @@ impl Status {
             }
             None => Err(err),
         }
+    }
+
+    /// A call shed because its connection is at its limit: `RESOURCE_EXHAUSTED`, in
+    /// tonic's words (a `load_shed` layer, `Server::load_shed`).
+    pub(crate) fn shed() -> Status {
+        Status::resource_exhausted("Too many active requests for the connection")
     }
 
     /// Sets the error this status was made from ([`Error::source`]), as tonic's.

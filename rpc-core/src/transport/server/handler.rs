@@ -109,12 +109,7 @@ pub(crate) async fn run_limited(
     let call = call?;
     let (_permit, timeout) = match limit.try_acquire() {
         Ok(permit) => (permit, timeout),
-        // tonic's status for a call shed (its `load_shed` layer's `Overloaded`).
-        Err(_) if served.load_shed => {
-            return Err(Status::resource_exhausted(
-                "Too many active requests for the connection",
-            ))
-        }
+        Err(_) if served.load_shed => return Err(Status::shed()),
         Err(_) => wait_for_permit(limit, timeout).await?,
     };
     run_handler(served, Ok(call), timeout).await
