@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use crate::metadata::MetadataMap;
+
 /// The metadata key.
 pub(crate) const KEY: &str = "grpc-timeout";
 
@@ -28,6 +30,12 @@ pub(crate) fn encode(d: Duration) -> String {
         .find(|&(v, _)| v <= MAX)
         .unwrap_or((MAX, 'H'));
     format!("{value}{unit}")
+}
+
+/// Puts `d` in `metadata` as its `grpc-timeout` entry (replacing one there).
+pub(crate) fn insert(metadata: &mut MetadataMap, d: Duration) {
+    let value = encode(d).parse().expect("digits and a unit are ASCII");
+    metadata.insert(KEY, value);
 }
 
 /// The duration `v` names, or `None` if it is not a `grpc-timeout` value.

@@ -138,9 +138,7 @@ impl<T> Request<T> {
     /// server's handler finds in its request's metadata.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = Some(timeout);
-        let value = crate::grpc_timeout::encode(timeout);
-        let value = value.parse().expect("digits and a unit are ASCII");
-        self.metadata.insert(crate::grpc_timeout::KEY, value);
+        crate::grpc_timeout::insert(&mut self.metadata, timeout);
     }
 
     /// The deadline a client's call takes from this request: [`Request::set_timeout`]'s,

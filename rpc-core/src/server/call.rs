@@ -63,8 +63,7 @@ impl ServerCall {
     ) -> Result<ServerCall, Status> {
         if let Some(t) = timeout {
             // Where a tonic handler reads its deadline (the frame carried it).
-            let value = crate::grpc_timeout::encode(t).parse().expect("ASCII");
-            metadata.insert(crate::grpc_timeout::KEY, value);
+            crate::grpc_timeout::insert(&mut metadata, t);
         }
         let bytes = payload.as_slice();
         let p = bytes
