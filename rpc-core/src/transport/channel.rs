@@ -281,9 +281,7 @@ impl Endpoint {
     /// Connects now: fails if the first dial does (address, refusal, timeout).
     /// Afterwards the channel dials again by itself whenever its connection breaks.
     pub async fn connect(&self) -> Result<Channel, Error> {
-        if let Some(why) = &self.invalid {
-            return Err(Error::invalid_uri(why.clone()));
-        }
+        self.check_uri()?;
         let channel = Channel::lazy(self);
         let dialed = match &channel.transport {
             Transport::Rc(c) => c.dial_now().await,

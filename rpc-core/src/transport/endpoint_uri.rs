@@ -6,20 +6,28 @@
 use http::Uri;
 
 use super::endpoint::Settings;
-use super::{Channel, Endpoint};
+use super::{Channel, Endpoint, Error};
 
 impl Endpoint {
     /// The address it was made from.
     pub fn uri(&self) -> &Uri {
         &self.uri
     }
+
+    /// `invalid URI` for an endpoint made from a URI that is not an rdma-rpc
+    /// address: checked before any connect.
+    pub(crate) fn check_uri(&self) -> Result<(), Error> {
+        match &self.invalid {
+            Some(why) => Err(Error::invalid_uri(why.clone())),
+            None => Ok(()),
+        }
+    }
 }
 
 impl From<Uri> for Endpoint {
     fn from(uri: Uri) -> Endpoint {
         Endpoint::from_shared(uri.to_string()).unwrap_or_else(|e| {
-            let why =
-                std::error::Error::source(&e).map_or_else(|| e.to_string(), |c| c.to_string());
+            let why = e.reason();
             Endpoint {
                 host: String::new(),
                 port: 0,

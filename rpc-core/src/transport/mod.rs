@@ -154,6 +154,11 @@ impl Error {
         }
     }
 
+    /// What went wrong, without the kind.
+    pub(crate) fn reason(&self) -> String {
+        self.cause.to_string()
+    }
+
     /// The kind and the cause in one line, for logs and statuses.
     pub(crate) fn detailed(&self) -> String {
         format!("{self}: {}", self.cause)

@@ -40,9 +40,7 @@ pub(crate) fn shared_device(ep: &Endpoint, tcp: &TcpStream) -> rpc_transport::Re
 
 /// Resolves the endpoint's host and opens the handshake connection to it.
 pub(super) async fn dial(ep: &Endpoint) -> Result<(TcpStream, SocketAddr), Error> {
-    if let Some(why) = &ep.invalid {
-        return Err(Error::invalid_uri(why.clone()));
-    }
+    ep.check_uri()?;
     let addr = tokio::net::lookup_host((ep.host.as_str(), ep.port))
         .await?
         .next()
