@@ -96,6 +96,7 @@ mod hello;
 mod legacy;
 pub mod liveness;
 mod reject;
+mod soft_peer;
 #[cfg(test)]
 mod tests;
 
@@ -106,6 +107,7 @@ pub use decide::{asks_ud, decide, Availability, Decision, Policy, RcPolicy, UdPo
 pub use hello::{Ask, ClientHello, RcAsk, UdAsk};
 pub use legacy::OldPeer;
 pub use reject::Reject;
+pub use soft_peer::check_soft_peer;
 
 /// Magic at the head of every negotiation message.
 pub const MAGIC: [u8; 4] = *b"RRPC";

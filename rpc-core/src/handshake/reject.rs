@@ -46,6 +46,9 @@ pub enum Reject {
     /// The server's device has no immediate data and the client sent no device word:
     /// an older client, which cannot frame its immediates in the payload.
     ClientTooOldForHeaderFraming,
+    /// The hello's RDMA address is not on the host the connection came from (soft
+    /// provider: the server would dial it; see `handshake::check_soft_peer`).
+    ForeignAddress,
     /// A reason this build does not know (from a newer server), by its code.
     Unknown(u16),
 }
@@ -64,6 +67,7 @@ impl Reject {
             Reject::NoImmediateData => (9, 0),
             Reject::NoUdDevice => (10, 0),
             Reject::ClientTooOldForHeaderFraming => (11, 0),
+            Reject::ForeignAddress => (12, 0),
             Reject::Unknown(code) => (code, 0),
         }
     }
@@ -85,6 +89,7 @@ impl Reject {
             9 => Reject::NoImmediateData,
             10 => Reject::NoUdDevice,
             11 => Reject::ClientTooOldForHeaderFraming,
+            12 => Reject::ForeignAddress,
             c => Reject::Unknown(c),
         }
     }
@@ -127,6 +132,9 @@ impl Reject {
             Reject::ClientTooOldForHeaderFraming => ": the server's device has no immediate data \
                  and this client cannot frame without it"
                 .into(),
+            Reject::ForeignAddress => ": this client's RDMA address is not the address it \
+                 connected from (soft provider)"
+                .into(),
             Reject::Unknown(code) => format!(" (reason {code}, unknown to this client)"),
         }
     }
@@ -160,6 +168,9 @@ impl fmt::Display for Reject {
             Reject::ClientTooOldForHeaderFraming => f.write_str(
                 "this server's device has no immediate data and the client (an older build) \
                  cannot frame without it",
+            ),
+            Reject::ForeignAddress => f.write_str(
+                "the hello names an RDMA address on another host than the connection's peer",
             ),
             Reject::Unknown(code) => write!(f, "refused for reason {code}"),
         }

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use rpc_transport::msg::{handshake, ImmMode, Reader, RecvPool, SendRing};
 use rpc_transport::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpCap, QpEndpoint, QpInitAttr, QpType,
-    SharedReceiveQueue, WcOpcode, WorkCompletion,
+    AccessFlags, CompletionQueue, Device, ProtectionDomain, ProviderKind, QpCap, QpEndpoint,
+    QpInitAttr, QpType, SharedReceiveQueue, WcOpcode, WorkCompletion,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -22,7 +22,9 @@ use super::settings::ServerSettings;
 use super::table_room;
 use super::ud_side::UdSide;
 use crate::engine::{CreditWindow, ReadOnce, ServerConfig, ServerConn, MIN_FRAME};
-use crate::handshake::{asks_ud, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy};
+use crate::handshake::{
+    asks_ud, check_soft_peer, decide, Availability, Capabilities, OldPeer, Policy, RcPolicy, Reject,
+};
 use crate::id_map::IdMap;
 use crate::request::ConnAddrs;
 use crate::transport::completion::serve_cq;
@@ -198,6 +200,19 @@ async fn unproven_after(conn: &RcPeer, t: std::time::Duration) {
     }
 }
 
+/// On the soft provider, refuses a hello whose QP address is not on the host the
+/// connection came from: connecting to it would dial wherever the hello points
+/// (`handshake::check_soft_peer`). Verbs devices pass.
+fn soft_peer_only(dev: &Device, endpoint: &QpEndpoint, addrs: &ConnAddrs) -> Result<(), Reject> {
+    if dev.provider() != ProviderKind::Soft {
+        return Ok(());
+    }
+    let (Some(peer), Some(local)) = (addrs.remote(), addrs.local()) else {
+        return Err(Reject::ForeignAddress);
+    };
+    check_soft_peer(&endpoint.gid, peer.ip(), local.ip())
+}
+
 /// The server half of the handshake, then the liveness watch.
 pub(super) async fn accept(
     sh: Arc<SrqSide>,
@@ -226,6 +241,14 @@ pub(super) async fn accept(
             return Err(e.into());
         }
     };
+    if let Err(no) = soft_peer_only(sh.pd.device(), &hello.endpoint, &addrs) {
+        handshake::send(&mut tcp, &QpEndpoint::default(), &no.encode()).await?;
+        return Err(Error::new(format!(
+            "{no} (hello names {}, connection from {:?}); refused",
+            hello.endpoint.gid,
+            addrs.remote()
+        )));
+    }
     if let (Some(ud), true) = (&sh.ud, asks_ud(&hello.payload)) {
         return ud.clone().accept(tcp, hello, addrs).await;
     }
