@@ -74,6 +74,16 @@ async fn killing_the_server_ends_in_flight_calls_unavailable() {
             .unwrap()
             .unwrap_err();
         assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+        // Whichever noticed first (the handshake connection closing, or the queue
+        // pair's failed work), the message says the server is gone; a call not yet
+        // sent when the connection failed says that dialling again failed.
+        let m = e.message();
+        assert!(
+            m == "the server closed the connection"
+                || m.starts_with("connection to the server lost (")
+                || m.starts_with("cannot connect to 127.0.0.1:"),
+            "{e:?}"
+        );
     }
     assert!(t0.elapsed() < Duration::from_secs(10));
     // And new calls fail fast too.

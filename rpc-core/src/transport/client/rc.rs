@@ -15,7 +15,7 @@ use rpc_transport::msg::{
 };
 use rpc_transport::{
     AccessFlags, DeviceCaps, Fabric, ProtectionDomain, QpCap, QpInitAttr, QpType, WcOpcode,
-    WorkCompletion,
+    WcStatus, WorkCompletion,
 };
 
 use super::conn::{Conn, Dial};
@@ -591,7 +591,7 @@ impl Link for RcLink {
                         }
                     }
                     Err(status) => {
-                        self.fail(Status::unavailable(format!("receive failed: {status}")));
+                        self.fail(qp_failed("a receive", status));
                     }
                 },
                 _ if LendWindows::owns(wc) => {
@@ -609,7 +609,7 @@ impl Link for RcLink {
                     let status = self.ring.handle_completion(wc);
                     freed = true;
                     if !wc.is_ok() {
-                        self.fail(Status::unavailable(format!("send failed: {status}")));
+                        self.fail(qp_failed("a send", status));
                     }
                 }
             }
@@ -738,4 +738,13 @@ impl RcLink {
         }
         Ok((id, now.zip(timeout).map(|(now, t)| now + t)))
     }
+}
+
+/// The status of calls on a connection whose queue pair failed. Its work completion
+/// names the verbs error (after a server dies, usually "transport retry counter
+/// exceeded": nobody acknowledged); the user first reads what it means.
+fn qp_failed(what: &str, wc: WcStatus) -> Status {
+    Status::unavailable(format!(
+        "connection to the server lost ({what} on its queue pair failed: {wc})"
+    ))
 }
