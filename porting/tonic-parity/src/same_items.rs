@@ -160,6 +160,8 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let server = tonic::transport::Server::max_frame_size(server, 1 << 16);
     let server = tonic::transport::Server::accept_http1(server, true);
     let server = tonic::transport::Server::load_shed(server, false);
+    let server = tonic::transport::Server::max_connection_age(server, Duration::from_secs(60));
+    let server = tonic::transport::Server::max_connection_age_grace(server, Duration::from_secs(5));
     let mut routes = tonic::service::Routes::builder();
     routes.add_service(ParityServer::new(MyParity::default()));
     let routes = tonic::service::Routes::prepare(routes.routes());

@@ -84,6 +84,7 @@ mod completion;
 mod endpoint;
 mod endpoint_uri;
 mod heap_release;
+mod jitter;
 pub(crate) mod lend_windows;
 mod limit;
 mod ready;

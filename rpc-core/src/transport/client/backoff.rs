@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::transport::jitter::Jitter;
+
 /// Backoff settings (gRPC's connection-backoff names; defaults on [`Backoff::default`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct BackoffConfig {
@@ -37,18 +39,15 @@ pub(crate) struct Backoff {
     cfg: BackoffConfig,
     /// The next wait before jitter; `None` until a failure.
     next: Option<Duration>,
-    rng: u64,
+    jitter: Jitter,
 }
 
 impl Backoff {
     pub(crate) fn new(cfg: BackoffConfig) -> Self {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
         Backoff {
             cfg,
             next: None,
-            rng: seed | 1,
+            jitter: Jitter::new(0),
         }
     }
 
@@ -61,12 +60,7 @@ impl Backoff {
     pub(crate) fn failed(&mut self) -> Duration {
         let wait = self.next.unwrap_or(self.cfg.base).min(self.cfg.max);
         self.next = Some(wait.mul_f64(self.cfg.multiplier).min(self.cfg.max));
-        // xorshift64: enough to spread clients apart, no dependency for it.
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        let unit = (self.rng >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
-        wait.mul_f64(1.0 + self.cfg.jitter * (2.0 * unit - 1.0))
+        self.jitter.spread(wait, self.cfg.jitter)
     }
 }
 

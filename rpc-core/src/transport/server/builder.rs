@@ -231,24 +231,47 @@ impl<L> Server<L> {
     /// client that does not answer within the keepalive timeout is dropped and its
     /// resources reclaimed. Default: every 2 hours (gRPC's); `None` turns it off.
     pub fn http2_keepalive_interval(mut self, interval: Option<Duration>) -> Self {
-        self.settings.keepalive = interval.map(|interval| Keepalive {
+        let live = &mut self.settings.live;
+        live.keepalive = interval.map(|interval| Keepalive {
             interval,
-            timeout: self
-                .settings
+            timeout: live
                 .keepalive
                 .map_or(DEFAULT_SERVER_KEEPALIVE.timeout, |k| k.timeout),
         });
-        self.settings.ud.keepalive = self.settings.keepalive;
+        self.settings.ud.live = *live;
         self
     }
 
     /// How long a client may take to answer a keepalive PING (default 20 s).
     pub fn http2_keepalive_timeout(mut self, timeout: Option<Duration>) -> Self {
         let timeout = timeout.unwrap_or(DEFAULT_SERVER_KEEPALIVE.timeout);
-        if let Some(k) = &mut self.settings.keepalive {
+        if let Some(k) = &mut self.settings.live.keepalive {
             k.timeout = timeout;
         }
-        self.settings.ud.keepalive = self.settings.keepalive;
+        self.settings.ud.live = self.settings.live;
+        self
+    }
+
+    /// Retires each connection (RC, and UD session) after it has lived this long,
+    /// ±10 % so that connections opened together do not retire together (tonic's
+    /// name; default none). The server says GOAWAY on it: the client's channel
+    /// starts its next calls on a new connection (to this server or, balanced, to
+    /// another) and closes the old one once its calls in flight are answered, which
+    /// are never cut short. Lets a balanced fleet rebalance long-lived clients.
+    pub fn max_connection_age(mut self, max_connection_age: Duration) -> Self {
+        self.settings.live.max_age = Some(max_connection_age);
+        self.settings.ud.live = self.settings.live;
+        self
+    }
+
+    /// With [`Server::max_connection_age`]: how long after its GOAWAY an aged
+    /// connection may stay open (tonic's name; default: until the client closes it,
+    /// which it does once its calls in flight are answered). When it ends, the
+    /// server closes the connection and calls still in flight end `UNAVAILABLE` at
+    /// the client: a bound on a connection's life for clients with long streams.
+    pub fn max_connection_age_grace(mut self, grace: Duration) -> Self {
+        self.settings.live.age_grace = Some(grace);
+        self.settings.ud.live = self.settings.live;
         self
     }
 

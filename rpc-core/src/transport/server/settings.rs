@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::liveness::LiveSettings;
 use super::ud_side::{UdSettings, UdStatsHandle};
 use crate::handshake::liveness::Keepalive;
 use crate::transport::completion::CompletionMode;
@@ -27,8 +28,8 @@ pub(super) struct ServerSettings {
     pub(super) max_pending_handshakes: usize,
     /// How long a shutdown waits for calls in flight.
     pub(super) shutdown_grace: Duration,
-    /// PINGs to each client on its liveness channel (`None`: none).
-    pub(super) keepalive: Option<Keepalive>,
+    /// Each client's liveness channel: PINGs and retirement by age.
+    pub(super) live: LiveSettings,
     /// `Server::timeout`: a cap on every handler's time.
     pub(super) timeout: Option<Duration>,
     /// `Server::concurrency_limit_per_connection`.
@@ -49,6 +50,13 @@ pub(super) struct ServerSettings {
 pub(super) const DEFAULT_SERVER_KEEPALIVE: Keepalive = Keepalive {
     interval: Duration::from_secs(2 * 60 * 60),
     timeout: Duration::from_secs(20),
+};
+
+/// gRPC's keepalive; no maximum connection age (tonic's default).
+const DEFAULT_LIVE: LiveSettings = LiveSettings {
+    keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
+    max_age: None,
+    age_grace: None,
 };
 
 /// RC connections a server holds at once by default.
@@ -78,13 +86,13 @@ impl Default for ServerSettings {
                 max_sessions: 4096,
                 recv_slots: 1024,
                 accept_rc: true,
-                keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
+                live: DEFAULT_LIVE,
             },
             ud_stats: None,
             handshake_timeout: Duration::from_secs(10),
             max_pending_handshakes: 1024,
             shutdown_grace: Duration::from_secs(10),
-            keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
+            live: DEFAULT_LIVE,
             timeout: None,
             concurrency_limit: None,
             load_shed: false,

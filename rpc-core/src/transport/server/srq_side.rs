@@ -406,7 +406,7 @@ pub(super) async fn accept(
             }
         }
     };
-    serve_liveness(tcp, sh.settings.keepalive, conn.goaway.notified(), stop).await;
+    serve_liveness(tcp, sh.settings.live, conn.goaway.notified(), stop).await;
     // The client is gone (or the server stops): reclaim its QP, slots and credits.
     release(&sh);
     tracing::debug!(qpn, "client disconnected");

@@ -25,9 +25,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify, Semaphore};
 
 use super::handler::{run_handler, run_limited, start_inline, Served};
-use super::liveness::serve_liveness;
+use super::liveness::{serve_liveness, LiveSettings};
 use crate::engine::ud::{UdIncoming, UdServer, UdServerConfig, UdServerStats};
-use crate::handshake::liveness::Keepalive;
 use crate::handshake::{decide, Availability, Capabilities, Policy, Reject, UdPolicy, NO_UD};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
@@ -46,8 +45,8 @@ pub(crate) struct UdSettings {
     pub(crate) max_sessions: u32,
     pub(crate) recv_slots: u32,
     pub(crate) accept_rc: bool,
-    /// The server's keepalive, for each session's liveness channel.
-    pub(crate) keepalive: Option<Keepalive>,
+    /// The server's keepalive and maximum age, for each session's liveness channel.
+    pub(crate) live: LiveSettings,
 }
 
 /// Reads a running server's UD counters (pass a clone to
@@ -463,7 +462,7 @@ impl UdSide {
         // (The guards `wait_for` returns are dropped inside: not held across awaits.)
         let goaway = async move { drop(goaway.wait_for(|g| *g).await) };
         let stop = async move { drop(stop.wait_for(|s| *s).await) };
-        serve_liveness(tcp, self.settings.keepalive, goaway, stop).await;
+        serve_liveness(tcp, self.settings.live, goaway, stop).await;
         close(&self);
         tracing::debug!(session, "UD session closed");
         Ok(())
