@@ -180,6 +180,12 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
         "127.0.0.1:1".parse()?,
         async {},
     );
+    let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:1".parse()?)?
+        .with_nodelay(Some(true))
+        .with_keepalive(None)
+        .with_keepalive_interval(None)
+        .with_keepalive_retries(None);
+    let _ = tonic::transport::server::TcpIncoming::local_addr(&incoming);
 
     // Generated code
     let mut client = ParityClient::new(c.clone());

@@ -25,9 +25,11 @@ mod settings;
 mod srq_side;
 mod stream_inbound;
 mod table_room;
+mod tcp_incoming;
 mod tonic_knobs;
 mod ud_side;
 
 pub use builder::Server;
 pub use router::Router;
+pub use tcp_incoming::TcpIncoming;
 pub use ud_side::UdStatsHandle;
