@@ -282,7 +282,7 @@ if part figures; then
   rbw1=$(awk '$1 == 4194304 && NF >= 5 {print $4}' /tmp/figures-ib_read_bw-o1.client)
   echo "---- figures-rpc-bench-4m: ./rpc-bench --provider verbs --sizes 4M ..."
   if timeout -s KILL 300 ./rpc-bench --provider verbs --device "$DEV" --systems rdma-rpc,tcp \
-       --sizes 4M --concurrency 1 --duration 2 --warmup 0.3 \
+       --sizes 4M --concurrency 1,2,4 --duration 2 --warmup 0.3 \
        > /tmp/figures-rpc-bench-4m.out 2>&1 \
      && ! grep -q '^FAILED' /tmp/figures-rpc-bench-4m.out; then
     cat /tmp/figures-rpc-bench-4m.out; ok figures-rpc-bench-4m
@@ -290,6 +290,10 @@ if part figures; then
     echo "softroce-figure: ib_read_bw 4 MiB: ${rbw:-?} MiB/s = $(awk -v b="$rbw" 'BEGIN{if (b+0 > 0) printf "%.1f", b*1.048576; else print "?"}') MB/s"
     echo "softroce-figure: rpc-bench rdma-rpc (verbs) 4 MiB x 1: ${mb:-?} MB/s; / ib_read_bw: $(awk -v m="$mb" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}')"
     echo "softroce-figure: ib_read_bw 4 MiB -o 1: ${rbw1:-?} MiB/s; rpc-bench 4 MiB x 1 / (ib_read_bw -o 1 / 2), the share of the echo's two-Read bound: $(awk -v m="$mb" -v b="$rbw1" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576/2); else print "?"}')"
+    for c in 2 4; do
+      mbc=$(awk -v c=$c '$1 == 4 && $2 == "MiB" && $3 == c && $4 == "rdma-rpc" {print $9}' /tmp/figures-rpc-bench-4m.out)
+      echo "softroce-figure: rpc-bench rdma-rpc (verbs) 4 MiB x $c: ${mbc:-?} MB/s; / ib_read_bw: $(awk -v m="$mbc" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}')"
+    done
   else
     cat /tmp/figures-rpc-bench-4m.out
     bad figures-rpc-bench-4m
