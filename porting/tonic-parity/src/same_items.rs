@@ -162,6 +162,7 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let server = tonic::transport::Server::load_shed(server, false);
     let server = tonic::transport::Server::max_connection_age(server, Duration::from_secs(60));
     let server = tonic::transport::Server::max_connection_age_grace(server, Duration::from_secs(5));
+    let server = tonic::transport::Server::trace_fn(server, |_| unimplemented!());
     let mut routes = tonic::service::Routes::builder();
     routes.add_service(ParityServer::new(MyParity::default()));
     let routes = tonic::service::Routes::prepare(routes.routes());

@@ -264,6 +264,19 @@ impl<L> Server<L> {
         self
     }
 
+    /// A tracing span for each call, made by `f` from the call's head as an
+    /// `http::Request<()>` (tonic's; here built from the call: `POST`, the
+    /// method's path as URI, its metadata as headers with gRPC's `content-type`
+    /// and `te`), and entered while the handler (and the layers) run. Built only
+    /// when set: a server without it pays nothing per call.
+    pub fn trace_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&http::Request<()>) -> tracing::Span + Send + Sync + 'static,
+    {
+        self.settings.trace = Some(super::trace_fn::TraceFn::new(f));
+        self
+    }
+
     /// With [`Server::max_connection_age`]: how long after its GOAWAY an aged
     /// connection may stay open (tonic's name; default: until the client closes it,
     /// which it does once its calls in flight are answered). When it ends, the

@@ -13,6 +13,7 @@ use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 
 use super::call_box::CallBox;
+use super::trace_fn::TraceFn;
 use crate::server::{CallService, ReplyBody, ServerCall, ServerReply};
 use crate::service::{Route, Routes};
 use crate::status::Status;
@@ -29,6 +30,8 @@ pub(crate) struct Served {
     /// `Server::load_shed`: a call finding its connection's limit reached is
     /// refused instead of waiting.
     load_shed: bool,
+    /// `Server::trace_fn`: a span per call, entered while its handler runs.
+    trace: Option<TraceFn>,
 }
 
 impl Served {
@@ -38,6 +41,7 @@ impl Served {
         stack: T,
         timeout: Option<Duration>,
         load_shed: bool,
+        trace: Option<TraceFn>,
     ) -> Served {
         // No layer (tower's `Identity`) gives back the routes themselves.
         let stack = (TypeId::of::<T>() != TypeId::of::<Routes>()).then(|| {
@@ -48,6 +52,7 @@ impl Served {
             stack,
             timeout,
             load_shed,
+            trace,
         }
     }
 }
@@ -74,12 +79,19 @@ pub(crate) async fn run_handler(
     };
     let work = async move {
         let call = call?;
+        let span = served.trace.as_ref().map(|t| t.span(&call));
         // Without layers, the route's own future, as before layers existed (no
         // `Routes` future around it); with layers, the stack (which ends in the
         // routes) takes the call.
-        match &served.stack {
-            None => served.routes.route(call).await,
-            Some(stack) => stack.clone().oneshot(call).await,
+        let route = async {
+            match &served.stack {
+                None => served.routes.route(call).await,
+                Some(stack) => stack.clone().oneshot(call).await,
+            }
+        };
+        match span {
+            None => route.await,
+            Some(span) => tracing::Instrument::instrument(route, span).await,
         }
     };
     let work = AssertUnwindSafe(work).catch_unwind();

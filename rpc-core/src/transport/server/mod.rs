@@ -27,6 +27,7 @@ mod stream_inbound;
 mod table_room;
 mod tcp_incoming;
 mod tonic_knobs;
+mod trace_fn;
 mod ud_side;
 
 pub use builder::Server;

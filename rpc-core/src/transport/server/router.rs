@@ -200,7 +200,14 @@ where
             "rdma-rpc server listening"
         );
         let stack = self.layer.layer(self.routes.clone());
-        let served = Arc::new(Served::new(self.routes, stack, s.timeout, s.load_shed));
+        let trace = s.trace.clone();
+        let served = Arc::new(Served::new(
+            self.routes,
+            stack,
+            s.timeout,
+            s.load_shed,
+            trace,
+        ));
         let config = UdSideConfig {
             ud: s.ud,
             mode: s.mode,

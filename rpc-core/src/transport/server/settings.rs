@@ -36,6 +36,8 @@ pub(super) struct ServerSettings {
     pub(super) concurrency_limit: Option<usize>,
     /// `Server::load_shed`.
     pub(super) load_shed: bool,
+    /// `Server::trace_fn`.
+    pub(super) trace: Option<super::trace_fn::TraceFn>,
     /// Bodies longer than this go by reference (RC, RDMA Read agreed).
     pub(super) rendezvous_threshold: usize,
     /// Registered bytes the server's pool (shared by its connections) may hold.
@@ -96,6 +98,7 @@ impl Default for ServerSettings {
             timeout: None,
             concurrency_limit: None,
             load_shed: false,
+            trace: None,
             rendezvous_threshold: crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD,
             rendezvous_pool_bytes: crate::transport::rendezvous::DEFAULT_SERVER_POOL_BYTES,
             rendezvous_stats: None,
