@@ -89,6 +89,32 @@ impl NamedService for EchoService {
     const NAME: &'static str = "test.Echo";
 }
 
+/// A `test.Echo` service whose every call `f` answers: for a test that needs a
+/// handler of its own (one that reports what it saw, or waits for the test).
+#[derive(Clone)]
+pub struct EchoFn<F>(pub F);
+
+impl<F> NamedService for EchoFn<F> {
+    const NAME: &'static str = "test.Echo";
+}
+
+impl<F> tower::Service<ServerCall> for EchoFn<F>
+where
+    F: FnMut(ServerCall) -> BoxFuture<ServerReply>,
+{
+    type Response = ServerReply;
+    type Error = Status;
+    type Future = BoxFuture<ServerReply>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: ServerCall) -> Self::Future {
+        (self.0)(call)
+    }
+}
+
 /// Full path of a method of [`EchoService`].
 pub fn path(method: &str) -> &'static str {
     match method {

@@ -3,14 +3,13 @@
 //! connection, and a call in flight on the old one is answered there.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rpc_core::client::Grpc;
-use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::{Request, Response, Status};
-use tests::{path, Echo};
+use tests::{path, Echo, EchoFn};
 use tokio::sync::{Notify, Semaphore};
 
 /// Answers with the client's TCP port as the server saw it (which connection served
@@ -21,33 +20,31 @@ struct Ports {
     gate: Arc<Semaphore>,
 }
 
-impl NamedService for Ports {
-    const NAME: &'static str = "test.Echo";
-}
-
-impl tower::Service<ServerCall> for Ports {
-    type Response = ServerReply;
-    type Error = Status;
-    type Future = BoxFuture<ServerReply>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        Poll::Ready(Ok(()))
+impl Ports {
+    fn new() -> Ports {
+        Ports {
+            entered: Arc::new(Notify::new()),
+            gate: Arc::new(Semaphore::new(0)),
+        }
     }
 
-    fn call(&mut self, call: ServerCall) -> Self::Future {
+    fn service(&self) -> EchoFn<impl FnMut(ServerCall) -> BoxFuture<ServerReply> + Clone> {
         let me = self.clone();
-        Box::pin(async move {
-            let held = call.method() == "Sleep";
-            let req = call.into_request::<Echo>()?;
-            let port = req.remote_addr().expect("a TCP peer").port();
-            if held {
-                me.entered.notify_one();
-                me.gate.acquire().await.expect("never closed").forget();
-            }
-            Ok(Response::new(ReplyBody::message(Echo {
-                id: u64::from(port),
-                data: vec![],
-            })))
+        EchoFn(move |call: ServerCall| -> BoxFuture<ServerReply> {
+            let me = me.clone();
+            Box::pin(async move {
+                let held = call.method() == "Sleep";
+                let req = call.into_request::<Echo>()?;
+                let port = req.remote_addr().expect("a TCP peer").port();
+                if held {
+                    me.entered.notify_one();
+                    me.gate.acquire().await.expect("never closed").forget();
+                }
+                Ok(Response::new(ReplyBody::message(Echo {
+                    id: u64::from(port),
+                    data: vec![],
+                })))
+            })
         })
     }
 }
@@ -76,13 +73,10 @@ async fn an_aged_ud_session_is_replaced_without_failing_a_call() {
 }
 
 async fn aged_connections_are_replaced(scheme: &str) {
-    let svc = Ports {
-        entered: Arc::new(Notify::new()),
-        gate: Arc::new(Semaphore::new(0)),
-    };
+    let svc = Ports::new();
     let router = Server::builder()
         .max_connection_age(Duration::from_millis(200))
-        .add_service(svc.clone());
+        .add_service(svc.service());
     let (addr, _stop) = tests::serve_router(router).await;
     let ch = Channel::connect(format!("{scheme}://{addr}"))
         .await
@@ -134,14 +128,11 @@ async fn aged_connections_are_replaced(scheme: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_held_past_the_age_grace_ends_unavailable() {
-    let svc = Ports {
-        entered: Arc::new(Notify::new()),
-        gate: Arc::new(Semaphore::new(0)),
-    };
+    let svc = Ports::new();
     let router = Server::builder()
         .max_connection_age(Duration::from_millis(100))
         .max_connection_age_grace(Duration::from_millis(200))
-        .add_service(svc.clone());
+        .add_service(svc.service());
     let (addr, _stop) = tests::serve_router(router).await;
     let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
     let first = port_of(&ch, "Echo").await.unwrap();

@@ -2,41 +2,23 @@
 //! and the handler runs inside the span it returns.
 
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use rpc_core::client::Grpc;
-use rpc_core::server::{BoxFuture, NamedService, ReplyBody, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Server};
-use rpc_core::{Request, Response, Status};
-use tests::{path, Echo};
+use rpc_core::{Request, Response};
+use tests::{path, Echo, EchoFn};
 
 /// Answers `id: 1` when its handler runs inside a span named `grpc-call`.
-#[derive(Clone)]
-struct SpanProbe;
-
-impl NamedService for SpanProbe {
-    const NAME: &'static str = "test.Echo";
-}
-
-impl tower::Service<ServerCall> for SpanProbe {
-    type Response = ServerReply;
-    type Error = Status;
-    type Future = BoxFuture<ServerReply>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _call: ServerCall) -> Self::Future {
-        Box::pin(async move {
-            let current = tracing::Span::current();
-            let inside = current.metadata().map(|m| m.name()) == Some("grpc-call");
-            Ok(Response::new(ReplyBody::message(Echo {
-                id: u64::from(inside),
-                data: vec![],
-            })))
-        })
-    }
+fn span_probe(_call: ServerCall) -> BoxFuture<ServerReply> {
+    Box::pin(async move {
+        let current = tracing::Span::current();
+        let inside = current.metadata().map(|m| m.name()) == Some("grpc-call");
+        Ok(Response::new(ReplyBody::message(Echo {
+            id: u64::from(inside),
+            data: vec![],
+        })))
+    })
 }
 
 #[tokio::test]
@@ -60,7 +42,7 @@ async fn each_call_runs_in_the_span_trace_fn_makes_from_its_head() {
             ));
             tracing::info_span!("grpc-call")
         })
-        .add_service(SpanProbe);
+        .add_service(EchoFn(span_probe));
     let (addr, _stop) = tests::serve_router(router).await;
     let ch = Channel::connect(format!("rdma://{addr}")).await.unwrap();
     let mut req = Request::new(Echo {
