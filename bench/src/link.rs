@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use rpc_transport::Device;
+use rpc_transport::{Device, SoftConfig, SoftLink};
 
 use crate::provider::Provider;
 
@@ -14,7 +14,12 @@ static SOFT_DEVICES: Mutex<Vec<Device>> = Mutex::new(Vec::new());
 
 /// The device for one client channel: on the soft provider a new device this module
 /// counts links on (as `Endpoint::device` would open), else `None` (the name is used).
-pub(crate) fn client_device(provider: &Provider) -> Result<Option<Device>, String> {
+/// With `tcp_link` (`rdma-rpc-tcp`), a soft device whose link is forced to TCP, not
+/// counted: the run's `link` says what the default took.
+pub(crate) fn client_device(provider: &Provider, tcp_link: bool) -> Result<Option<Device>, String> {
+    if tcp_link {
+        return tcp_link_device(provider, true);
+    }
     if !provider.is_soft() {
         return Ok(None);
     }
@@ -24,6 +29,29 @@ pub(crate) fn client_device(provider: &Provider) -> Result<Option<Device>, Strin
         .unwrap_or_else(|e| e.into_inner())
         .push(dev.clone());
     Ok(Some(dev))
+}
+
+/// With `tcp_link`, a soft device whose same-host link is TCP (`rdma-rpc-tcp`; an
+/// error on another provider); `None` without.
+pub(crate) fn tcp_link_device(
+    provider: &Provider,
+    tcp_link: bool,
+) -> Result<Option<Device>, String> {
+    if !tcp_link {
+        return Ok(None);
+    }
+    if !provider.is_soft() {
+        return Err(
+            "rdma-rpc-tcp runs on the soft provider only (it forces its link to TCP)".into(),
+        );
+    }
+    let config = SoftConfig {
+        link: SoftLink::Tcp,
+        ..SoftConfig::default()
+    };
+    Device::open_soft(config)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// The `link` of a run's report, from the client devices' counters: how many of the

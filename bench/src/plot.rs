@@ -20,6 +20,7 @@ fn colour(s: System) -> RGBColor {
     match s {
         System::RdmaRpc => RGBColor(214, 39, 40),
         System::RdmaRpcUd => RGBColor(255, 127, 14),
+        System::RdmaRpcTcp => RGBColor(140, 86, 75),
         System::Tonic => RGBColor(31, 119, 180),
         System::TonicUds => RGBColor(148, 103, 189),
         System::Tcp => RGBColor(44, 160, 44),

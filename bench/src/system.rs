@@ -10,6 +10,11 @@ pub(crate) enum System {
     /// rdma-rpc over RC queue pairs (`rdma://`).
     #[value(name = "rdma-rpc")]
     RdmaRpc,
+    /// rdma-rpc over RC with the soft provider's same-host link forced to TCP, as
+    /// between hosts (both ends' devices): the baseline of the shared-memory link.
+    /// Soft provider only; run only when asked for.
+    #[value(name = "rdma-rpc-tcp")]
+    RdmaRpcTcp,
     /// rdma-rpc's UD transport (`rdma+ud://`) against the same server: small
     /// payloads only; run only when asked for (`--systems rdma-rpc-ud` or `--ud`).
     #[value(name = "rdma-rpc-ud")]
@@ -31,8 +36,9 @@ pub(crate) enum System {
 
 impl System {
     /// Every system, in the order tables list them.
-    pub(crate) const ALL: [System; 6] = [
+    pub(crate) const ALL: [System; 7] = [
         System::RdmaRpc,
+        System::RdmaRpcTcp,
         System::RdmaRpcUd,
         System::Tonic,
         System::TonicUds,
@@ -44,6 +50,7 @@ impl System {
     pub(crate) fn name(self) -> &'static str {
         match self {
             System::RdmaRpc => "rdma-rpc",
+            System::RdmaRpcTcp => "rdma-rpc-tcp",
             System::RdmaRpcUd => "rdma-rpc-ud",
             System::Tonic => "tonic",
             System::TonicUds => "tonic-uds",
@@ -64,7 +71,7 @@ impl System {
     /// server printed (tonic-uds: the path of the socket that address names).
     pub(crate) fn url(self, addr: SocketAddr) -> String {
         match self {
-            System::RdmaRpc => format!("rdma://{addr}"),
+            System::RdmaRpc | System::RdmaRpcTcp => format!("rdma://{addr}"),
             System::RdmaRpcUd => format!("rdma+ud://{addr}"),
             System::Tonic => format!("http://{addr}"),
             System::TonicUds => crate::systems::uds_socket_path(addr).display().to_string(),

@@ -89,7 +89,7 @@ pub(crate) async fn connect(
                     .collect()
             }
             _ => {
-                let channel = rdma::channel(&url, provider).await?;
+                let channel = rdma::channel(&url, provider, false).await?;
                 (0..concurrency)
                     .map(|_| {
                         Caller::RdmaStream(Box::new(rdma_stream::Caller::new(
@@ -102,7 +102,12 @@ pub(crate) async fn connect(
         });
     }
     let callers = match system {
-        System::RdmaRpc | System::RdmaRpcUd => rdma::connect(&url, concurrency, provider)
+        System::RdmaRpc | System::RdmaRpcUd => rdma::connect(&url, concurrency, provider, false)
+            .await?
+            .into_iter()
+            .map(Caller::Rdma)
+            .collect(),
+        System::RdmaRpcTcp => rdma::connect(&url, concurrency, provider, true)
             .await?
             .into_iter()
             .map(Caller::Rdma)
@@ -139,7 +144,8 @@ pub(crate) async fn serve(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     match system.server() {
-        System::RdmaRpc | System::RdmaRpcUd => rdma::serve(listener, provider, stop).await,
+        System::RdmaRpc | System::RdmaRpcUd => rdma::serve(listener, provider, false, stop).await,
+        System::RdmaRpcTcp => rdma::serve(listener, provider, true, stop).await,
         System::Tonic => tonic::serve(listener, stop).await,
         System::TonicUds => tonic_uds::serve(listener, stop).await,
         System::Tcp => tcp::serve(listener, stop).await,

@@ -25,12 +25,15 @@ impl Caller {
     }
 }
 
+/// `concurrency` callers over one channel; `tcp_link`: the soft provider's link
+/// forced to TCP (`rdma-rpc-tcp`).
 pub(crate) async fn connect(
     url: &str,
     concurrency: usize,
     provider: &Provider,
+    tcp_link: bool,
 ) -> Result<Vec<Caller>, String> {
-    let client = EchoClient::new(channel(url, provider).await?);
+    let client = EchoClient::new(channel(url, provider, tcp_link).await?);
     Ok((0..concurrency).map(|_| Caller(client.clone())).collect())
 }
 
@@ -38,9 +41,10 @@ pub(crate) async fn connect(
 pub(crate) async fn channel(
     url: &str,
     provider: &Provider,
+    tcp_link: bool,
 ) -> Result<rpc_core::transport::Channel, String> {
     let ep = Endpoint::from_shared(url).map_err(|e| e.to_string())?;
-    let ep = match crate::link::client_device(provider)? {
+    let ep = match crate::link::client_device(provider, tcp_link)? {
         Some(dev) => ep.rdma_device(dev),
         None => ep.device(provider.device()),
     };
@@ -65,13 +69,19 @@ impl Echo for EchoService {
     }
 }
 
+/// Serves the echo; `tcp_link`: on a soft device whose same-host link is forced
+/// to TCP (`rdma-rpc-tcp`).
 pub(crate) async fn serve(
     listener: TcpListener,
     provider: &Provider,
+    tcp_link: bool,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    Server::builder()
-        .device(provider.device())
+    let builder = match crate::link::tcp_link_device(provider, tcp_link)? {
+        Some(dev) => Server::builder().rdma_device(dev),
+        None => Server::builder().device(provider.device()),
+    };
+    builder
         .completion_mode(provider.completion())
         .add_service(EchoServer::new(EchoService))
         .add_service(super::rdma_stream::server())
