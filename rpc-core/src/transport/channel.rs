@@ -12,6 +12,7 @@ use tower::{Service, ServiceExt};
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::UdClientStats;
 use crate::handshake::NO_UD;
+use crate::metadata::AsciiMetadataValue;
 use crate::server::BoxFuture;
 use crate::status::Status;
 use crate::transport::balance::Balanced;
@@ -19,6 +20,7 @@ use crate::transport::client::rc::RcLink;
 use crate::transport::client::ud::UdLink;
 use crate::transport::client::LinkChannel;
 use crate::transport::limit::Limits;
+use crate::transport::user_agent;
 use crate::transport::Error;
 use crate::WaitForReady;
 
@@ -48,6 +50,8 @@ pub struct Channel {
     not_ready: Option<Box<Status>>,
     /// The endpoint's `timeout`, which bounds a wait-for-ready call's wait.
     timeout: Option<Duration>,
+    /// The endpoint's `user_agent`, put on every call (boxed: most have none).
+    user_agent: Option<Box<AsciiMetadataValue>>,
 }
 
 #[derive(Clone)]
@@ -115,6 +119,7 @@ impl Channel {
             limits: Limits::of(&endpoint.settings),
             not_ready: None,
             timeout: endpoint.settings.timeout,
+            user_agent: endpoint.settings.user_agent.clone().map(Box::new),
         }
     }
 
@@ -147,6 +152,7 @@ impl Channel {
             limits: None,
             not_ready: None,
             timeout: None,
+            user_agent: None,
         }
     }
 
@@ -260,6 +266,11 @@ pub(crate) enum StreamRoute<'a> {
 }
 
 impl Channel {
+    /// The endpoint's `user_agent`, if set.
+    pub(crate) fn user_agent(&self) -> Option<&AsciiMetadataValue> {
+        self.user_agent.as_deref()
+    }
+
     pub(crate) fn stream_route(&mut self) -> StreamRoute<'_> {
         match &mut self.transport {
             Transport::Rc(c) => StreamRoute::Rc(c),
@@ -326,7 +337,10 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
         }
     }
 
-    fn call(&mut self, call: OutgoingCall<M>) -> Self::Future {
+    fn call(&mut self, mut call: OutgoingCall<M>) -> Self::Future {
+        if let Some(ua) = &self.user_agent {
+            user_agent::tag(&mut call.metadata, ua);
+        }
         if let Some(status) = self.not_ready.take() {
             // A permit taken before the connection failed goes back now.
             drop(self.limits.as_mut().and_then(|l| l.start_call()));

@@ -13,6 +13,7 @@ use crate::server::BoxFuture;
 use crate::status::Status;
 use crate::transport::channel::StreamRoute;
 use crate::transport::client::stream;
+use crate::transport::user_agent;
 use crate::transport::Channel;
 
 impl Service<OutgoingStream> for Channel {
@@ -39,7 +40,10 @@ impl Service<OutgoingStream> for Channel {
         Service::<crate::client::OutgoingCall<()>>::poll_ready(rc, cx)
     }
 
-    fn call(&mut self, call: OutgoingStream) -> Self::Future {
+    fn call(&mut self, mut call: OutgoingStream) -> Self::Future {
+        if let Some(ua) = self.user_agent() {
+            user_agent::tag(&mut call.metadata, ua);
+        }
         let rc = match self.stream_route() {
             StreamRoute::Rc(rc) => rc,
             StreamRoute::UdThenRc { ud, rc } => {

@@ -51,6 +51,8 @@ pub(crate) struct Settings {
     pub(crate) rendezvous_pool_bytes: usize,
     /// Where the pools' occupancy is reported, if anyone reads it.
     pub(crate) rendezvous_stats: Option<crate::transport::RendezvousStats>,
+    /// `Endpoint::user_agent`: the `user-agent` entry every call carries.
+    pub(crate) user_agent: Option<crate::metadata::AsciiMetadataValue>,
 }
 
 impl Settings {
@@ -86,6 +88,7 @@ impl Default for Settings {
             rendezvous_threshold: crate::transport::DEFAULT_RENDEZVOUS_THRESHOLD,
             rendezvous_pool_bytes: crate::transport::rendezvous::DEFAULT_CLIENT_POOL_BYTES,
             rendezvous_stats: None,
+            user_agent: None,
         }
     }
 }
@@ -278,6 +281,27 @@ impl Endpoint {
     pub fn keep_alive_while_idle(mut self, enabled: bool) -> Self {
         self.settings.keepalive_while_idle = enabled;
         self
+    }
+
+    /// Every call of the channel carries `user-agent: <user_agent> rdma-rpc/<version>`
+    /// in its metadata (tonic's knob, which sends it as a header; a call's own
+    /// `user-agent` comes first). Without it, calls carry none. Fails if
+    /// `user_agent` is not a valid header value.
+    pub fn user_agent<T>(mut self, user_agent: T) -> Result<Self, Error>
+    where
+        T: TryInto<http::HeaderValue>,
+    {
+        let ua = user_agent
+            .try_into()
+            .ok()
+            .and_then(|v| {
+                v.to_str()
+                    .ok()
+                    .and_then(crate::transport::user_agent::value)
+            })
+            .ok_or_else(|| Error::invalid_user_agent("not a visible-ASCII header value"))?;
+        self.settings.user_agent = Some(ua);
+        Ok(self)
     }
 
     /// The RC transport retry budget (ACK timeout code and retransmissions): how

@@ -96,6 +96,7 @@ mod tcp_options;
 mod tonic_knobs;
 mod ud_device;
 mod unstranded;
+mod user_agent;
 
 use std::fmt;
 
@@ -124,6 +125,7 @@ pub struct Error {
 enum ErrorKind {
     Transport,
     InvalidUri,
+    InvalidUserAgent,
 }
 
 /// What went wrong, in words: the source of an [`Error`] made from text.
@@ -146,6 +148,11 @@ impl Error {
     /// An address that is not one (`invalid URI`, as tonic's).
     pub(crate) fn invalid_uri(msg: impl Into<String>) -> Error {
         Error::of(ErrorKind::InvalidUri, Cause(msg.into()))
+    }
+
+    /// `Endpoint::user_agent` given what is not a header value (as tonic's).
+    pub(crate) fn invalid_user_agent(msg: impl Into<String>) -> Error {
+        Error::of(ErrorKind::InvalidUserAgent, Cause(msg.into()))
     }
 
     fn of(kind: ErrorKind, cause: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -171,6 +178,7 @@ impl fmt::Display for Error {
         f.write_str(match self.kind {
             ErrorKind::Transport => "transport error",
             ErrorKind::InvalidUri => "invalid URI",
+            ErrorKind::InvalidUserAgent => "user agent is not a valid header value",
         })
     }
 }
