@@ -47,6 +47,7 @@ pub(crate) fn generate(
         TokenStream::new()
     };
     let limits = limits();
+    let compression = crate::compression::methods(codegen);
     let methods = service.methods.iter().map(|m| method(m, codegen));
 
     quote! {
@@ -85,6 +86,8 @@ pub(crate) fn generate(
 
                 #limits
 
+                #compression
+
                 #(#methods)*
             }
         }
@@ -119,13 +122,13 @@ fn connect(client_ident: &proc_macro2::Ident, codegen: &TokenStream) -> TokenStr
 fn limits() -> TokenStream {
     let decoding = doc(
         "Fails a reply whose encoded message is over `limit` bytes with \
-         `RESOURCE_EXHAUSTED`. Default: no limit of its own, only the channel's \
+         `OUT_OF_RANGE`. Default: no limit of its own, only the channel's \
          `Endpoint::max_message_size`, which is far larger than tonic's default \
          of 4 MiB here.",
     );
     let encoding = doc(
         "Fails a request whose encoded message is over `limit` bytes with \
-         `RESOURCE_EXHAUSTED` before anything is sent. Default: no limit of its own, \
+         `INTERNAL` before anything is sent (what a tonic call ends with). Default: no limit of its own, \
          only the channel's `Endpoint::max_message_size`.",
     );
     quote! {

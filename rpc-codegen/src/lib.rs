@@ -51,11 +51,14 @@
 //!
 //! * `greeter_client::GreeterClient<T>`: `connect(dst)` (an address or an
 //!   `Endpoint`, anything `TryInto<Endpoint>` as with tonic), `new(transport)`,
-//!   `max_decoding_message_size`/`max_encoding_message_size`, and one
+//!   `max_decoding_message_size`/`max_encoding_message_size`,
+//!   `send_compressed`/`accept_compressed` (tonic's, with no effect: rdma-rpc
+//!   compresses nothing), and one
 //!   `async fn say_hello(&mut self, impl IntoRequest<HelloRequest>)` per RPC;
 //! * `greeter_server::Greeter`: the trait to implement (`#[rpc_core::async_trait]`),
 //!   one `async fn` per RPC; `greeter_server::GreeterServer<T>`, the
-//!   `tower::Service` to add to a server, with its own message size limits;
+//!   `tower::Service` to add to a server, with its own message size limits and
+//!   `send_compressed`/`accept_compressed`;
 //!   `greeter_server::SERVICE_NAME`.
 //!
 //! The server matches the full path (`/helloworld.Greeter/SayHello`): any other call
@@ -74,7 +77,7 @@
 //!   `r#type`) and `self`/`super`/`crate` get a trailing underscore, as prost does.
 //! * On the **client** only, an RPC named like one of the client's own methods —
 //!   `connect`, `new`, `with_interceptor`, `max_decoding_message_size`,
-//!   `max_encoding_message_size`, or
+//!   `max_encoding_message_size`, `send_compressed`, `accept_compressed`, or
 //!   `clone` (the client is `Clone`) — gets a trailing
 //!   underscore: `rpc Connect` is `client.connect_(..)`, while the server trait
 //!   keeps `async fn connect`. Every other name (`ready`, `call`, ...) is unchanged.
@@ -115,6 +118,7 @@
 
 mod builder;
 mod client;
+mod compression;
 mod docs;
 mod include_file;
 mod manifest;

@@ -21,6 +21,8 @@ pub(crate) const CLIENT_RESERVED: &[&str] = &[
     "clone",
     "max_decoding_message_size",
     "max_encoding_message_size",
+    "send_compressed",
+    "accept_compressed",
     "with_interceptor",
 ];
 

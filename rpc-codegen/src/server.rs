@@ -51,15 +51,16 @@ pub(crate) fn generate(
     ));
     let decoding_doc = doc(
         "Answers a call whose request message is over `limit` bytes (encoded) with \
-         `RESOURCE_EXHAUSTED`, without running the handler. Default: no limit of its \
+         `OUT_OF_RANGE`, without running the handler. Default: no limit of its \
          own, only the server's `Server::max_message_size`, which is far larger than \
          tonic's default of 4 MiB here.",
     );
     let encoding_doc = doc(
-        "Answers `RESOURCE_EXHAUSTED` instead of a reply whose message is over `limit` \
+        "Answers `OUT_OF_RANGE` instead of a reply whose message is over `limit` \
          bytes (encoded). Default: no limit of its own, only the server's \
          `Server::max_message_size`.",
     );
+    let compression = crate::compression::methods(codegen);
     let trait_methods = service
         .methods
         .iter()
@@ -122,6 +123,8 @@ pub(crate) fn generate(
                     self.limits.encoding = Some(limit);
                     self
                 }
+
+                #compression
             }
 
             // By hand, not derived: a derive would require `T: Clone`/`T: Debug`.

@@ -16,7 +16,7 @@ use crate::code::Code;
 pub use crate::codec::server::{
     streaming_reply, streaming_request, unary_call_request, unary_request,
 };
-pub use crate::codec::Streaming;
+pub use crate::codec::{CompressionEncoding, Streaming};
 pub use crate::extensions::GrpcMethod;
 pub use crate::request::{IntoRequest, IntoStreamingRequest, Request};
 pub use crate::response::Response;

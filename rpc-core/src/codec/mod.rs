@@ -6,11 +6,13 @@
 //! the bytes the transport hands over, and a sent one is held (typed) until the
 //! transport encodes it into its send slot.
 
+mod compression;
 pub(crate) mod server;
 mod shared_buf;
 mod source;
 mod streaming;
 
+pub use compression::CompressionEncoding;
 pub use source::{MessageStreamSource, RequestStream};
 pub(crate) use streaming::Side;
 pub use streaming::Streaming;
