@@ -124,6 +124,7 @@ pub async fn same_items() -> Result<(), Box<dyn std::error::Error>> {
     let e = tonic::transport::Endpoint::rate_limit(e, 8, Duration::from_secs(1));
     let e = tonic::transport::Endpoint::keep_alive_timeout(e, Duration::from_secs(1));
     let e = tonic::transport::Endpoint::keep_alive_while_idle(e, true);
+    let e = tonic::transport::Endpoint::local_address(e, None);
     let e = tonic::transport::Endpoint::tcp_nodelay(e, true);
     let e = tonic::transport::Endpoint::tcp_keepalive(e, Some(Duration::from_secs(60)));
     let e = tonic::transport::Endpoint::tcp_keepalive_interval(e, Some(Duration::from_secs(5)));

@@ -53,6 +53,8 @@ pub(crate) struct Settings {
     pub(crate) rendezvous_stats: Option<crate::transport::RendezvousStats>,
     /// `Endpoint::user_agent`: the `user-agent` entry every call carries.
     pub(crate) user_agent: Option<crate::metadata::AsciiMetadataValue>,
+    /// `Endpoint::local_address`: the handshake connection binds it before dialling.
+    pub(crate) local_address: Option<std::net::IpAddr>,
 }
 
 impl Settings {
@@ -89,6 +91,7 @@ impl Default for Settings {
             rendezvous_pool_bytes: crate::transport::rendezvous::DEFAULT_CLIENT_POOL_BYTES,
             rendezvous_stats: None,
             user_agent: None,
+            local_address: None,
         }
     }
 }

@@ -55,4 +55,37 @@ impl Endpoint {
     pub fn max_frame_size(self, _size: impl Into<Option<u32>>) -> Self {
         self
     }
+
+    /// HPACK's header table: accepted, no effect (metadata travels in the call's
+    /// own frame, not compressed).
+    pub fn http2_header_table_size(self, _size: u32) -> Self {
+        self
+    }
+
+    /// HTTP/2's largest header list: accepted, no effect (a call's metadata is
+    /// bounded by the message size limit).
+    pub fn http2_max_header_list_size(self, _size: u32) -> Self {
+        self
+    }
+
+    /// The `:authority`/origin tonic sends: accepted, no effect (no HTTP here; the
+    /// server is the address dialled).
+    pub fn origin(self, _origin: super::Uri) -> Self {
+        self
+    }
+
+    /// The size of tonic's request buffer (a `tower::Buffer` in front of its
+    /// connection): accepted, no effect. A call here goes straight to its
+    /// connection, waiting in `poll_ready` for a credit; none is queued in between.
+    pub fn buffer_size(self, _size: impl Into<Option<usize>>) -> Self {
+        self
+    }
+
+    /// The local IP address the handshake connection leaves from, and so the one
+    /// the default soft device serves the RDMA connection on (default `None`: the
+    /// kernel's choice, by its route to the server).
+    pub fn local_address(mut self, addr: Option<std::net::IpAddr>) -> Self {
+        self.settings.local_address = addr;
+        self
+    }
 }

@@ -45,7 +45,17 @@ pub(super) async fn dial(ep: &Endpoint) -> Result<(TcpStream, SocketAddr), Error
         .await?
         .next()
         .ok_or_else(|| Error::new(format!("{} resolves to nothing", ep.host)))?;
-    let tcp = TcpStream::connect(addr).await?;
+    let tcp = match ep.settings.local_address {
+        None => TcpStream::connect(addr).await?,
+        Some(local) => {
+            let socket = match addr {
+                SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+            };
+            socket.bind(SocketAddr::new(local, 0))?;
+            socket.connect(addr).await?
+        }
+    };
     ep.settings.tcp.apply(&tcp)?;
     Ok((tcp, addr))
 }

@@ -70,4 +70,21 @@ impl<L> Server<L> {
     pub fn accept_http1(self, _accept: bool) -> Self {
         self
     }
+
+    /// HTTP/2's largest header list: accepted, no effect (a call's metadata is
+    /// bounded by the message size limit).
+    pub fn http2_max_header_list_size(self, _max: impl Into<Option<u32>>) -> Self {
+        self
+    }
+
+    /// HTTP/2's pending reset streams (a defence of hyper's): accepted, no effect
+    /// (no HTTP/2 here; a reset stream frees its credits at once).
+    pub fn http2_max_pending_accept_reset_streams(self, _max: Option<usize>) -> Self {
+        self
+    }
+
+    /// HTTP/2's locally reset streams (a defence of hyper's): accepted, no effect.
+    pub fn http2_max_local_error_reset_streams(self, _max: Option<usize>) -> Self {
+        self
+    }
 }
