@@ -238,7 +238,6 @@ impl<L> Server<L> {
                 .keepalive
                 .map_or(DEFAULT_SERVER_KEEPALIVE.timeout, |k| k.timeout),
         });
-        self.settings.ud.live = *live;
         self
     }
 
@@ -248,7 +247,6 @@ impl<L> Server<L> {
         if let Some(k) = &mut self.settings.live.keepalive {
             k.timeout = timeout;
         }
-        self.settings.ud.live = self.settings.live;
         self
     }
 
@@ -256,11 +254,11 @@ impl<L> Server<L> {
     /// ±10 % so that connections opened together do not retire together (tonic's
     /// name; default none). The server says GOAWAY on it: the client's channel
     /// starts its next calls on a new connection (to this server or, balanced, to
-    /// another) and closes the old one once its calls in flight are answered, which
-    /// are never cut short. Lets a balanced fleet rebalance long-lived clients.
+    /// another) and closes the old one once its calls in flight are answered (cut
+    /// short only by [`Server::max_connection_age_grace`]). Lets a balanced fleet
+    /// rebalance long-lived clients.
     pub fn max_connection_age(mut self, max_connection_age: Duration) -> Self {
         self.settings.live.max_age = Some(max_connection_age);
-        self.settings.ud.live = self.settings.live;
         self
     }
 
@@ -284,7 +282,6 @@ impl<L> Server<L> {
     /// the client: a bound on a connection's life for clients with long streams.
     pub fn max_connection_age_grace(mut self, grace: Duration) -> Self {
         self.settings.live.age_grace = Some(grace);
-        self.settings.ud.live = self.settings.live;
         self
     }
 

@@ -210,6 +210,7 @@ where
         ));
         let config = UdSideConfig {
             ud: s.ud,
+            live: s.live,
             mode: s.mode,
             max_message: s.max_message,
             inline: s.inline,

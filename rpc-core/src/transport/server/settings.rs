@@ -54,13 +54,6 @@ pub(super) const DEFAULT_SERVER_KEEPALIVE: Keepalive = Keepalive {
     timeout: Duration::from_secs(20),
 };
 
-/// gRPC's keepalive; no maximum connection age (tonic's default).
-const DEFAULT_LIVE: LiveSettings = LiveSettings {
-    keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
-    max_age: None,
-    age_grace: None,
-};
-
 /// RC connections a server holds at once by default.
 pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
@@ -88,13 +81,17 @@ impl Default for ServerSettings {
                 max_sessions: 4096,
                 recv_slots: 1024,
                 accept_rc: true,
-                live: DEFAULT_LIVE,
             },
             ud_stats: None,
             handshake_timeout: Duration::from_secs(10),
             max_pending_handshakes: 1024,
             shutdown_grace: Duration::from_secs(10),
-            live: DEFAULT_LIVE,
+            // gRPC's keepalive; no maximum connection age (tonic's default).
+            live: LiveSettings {
+                keepalive: Some(DEFAULT_SERVER_KEEPALIVE),
+                max_age: None,
+                age_grace: None,
+            },
             timeout: None,
             concurrency_limit: None,
             load_shed: false,

@@ -45,8 +45,6 @@ pub(crate) struct UdSettings {
     pub(crate) max_sessions: u32,
     pub(crate) recv_slots: u32,
     pub(crate) accept_rc: bool,
-    /// The server's keepalive and maximum age, for each session's liveness channel.
-    pub(crate) live: LiveSettings,
 }
 
 /// Reads a running server's UD counters (pass a clone to
@@ -107,6 +105,8 @@ struct SessionsState {
 /// What the UD side takes from the server's settings.
 pub(crate) struct UdSideConfig<'a> {
     pub(crate) ud: UdSettings,
+    /// The server's keepalive and maximum age, for each session's liveness channel.
+    pub(crate) live: LiveSettings,
     pub(crate) mode: CompletionMode,
     pub(crate) max_message: usize,
     pub(crate) inline: bool,
@@ -124,6 +124,7 @@ pub(crate) struct UdSide {
     served: Arc<Served>,
     mode: CompletionMode,
     settings: UdSettings,
+    live: LiveSettings,
     max_message: usize,
     /// Handlers start on the poller (see `Server::inline_handlers`).
     inline: bool,
@@ -196,6 +197,7 @@ impl UdSide {
             served,
             mode: server.mode,
             settings,
+            live: server.live,
             max_message: server.max_message,
             inline: server.inline,
             concurrency_limit: server.concurrency_limit,
@@ -462,7 +464,7 @@ impl UdSide {
         // (The guards `wait_for` returns are dropped inside: not held across awaits.)
         let goaway = async move { drop(goaway.wait_for(|g| *g).await) };
         let stop = async move { drop(stop.wait_for(|s| *s).await) };
-        serve_liveness(tcp, self.settings.live, goaway, stop).await;
+        serve_liveness(tcp, self.live, goaway, stop).await;
         close(&self);
         tracing::debug!(session, "UD session closed");
         Ok(())
