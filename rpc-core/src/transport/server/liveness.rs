@@ -28,13 +28,15 @@ pub(crate) struct LiveSettings {
 /// opened together do not all retire, and redial, at once.
 const AGE_JITTER: f64 = 0.1;
 
-/// Completes when a connection accepted now reaches `max_age` (jittered); never
-/// without one.
-async fn aged(max_age: Option<Duration>, salt: u64) {
-    match max_age {
-        Some(age) => tokio::time::sleep(Jitter::new(salt).spread(age, AGE_JITTER)).await,
-        None => std::future::pending().await,
-    }
+/// Where a connection is in its retirement by age: one timer serves both stages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retire {
+    /// The timer runs to the connection's (jittered) maximum age.
+    Aging,
+    /// GOAWAY was sent for its age; the timer runs to the end of the grace.
+    Grace,
+    /// No maximum age, or the age passed with no grace: the timer is not polled.
+    Off,
 }
 
 /// Serves `tcp` (the handshake connection, after the handshake) until the client
@@ -57,20 +59,28 @@ pub(crate) async fn serve_liveness(
         Stop,
     }
     let peer = tcp.peer_addr().ok();
-    let old = aged(live.max_age, peer.map_or(0, |p| u64::from(p.port())));
+    let (mut retire, age) = match live.max_age {
+        Some(age) => {
+            let salt = peer.map_or(0, |p| u64::from(p.port()));
+            (Retire::Aging, Jitter::new(salt).spread(age, AGE_JITTER))
+        }
+        None => (Retire::Off, Duration::ZERO),
+    };
+    let timer = tokio::time::sleep(age);
     let (rd, wr) = tcp.into_split();
     let mut channel = Liveness::new(rd, wr, live.keepalive);
-    tokio::pin!(goaway, stop, old);
+    tokio::pin!(goaway, stop, timer);
     let mut told = false;
-    let mut grace_end: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     loop {
+        // A GOAWAY for the server's drain ends the aging (the drain has its grace).
+        let timed = retire == Retire::Grace || (retire == Retire::Aging && !told);
         let step = tokio::select! {
             e = channel.next() => Step::Peer(e),
             () = &mut goaway, if !told => Step::GoAway,
-            () = &mut old, if !told => Step::Aged,
-            () = async { grace_end.as_mut().expect("enabled").await }, if grace_end.is_some() => {
-                Step::GraceOver
-            }
+            () = &mut timer, if timed => match retire {
+                Retire::Grace => Step::GraceOver,
+                _ => Step::Aged,
+            },
             () = &mut stop => Step::Stop,
         };
         match step {
@@ -78,7 +88,13 @@ pub(crate) async fn serve_liveness(
                 told = true;
                 if matches!(step, Step::Aged) {
                     tracing::debug!(?peer, "connection reached its maximum age; GOAWAY");
-                    grace_end = live.age_grace.map(|g| Box::pin(tokio::time::sleep(g)));
+                    retire = match live.age_grace {
+                        Some(grace) => {
+                            timer.as_mut().reset(tokio::time::Instant::now() + grace);
+                            Retire::Grace
+                        }
+                        None => Retire::Off,
+                    };
                 }
                 // Best effort: a client that cannot hear it finds the connection
                 // closed when the drain ends.
