@@ -12,7 +12,7 @@ use tower::{Service, ServiceExt};
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::ud::UdClientStats;
 use crate::handshake::NO_UD;
-use crate::metadata::AsciiMetadataValue;
+use crate::metadata::{AsciiMetadataValue, MetadataMap};
 use crate::server::BoxFuture;
 use crate::status::Status;
 use crate::transport::balance::Balanced;
@@ -266,9 +266,12 @@ pub(crate) enum StreamRoute<'a> {
 }
 
 impl Channel {
-    /// The endpoint's `user_agent`, if set.
-    pub(crate) fn user_agent(&self) -> Option<&AsciiMetadataValue> {
-        self.user_agent.as_deref()
+    /// Puts the endpoint's `user_agent`, if set, on a call's `metadata` (unary and
+    /// streaming calls alike).
+    pub(crate) fn tag_user_agent(&self, metadata: &mut MetadataMap) {
+        if let Some(ua) = &self.user_agent {
+            user_agent::tag(metadata, ua);
+        }
     }
 
     pub(crate) fn stream_route(&mut self) -> StreamRoute<'_> {
@@ -338,9 +341,7 @@ impl<M: Message + Send + 'static> Service<OutgoingCall<M>> for Channel {
     }
 
     fn call(&mut self, mut call: OutgoingCall<M>) -> Self::Future {
-        if let Some(ua) = &self.user_agent {
-            user_agent::tag(&mut call.metadata, ua);
-        }
+        self.tag_user_agent(&mut call.metadata);
         if let Some(status) = self.not_ready.take() {
             // A permit taken before the connection failed goes back now.
             drop(self.limits.as_mut().and_then(|l| l.start_call()));

@@ -13,7 +13,6 @@ use crate::server::BoxFuture;
 use crate::status::Status;
 use crate::transport::channel::StreamRoute;
 use crate::transport::client::stream;
-use crate::transport::user_agent;
 use crate::transport::Channel;
 
 impl Service<OutgoingStream> for Channel {
@@ -41,9 +40,7 @@ impl Service<OutgoingStream> for Channel {
     }
 
     fn call(&mut self, mut call: OutgoingStream) -> Self::Future {
-        if let Some(ua) = self.user_agent() {
-            user_agent::tag(&mut call.metadata, ua);
-        }
+        self.tag_user_agent(&mut call.metadata);
         let rc = match self.stream_route() {
             StreamRoute::Rc(rc) => rc,
             StreamRoute::UdThenRc { ud, rc } => {
