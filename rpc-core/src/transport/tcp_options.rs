@@ -36,18 +36,36 @@ impl TcpOptions {
     /// Sets these options on `tcp`.
     pub(crate) fn apply(&self, tcp: &TcpStream) -> std::io::Result<()> {
         tcp.set_nodelay(self.nodelay)?;
-        if let Some(time) = self.keepalive {
-            let mut ka = socket2::TcpKeepalive::new().with_time(time);
-            if let Some(interval) = self.keepalive_interval {
-                ka = ka.with_interval(interval);
-            }
-            if let Some(retries) = self.keepalive_retries {
-                ka = ka.with_retries(retries);
-            }
+        if self.keepalive.is_some() {
+            let ka = keepalive(
+                self.keepalive,
+                self.keepalive_interval,
+                self.keepalive_retries,
+            );
             socket2::SockRef::from(tcp).set_tcp_keepalive(&ka)?;
         }
         Ok(())
     }
+}
+
+/// TCP keepalive with the idle `time`, probe `interval` and `retries` that are set
+/// (the kernel's defaults for the others).
+pub(crate) fn keepalive(
+    time: Option<Duration>,
+    interval: Option<Duration>,
+    retries: Option<u32>,
+) -> socket2::TcpKeepalive {
+    let mut ka = socket2::TcpKeepalive::new();
+    if let Some(time) = time {
+        ka = ka.with_time(time);
+    }
+    if let Some(interval) = interval {
+        ka = ka.with_interval(interval);
+    }
+    if let Some(retries) = retries {
+        ka = ka.with_retries(retries);
+    }
+    ka
 }
 
 #[cfg(test)]

@@ -76,21 +76,14 @@ impl TcpIncoming {
                 tracing::warn!("error trying to set TCP_NODELAY: {e}");
             }
         }
-        let mut ka = socket2::TcpKeepalive::new();
-        let mut any = false;
-        if let Some(t) = self.keepalive {
-            ka = ka.with_time(t);
-            any = true;
-        }
-        if let Some(i) = self.keepalive_interval {
-            ka = ka.with_interval(i);
-            any = true;
-        }
-        if let Some(r) = self.keepalive_retries {
-            ka = ka.with_retries(r);
-            any = true;
-        }
-        if any {
+        // As tonic's: any of the three turns keepalive on.
+        let (time, interval, retries) = (
+            self.keepalive,
+            self.keepalive_interval,
+            self.keepalive_retries,
+        );
+        if time.is_some() || interval.is_some() || retries.is_some() {
+            let ka = crate::transport::tcp_options::keepalive(time, interval, retries);
             if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&ka) {
                 tracing::warn!("error trying to set TCP_KEEPALIVE: {e}");
             }
