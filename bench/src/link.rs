@@ -18,7 +18,7 @@ static SOFT_DEVICES: Mutex<Vec<Device>> = Mutex::new(Vec::new());
 /// counted: the run's `link` says what the default took.
 pub(crate) fn client_device(provider: &Provider, tcp_link: bool) -> Result<Option<Device>, String> {
     if tcp_link {
-        return tcp_link_device(provider, true);
+        return tcp_link_device(provider).map(Some);
     }
     if !provider.is_soft() {
         return Ok(None);
@@ -31,15 +31,9 @@ pub(crate) fn client_device(provider: &Provider, tcp_link: bool) -> Result<Optio
     Ok(Some(dev))
 }
 
-/// With `tcp_link`, a soft device whose same-host link is TCP (`rdma-rpc-tcp`; an
-/// error on another provider); `None` without.
-pub(crate) fn tcp_link_device(
-    provider: &Provider,
-    tcp_link: bool,
-) -> Result<Option<Device>, String> {
-    if !tcp_link {
-        return Ok(None);
-    }
+/// A soft device whose same-host link is TCP (`rdma-rpc-tcp`); an error on another
+/// provider.
+pub(crate) fn tcp_link_device(provider: &Provider) -> Result<Device, String> {
     if !provider.is_soft() {
         return Err(
             "rdma-rpc-tcp runs on the soft provider only (it forces its link to TCP)".into(),
@@ -49,9 +43,7 @@ pub(crate) fn tcp_link_device(
         link: SoftLink::Tcp,
         ..SoftConfig::default()
     };
-    Device::open_soft(config)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    Device::open_soft(config).map_err(|e| e.to_string())
 }
 
 /// The `link` of a run's report, from the client devices' counters: how many of the

@@ -77,9 +77,10 @@ pub(crate) async fn serve(
     tcp_link: bool,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let builder = match crate::link::tcp_link_device(provider, tcp_link)? {
-        Some(dev) => Server::builder().rdma_device(dev),
-        None => Server::builder().device(provider.device()),
+    let builder = if tcp_link {
+        Server::builder().rdma_device(crate::link::tcp_link_device(provider)?)
+    } else {
+        Server::builder().device(provider.device())
     };
     builder
         .completion_mode(provider.completion())
