@@ -62,6 +62,24 @@ async fn port_of(ch: &Channel, method: &str) -> Result<u64, Status> {
     Ok(r.into_inner().id)
 }
 
+/// Calls `Echo` every 10 ms (pacing only spares the CPU) until a connection other
+/// than those in `seen` serves one; every call must succeed. Its port.
+async fn until_a_new_connection(ch: &Channel, seen: &[u64]) -> u64 {
+    let mut pace = tokio::time::interval(Duration::from_millis(10));
+    let next = async {
+        loop {
+            pace.tick().await;
+            let port = port_of(ch, "Echo").await.expect("no call fails");
+            if !seen.contains(&port) {
+                return port;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("a new connection within 10 s")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aged_rc_connection_is_replaced_without_failing_a_call() {
     aged_connections_are_replaced("rdma").await;
@@ -91,20 +109,9 @@ async fn aged_connections_are_replaced(scheme: &str) {
     });
     entered.await;
 
-    // Calls keep succeeding; once the connection has aged they are served over
-    // another one (at 200 ms ±10 %; the 10 ms pacing only spares the CPU).
-    let mut pace = tokio::time::interval(Duration::from_millis(10));
-    let moved = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            pace.tick().await;
-            let port = port_of(&ch, "Echo").await.expect("no call fails");
-            if port != first {
-                return port;
-            }
-        }
-    })
-    .await
-    .expect("a new connection within 10 s");
+    // Calls keep succeeding; once the connection has aged (200 ms ±10 %) they are
+    // served over another one.
+    let moved = until_a_new_connection(&ch, &[first]).await;
     assert_ne!(moved, first);
 
     // The call in flight on the old connection is answered there.
@@ -112,18 +119,9 @@ async fn aged_connections_are_replaced(scheme: &str) {
     assert_eq!(held.await.unwrap().unwrap(), first);
 
     // And the new connection ages too: a third one follows.
-    let third = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            pace.tick().await;
-            let port = port_of(&ch, "Echo").await.expect("no call fails");
-            if port != first && port != moved {
-                return port;
-            }
-        }
-    })
-    .await
-    .expect("a third connection within 10 s");
+    let third = until_a_new_connection(&ch, &[first, moved]).await;
     assert_ne!(third, moved);
+    assert_ne!(third, first);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
