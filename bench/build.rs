@@ -1,12 +1,16 @@
-//! Generates the echo services twice from `proto/echo.proto` (unary) and
-//! `proto/echo_stream.proto` (streaming): rdma-rpc's stubs (by `rpc-codegen`) and
-//! tonic's (by `tonic-prost-build`), each into its own directory because both name
-//! their output after the package. protox parses the protos: no `protoc`.
+//! Generates the benchmark's services twice from `proto/echo.proto` (unary),
+//! `proto/echo_stream.proto` (streaming) and `proto/upload.proto` (one way):
+//! rdma-rpc's stubs (by `rpc-codegen`) and tonic's (by `tonic-prost-build`), each
+//! into its own directory because both name their output after the package. protox parses the protos: no `protoc`.
 use std::path::PathBuf;
 
 fn main() -> std::io::Result<()> {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let protos = ["../proto/echo.proto", "../proto/echo_stream.proto"];
+    let protos = [
+        "../proto/echo.proto",
+        "../proto/echo_stream.proto",
+        "../proto/upload.proto",
+    ];
     let include = "../proto";
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");

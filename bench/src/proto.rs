@@ -1,4 +1,4 @@
-//! The echo service's generated code, once per framework.
+//! The benchmark services' generated code, once per framework.
 
 /// rdma-rpc's stubs for `proto/echo.proto` (the run connects its own `Channel`).
 #[allow(missing_docs, unreachable_pub, dead_code)]
@@ -22,4 +22,16 @@ pub(crate) mod rdma_stream {
 #[allow(missing_docs, unreachable_pub, clippy::all)]
 pub(crate) mod tonic_stream {
     include!(concat!(env!("OUT_DIR"), "/tonic/echo_stream.rs"));
+}
+
+/// rdma-rpc's stubs for `proto/upload.proto`.
+#[allow(missing_docs, unreachable_pub, dead_code)]
+pub(crate) mod rdma_upload {
+    include!(concat!(env!("OUT_DIR"), "/rdma/upload.rs"));
+}
+
+/// tonic's stubs for `proto/upload.proto`.
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub(crate) mod tonic_upload {
+    include!(concat!(env!("OUT_DIR"), "/tonic/upload.rs"));
 }

@@ -170,13 +170,31 @@ fn ratio(r: Option<f64>) -> String {
     }
 }
 
-/// The human-readable table of the unary cells, then every failed cell.
+/// The human-readable tables of the unary and the upload cells, then every failed
+/// cell.
 pub(crate) fn table(runs: &[Run], errors: &[Failure]) -> String {
     let mut s = String::new();
-    let unary: Vec<&Run> = runs.iter().filter(|r| r.workload == "unary").collect();
-    if unary.is_empty() {
-        return failures(errors);
+    for workload in [Workload::Unary, Workload::Upload] {
+        let rows: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.workload == workload.name())
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        if workload == Workload::Upload {
+            let _ = writeln!(
+                s,
+                "\nupload: the payload one way (the reply carries only its length)"
+            );
+        }
+        call_table(&mut s, &rows);
     }
+    s + &failures(errors)
+}
+
+/// One table of call cells (unary or upload), with ratios against the baselines.
+fn call_table(s: &mut String, rows: &[&Run]) {
     let _ = writeln!(
         s,
         "{:>7} {:>4} {:<11} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} | {:>6} {:>6} {:>7} {:>6} | {:>6} {:>7}",
@@ -189,7 +207,7 @@ pub(crate) fn table(runs: &[Run], errors: &[Failure]) -> String {
         "(CPU: client+server per call)", "÷ tonic (same cell)", "÷ tcp"
     );
     let mut last = None;
-    for r in unary {
+    for r in rows {
         let cell = (r.payload_bytes, r.concurrency);
         if last.is_some_and(|l| l != cell) {
             s.push('\n');
@@ -217,7 +235,6 @@ pub(crate) fn table(runs: &[Run], errors: &[Failure]) -> String {
             ratio(c.map(|x| x.calls_per_s)),
         );
     }
-    s + &failures(errors)
 }
 
 fn failures(errors: &[Failure]) -> String {
@@ -305,26 +322,48 @@ pub(crate) fn stream_table(runs: &[Run]) -> String {
     s
 }
 
-/// The footer naming the systems a streaming workload skipped, and why.
+/// The footer naming the systems each workload skipped, and why: the streaming
+/// workloads on one line (they skip the same systems), the upload on its own.
 pub(crate) fn skipped_note(workloads: &[Workload], systems: &[System]) -> String {
-    let streaming: Vec<&str> = workloads
+    let streaming: Vec<Workload> = workloads
         .iter()
+        .copied()
         .filter(|w| w.is_streaming())
-        .map(|w| w.name())
         .collect();
-    let skipped: Vec<&str> = systems
+    let upload: Vec<Workload> = workloads
         .iter()
-        .filter(|&&s| workloads.iter().any(|w| !w.runs_on(s)))
-        .map(|s| s.name())
+        .copied()
+        .filter(|&w| w == Workload::Upload)
         .collect();
-    if streaming.is_empty() || skipped.is_empty() {
-        return String::new();
+    let groups = [
+        (
+            streaming,
+            "no streaming calls: the TCP loops have none, UD carries none, tonic-uds is a unary baseline",
+        ),
+        (upload, "the TCP loops only echo"),
+    ];
+    let mut s = String::new();
+    for (group, why) in groups {
+        let Some(&first) = group.first() else {
+            continue;
+        };
+        let skipped: Vec<&str> = systems
+            .iter()
+            .filter(|&&sys| !first.runs_on(sys))
+            .map(|sys| sys.name())
+            .collect();
+        if skipped.is_empty() {
+            continue;
+        }
+        let names: Vec<&str> = group.iter().map(|w| w.name()).collect();
+        let _ = writeln!(
+            s,
+            "skipped for {}: {} ({why})",
+            names.join(", "),
+            skipped.join(", ")
+        );
     }
-    format!(
-        "skipped for {}: {} (no streaming calls: the TCP loops have none, UD carries none, tonic-uds is a unary baseline)\n",
-        streaming.join(", "),
-        skipped.join(", ")
-    )
+    s
 }
 
 #[cfg(test)]
@@ -378,7 +417,7 @@ mod tests {
     }
 
     #[test]
-    fn the_footer_names_systems_streaming_skipped() {
+    fn the_footer_names_the_systems_each_workload_skipped() {
         let all = [
             System::RdmaRpc,
             System::Tonic,
@@ -392,6 +431,30 @@ mod tests {
             "{note}"
         );
         assert_eq!(skipped_note(&[Workload::Unary], &all), "");
+        let note = skipped_note(&[Workload::Upload], &all);
+        assert_eq!(
+            note,
+            "skipped for upload: tcp, tcp-spin (the TCP loops only echo)\n"
+        );
+    }
+
+    #[test]
+    fn upload_rows_get_their_own_table_and_ratios() {
+        let mut runs = vec![
+            run(System::RdmaRpc, 10.0, 4000.0),
+            run(System::Tonic, 50.0, 1000.0),
+            run(System::RdmaRpc, 20.0, 3000.0),
+            run(System::Tonic, 40.0, 1000.0),
+        ];
+        runs[2].workload = "upload";
+        runs[3].workload = "upload";
+        add_ratios(&mut runs);
+        assert_eq!(runs[2].vs_tonic.unwrap().calls_per_s, 3.0);
+        let t = table(&runs, &[]);
+        let (unary, upload) = t.split_once("upload:").expect("an upload table");
+        assert_eq!(unary.matches("rdma-rpc").count(), 1, "{t}");
+        let row = upload.lines().find(|l| l.contains("rdma-rpc")).unwrap();
+        assert!(row.contains("3.00") && row.contains("0.50"), "{row}");
     }
 
     #[test]

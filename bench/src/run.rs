@@ -136,7 +136,7 @@ pub(crate) fn cells(args: &RunArgs, systems: &[System]) -> Vec<(Workload, usize,
     let mut out = Vec::new();
     for &w in &args.workloads {
         let (sizes, concs): (&[usize], &[usize]) = match w {
-            Workload::Unary => (&args.sizes, &args.concurrency),
+            Workload::Unary | Workload::Upload => (&args.sizes, &args.concurrency),
             Workload::ServerStream => (&args.stream_sizes, &args.streams),
             Workload::BidiPingpong => (&args.stream_sizes, &[1]),
         };

@@ -16,6 +16,10 @@ pub(crate) enum Workload {
     /// One bidirectional stream: send one message, read its echo, repeat.
     #[value(name = "bidi_pingpong")]
     BidiPingpong,
+    /// One call after another per caller, the payload one way: the request carries
+    /// it, the reply only its length (an upload; what perftest's `ib_read_bw` moves).
+    #[value(name = "upload")]
+    Upload,
 }
 
 impl Workload {
@@ -25,19 +29,25 @@ impl Workload {
             Workload::Unary => "unary",
             Workload::ServerStream => "server_stream",
             Workload::BidiPingpong => "bidi_pingpong",
+            Workload::Upload => "upload",
         }
     }
 
     /// Whether this workload streams (and so runs only on systems that stream).
     pub(crate) fn is_streaming(self) -> bool {
-        self != Workload::Unary
+        matches!(self, Workload::ServerStream | Workload::BidiPingpong)
     }
 
-    /// Whether `system` can run this workload: the raw TCP loops have no streams,
-    /// rdma-rpc carries streams over RC only (a UD channel opens RC for them), and
-    /// tonic-uds is a unary baseline (tonic streams on TCP stand for tonic).
+    /// Whether `system` can run this workload: the raw TCP loops have no streams
+    /// and only echo, rdma-rpc carries streams over RC only (a UD channel opens RC
+    /// for them), and tonic-uds is a unary baseline (tonic streams on TCP stand for
+    /// tonic).
     pub(crate) fn runs_on(self, system: System) -> bool {
-        !self.is_streaming() || matches!(system, System::RdmaRpc | System::Tonic)
+        match self {
+            Workload::Unary => true,
+            Workload::Upload => !matches!(system, System::Tcp | System::TcpSpin),
+            _ => matches!(system, System::RdmaRpc | System::Tonic),
+        }
     }
 }
 

@@ -131,3 +131,43 @@ fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip
     );
     let _ = std::fs::remove_file(json);
 }
+
+#[test]
+fn upload_writes_rows_for_rdma_rpc_and_tonic_and_skips_the_tcp_loop() {
+    let json = scratch("upload.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
+        .args(["--workloads", "upload", "--systems", "rdma-rpc,tonic,tcp"])
+        .args(["--sizes", "64K", "--concurrency", "2", "--warmup", "20ms"])
+        .args(["--duration", "50ms", "--json"])
+        .arg(&json)
+        .output()
+        .expect("rpc-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "rpc-bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["errors"].as_array().unwrap().len(), 0, "{report}");
+    let runs = report["runs"].as_array().expect("runs is a list");
+    for system in ["rdma-rpc", "tonic"] {
+        let run = runs
+            .iter()
+            .find(|r| r["system"] == system)
+            .unwrap_or_else(|| panic!("no upload run of {system}: {report}"));
+        for f in FIELDS {
+            assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
+        }
+        assert_eq!(run["workload"], "upload", "{run}");
+        assert_eq!(run["payload_bytes"], 65536, "{run}");
+        assert!(run["mb_per_s"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    assert_eq!(runs.len(), 2, "the TCP loop only echoes: {report}");
+    assert!(stdout.contains("\nupload: the payload one way"), "{stdout}");
+    assert!(
+        stdout.contains("skipped for upload: tcp (the TCP loops only echo)"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_file(json);
+}

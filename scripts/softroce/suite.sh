@@ -300,6 +300,20 @@ if part figures; then
     cat /tmp/figures-rpc-bench-4m.out
     bad figures-rpc-bench-4m
   fi
+  # The same 4 MiB one way (`upload`: the request carries it, the reply only its
+  # length): one Read per call, the work ib_read_bw does, where the echo does two.
+  echo "---- figures-rpc-bench-upload: ./rpc-bench --provider verbs --workloads upload ..."
+  if timeout -s KILL 300 ./rpc-bench --provider verbs --device "$DEV" --systems rdma-rpc \
+       --workloads upload --sizes 4M --concurrency 1 --duration 4 --warmup 0.3 \
+       > /tmp/figures-rpc-bench-upload.out 2>&1 \
+     && ! grep -q '^FAILED' /tmp/figures-rpc-bench-upload.out; then
+    cat /tmp/figures-rpc-bench-upload.out; ok figures-rpc-bench-upload
+    mbu=$(awk '$1 == 4 && $2 == "MiB" && $3 == 1 && $4 == "rdma-rpc" {print $9}' /tmp/figures-rpc-bench-upload.out)
+    echo "softroce-figure: rpc-bench rdma-rpc (verbs) upload 4 MiB x 1 (one way, one Read per call): ${mbu:-?} MB/s; / ib_read_bw: $(awk -v m="$mbu" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}')"
+  else
+    cat /tmp/figures-rpc-bench-upload.out
+    bad figures-rpc-bench-upload
+  fi
   # The same cell with rdma-rpc sleeping on every empty poll (--completion event),
   # where its default spins 50 us after activity: what a wake-up per message costs.
   echo "---- figures-rpc-bench-event: ./rpc-bench --provider verbs --completion event ..."

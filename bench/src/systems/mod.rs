@@ -3,11 +3,13 @@
 
 mod rdma;
 mod rdma_stream;
+mod rdma_upload;
 mod tcp;
 mod tcp_spin;
 mod tonic;
 mod tonic_stream;
 mod tonic_uds;
+mod tonic_upload;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -41,11 +43,16 @@ pub(crate) enum Caller {
     RdmaStream(Box<rdma_stream::Caller>),
     /// One tonic stream on the cell's shared HTTP/2 connection.
     TonicStream(Box<tonic_stream::Caller>),
+    /// A clone of one rdma-rpc upload client.
+    RdmaUpload(rdma_upload::Caller),
+    /// A clone of one tonic upload client (on TCP or on a Unix socket).
+    TonicUpload(tonic_upload::Caller),
 }
 
 impl Caller {
     /// One echo call of `payload` (streaming workloads: the next message of the
-    /// server stream, or one ping-pong round trip); the reply's length is checked.
+    /// server stream, or one ping-pong round trip; upload: one call carrying it);
+    /// the reply's length (upload: the length the server counted) is checked.
     pub(crate) async fn call(&mut self, payload: &Bytes) -> Result<(), String> {
         let got = match self {
             Caller::Rdma(c) => c.call(payload).await?,
@@ -54,6 +61,8 @@ impl Caller {
             Caller::TcpSpin(c) => c.call(payload).await?,
             Caller::RdmaStream(c) => c.call(payload).await?,
             Caller::TonicStream(c) => c.call(payload).await?,
+            Caller::RdmaUpload(c) => c.call(payload).await?,
+            Caller::TonicUpload(c) => c.call(payload).await?,
         };
         if got != payload.len() {
             return Err(format!("echo returned {got} bytes, sent {}", payload.len()));
@@ -74,6 +83,22 @@ pub(crate) async fn connect(
     let url = system.url(addr);
     if !workload.runs_on(system) {
         return Err(format!("{system} does not run {workload}"));
+    }
+    if workload == Workload::Upload {
+        let tonic_callers = |channel| {
+            let all = tonic_upload::Caller::all(channel, concurrency);
+            all.into_iter().map(Caller::TonicUpload).collect()
+        };
+        return Ok(match system {
+            System::Tonic => tonic_callers(tonic::channel(&url).await?),
+            System::TonicUds => tonic_callers(tonic_uds::channel(&url).await?),
+            _ => {
+                let tcp_link = system == System::RdmaRpcTcp;
+                let channel = rdma::channel(&url, provider, tcp_link).await?;
+                let all = rdma_upload::Caller::all(channel, concurrency);
+                all.into_iter().map(Caller::RdmaUpload).collect()
+            }
+        });
     }
     if workload.is_streaming() {
         return Ok(match system {

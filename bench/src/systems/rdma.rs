@@ -69,7 +69,7 @@ impl Echo for EchoService {
     }
 }
 
-/// Serves the echo; `tcp_link`: on a soft device whose same-host link is forced
+/// Serves the echo (unary and streaming) and the upload; `tcp_link`: on a soft device whose same-host link is forced
 /// to TCP (`rdma-rpc-tcp`).
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -86,6 +86,7 @@ pub(crate) async fn serve(
         .completion_mode(provider.completion())
         .add_service(EchoServer::new(EchoService))
         .add_service(super::rdma_stream::server())
+        .add_service(super::rdma_upload::server())
         .serve_with_listener(listener, stop)
         .await
         .map_err(|e| e.to_string())

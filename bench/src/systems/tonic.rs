@@ -74,7 +74,7 @@ pub(crate) async fn serve(
     serve_incoming(TcpIncoming::from(listener).with_nodelay(Some(true)), stop).await
 }
 
-/// The echo server (unary and streaming) on any stream of accepted connections: TCP
+/// The echo server (unary and streaming) and the upload server on any stream of accepted connections: TCP
 /// here, a Unix socket for `tonic-uds`.
 pub(super) async fn serve_incoming<I, IO, IE>(
     incoming: I,
@@ -91,6 +91,7 @@ where
     Server::builder()
         .add_service(svc)
         .add_service(super::tonic_stream::server())
+        .add_service(super::tonic_upload::server())
         .serve_with_incoming_shutdown(incoming, stop)
         .await
         .map_err(|e| e.to_string())

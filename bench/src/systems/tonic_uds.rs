@@ -28,7 +28,7 @@ pub(crate) async fn connect(path: &str, concurrency: usize) -> Result<Vec<Caller
 }
 
 /// One HTTP/2 connection over the socket at `path`.
-async fn channel(path: &str) -> Result<Channel, String> {
+pub(super) async fn channel(path: &str) -> Result<Channel, String> {
     let path = PathBuf::from(path);
     let connector = tower::service_fn(move |_: Uri| {
         let path = path.clone();
