@@ -95,9 +95,13 @@ impl CqWaiter {
                             r => break 'wait r,
                         }
                     }
+                    // `biased`: no random branch order per wait (tokio's per-select
+                    // RNG, a hundred instructions a call); the kick first, so that a
+                    // CQ that always has more never starves it.
                     break 'wait tokio::select! {
-                        r = on_driver(self.driver.as_ref(), cq.wait_async(wc)) => r,
+                        biased;
                         () = kicks.next() => Ok(0),
+                        r = on_driver(self.driver.as_ref(), cq.wait_async(wc)) => r,
                     };
                 }
                 CompletionMode::Adaptive(d) => {
@@ -134,8 +138,9 @@ impl CqWaiter {
             // `DriverWaker` here, 256 calls in flight ran a quarter slower (`rpc-bench`).
             let slept_at = Instant::now();
             let r = tokio::select! {
-                r = cq.wait_async(wc) => r,
+                biased; // as above
                 () = kicks.next() => Ok(0),
+                r = cq.wait_async(wc) => r,
             };
             if let (Some(b), Some(spun), Ok(1..)) = (&self.budget, spin, &r) {
                 b.missed(spun, slept_at.elapsed());

@@ -144,7 +144,11 @@ pub(super) async fn reap_until_reply<L: Link>(
                 }
                 r.map(Some)
             });
+            // `biased`: no random branch order (tokio's per-select RNG, a hundred
+            // instructions a call). No branch starves: each round starts by looking
+            // at the channel and at `aside` (`turn.reply`, `turn.called_back`).
             tokio::select! {
+                biased;
                 r = reaped => Some(r),
                 () = sig.reaper.notified() => None,
                 // The reply delivered by another reaper (the driver, or a caller that
