@@ -280,53 +280,48 @@ if part figures; then
   # packet), on one vCPU.
   perftest_pair figures-ib_read_bw-o1 "ib_read_bw -d $DEV -x $GIDX -s 4194304 -n 100 -o 1"
   rbw1=$(awk '$1 == 4194304 && NF >= 5 {print $4}' /tmp/figures-ib_read_bw-o1.client)
+  # rpc_bench_figure NAME ARGS...: rpc-bench on the verbs device with ARGS into
+  # /tmp/NAME.out, printed and checked (no cell may fail); non-zero if it failed.
+  rpc_bench_figure() {
+    local name=$1; shift
+    echo "---- $name: ./rpc-bench --provider verbs $*"
+    if timeout -s KILL 300 ./rpc-bench --provider verbs --device "$DEV" "$@" \
+         > "/tmp/$name.out" 2>&1 && ! grep -q '^FAILED' "/tmp/$name.out"; then
+      cat "/tmp/$name.out"; ok "$name"
+    else
+      cat "/tmp/$name.out"; bad "$name"; return 1
+    fi
+  }
+  # mb_cell FILE SIZE_MIB CONC: the MB/s of rdma-rpc's row for that cell.
+  mb_cell() { awk -v s="$2" -v c="$3" '$1 == s && $2 == "MiB" && $3 == c && $4 == "rdma-rpc" {print $9}' "$1"; }
+  # per_rbw MB/s: over ib_read_bw's MiB/s, as "0.46x" (or "?").
+  per_rbw() { awk -v m="$1" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}'; }
   # A 4 s window holds about 25 echoes of 4 MiB at one in flight: one call more or
   # less moves MB/s by 4 % (at 2 s, by 8 %, as much as the margin being measured).
-  echo "---- figures-rpc-bench-4m: ./rpc-bench --provider verbs --sizes 4M ..."
-  if timeout -s KILL 300 ./rpc-bench --provider verbs --device "$DEV" --systems rdma-rpc,tcp \
-       --sizes 4M --concurrency 1,2,4 --duration 4 --warmup 0.3 \
-       > /tmp/figures-rpc-bench-4m.out 2>&1 \
-     && ! grep -q '^FAILED' /tmp/figures-rpc-bench-4m.out; then
-    cat /tmp/figures-rpc-bench-4m.out; ok figures-rpc-bench-4m
-    mb=$(awk '$1 == 4 && $2 == "MiB" && $3 == 1 && $4 == "rdma-rpc" {print $9}' /tmp/figures-rpc-bench-4m.out)
+  if rpc_bench_figure figures-rpc-bench-4m --systems rdma-rpc,tcp \
+       --sizes 4M --concurrency 1,2,4 --duration 4 --warmup 0.3; then
+    mb=$(mb_cell /tmp/figures-rpc-bench-4m.out 4 1)
     echo "softroce-figure: ib_read_bw 4 MiB: ${rbw:-?} MiB/s = $(awk -v b="$rbw" 'BEGIN{if (b+0 > 0) printf "%.1f", b*1.048576; else print "?"}') MB/s"
-    echo "softroce-figure: rpc-bench rdma-rpc (verbs) 4 MiB x 1: ${mb:-?} MB/s; / ib_read_bw: $(awk -v m="$mb" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}')"
+    echo "softroce-figure: rpc-bench rdma-rpc (verbs) 4 MiB x 1: ${mb:-?} MB/s; / ib_read_bw: $(per_rbw "$mb")"
     echo "softroce-figure: ib_read_bw 4 MiB -o 1: ${rbw1:-?} MiB/s; rpc-bench 4 MiB x 1 / (ib_read_bw -o 1 / 2), the share of the echo's two-Read bound: $(awk -v m="$mb" -v b="$rbw1" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576/2); else print "?"}')"
     for c in 2 4; do
-      mbc=$(awk -v c=$c '$1 == 4 && $2 == "MiB" && $3 == c && $4 == "rdma-rpc" {print $9}' /tmp/figures-rpc-bench-4m.out)
-      echo "softroce-figure: rpc-bench rdma-rpc (verbs) 4 MiB x $c: ${mbc:-?} MB/s; / ib_read_bw: $(awk -v m="$mbc" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}')"
+      mbc=$(mb_cell /tmp/figures-rpc-bench-4m.out 4 $c)
+      echo "softroce-figure: rpc-bench rdma-rpc (verbs) 4 MiB x $c: ${mbc:-?} MB/s; / ib_read_bw: $(per_rbw "$mbc")"
     done
-  else
-    cat /tmp/figures-rpc-bench-4m.out
-    bad figures-rpc-bench-4m
   fi
   # The same 4 MiB one way (`upload`: the request carries it, the reply only its
   # length): one Read per call, the work ib_read_bw does, where the echo does two.
-  echo "---- figures-rpc-bench-upload: ./rpc-bench --provider verbs --workloads upload ..."
-  if timeout -s KILL 300 ./rpc-bench --provider verbs --device "$DEV" --systems rdma-rpc \
-       --workloads upload --sizes 4M --concurrency 1 --duration 4 --warmup 0.3 \
-       > /tmp/figures-rpc-bench-upload.out 2>&1 \
-     && ! grep -q '^FAILED' /tmp/figures-rpc-bench-upload.out; then
-    cat /tmp/figures-rpc-bench-upload.out; ok figures-rpc-bench-upload
-    mbu=$(awk '$1 == 4 && $2 == "MiB" && $3 == 1 && $4 == "rdma-rpc" {print $9}' /tmp/figures-rpc-bench-upload.out)
-    echo "softroce-figure: rpc-bench rdma-rpc (verbs) upload 4 MiB x 1 (one way, one Read per call): ${mbu:-?} MB/s; / ib_read_bw: $(awk -v m="$mbu" -v b="$rbw" 'BEGIN{if (m+0 > 0 && b+0 > 0) printf "%.2fx", m/(b*1.048576); else print "?"}')"
-  else
-    cat /tmp/figures-rpc-bench-upload.out
-    bad figures-rpc-bench-upload
+  if rpc_bench_figure figures-rpc-bench-upload --systems rdma-rpc --workloads upload \
+       --sizes 4M --concurrency 1 --duration 4 --warmup 0.3; then
+    mbu=$(mb_cell /tmp/figures-rpc-bench-upload.out 4 1)
+    echo "softroce-figure: rpc-bench rdma-rpc (verbs) upload 4 MiB x 1 (one way, one Read per call): ${mbu:-?} MB/s; / ib_read_bw: $(per_rbw "$mbu")"
   fi
   # The same cell with rdma-rpc sleeping on every empty poll (--completion event),
   # where its default spins 50 us after activity: what a wake-up per message costs.
-  echo "---- figures-rpc-bench-event: ./rpc-bench --provider verbs --completion event ..."
-  if timeout -s KILL 300 ./rpc-bench --provider verbs --device "$DEV" --completion event \
-       --systems rdma-rpc,tcp --sizes 32 --concurrency 1 --duration 1 --warmup 0.2 \
-       > /tmp/figures-rpc-bench-event.out 2>&1 \
-     && ! grep -q '^FAILED' /tmp/figures-rpc-bench-event.out; then
-    cat /tmp/figures-rpc-bench-event.out; ok figures-rpc-bench-event
+  if rpc_bench_figure figures-rpc-bench-event --completion event --systems rdma-rpc,tcp \
+       --sizes 32 --concurrency 1 --duration 1 --warmup 0.2; then
     p50=$(awk '$1 == 32 && $2 == "B" && $3 == 1 && $4 == "rdma-rpc" {print $5}' /tmp/figures-rpc-bench-event.out)
     echo "softroce-figure: rpc-bench rdma-rpc (verbs, event-driven) 32 B unary p50 ${p50:-?} us; / ib_send_lat round trip: $(awk -v r="$p50" -v l="$lat" 'BEGIN{if (r+0 > 0 && l+0 > 0) printf "%.2fx", r/(2*l); else print "?"}')"
-  else
-    cat /tmp/figures-rpc-bench-event.out
-    bad figures-rpc-bench-event
   fi
 fi
 
