@@ -79,36 +79,40 @@ fn one_cell_per_system_writes_every_field_and_the_link_and_ud_fails_cleanly() {
     let _ = std::fs::remove_file(plot);
 }
 
-#[test]
-fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip() {
-    let json = scratch("stream.json");
+/// Runs rpc-bench briefly with `args`, which must succeed and report no failed
+/// cell: its JSON report (written to a scratch `name`, removed after) and stdout.
+fn run_without_errors(name: &str, args: &[&str]) -> (Value, String) {
+    let json = scratch(name);
     let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
-        .args([
-            "--workloads",
-            "server_stream,bidi_pingpong",
-            "--stream-sizes",
-            "32",
-        ])
-        .args([
-            "--streams",
-            "2",
-            "--warmup",
-            "20ms",
-            "--duration",
-            "50ms",
-            "--json",
-        ])
+        .args(args)
+        .args(["--warmup", "20ms", "--duration", "50ms", "--json"])
         .arg(&json)
         .output()
         .expect("rpc-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "rpc-bench failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
     assert_eq!(report["errors"].as_array().unwrap().len(), 0, "{report}");
+    (report, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip() {
+    let (report, stdout) = run_without_errors(
+        "stream.json",
+        &[
+            "--workloads",
+            "server_stream,bidi_pingpong",
+            "--stream-sizes",
+            "32",
+            "--streams",
+            "2",
+        ],
+    );
     let runs = report["runs"].as_array().expect("runs is a list");
     for (workload, streams) in [("server_stream", 2), ("bidi_pingpong", 1)] {
         for system in ["rdma-rpc", "tonic"] {
@@ -129,27 +133,23 @@ fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip
         stdout.contains("skipped for server_stream, bidi_pingpong: tonic-uds, tcp, tcp-spin"),
         "{stdout}"
     );
-    let _ = std::fs::remove_file(json);
 }
 
 #[test]
 fn upload_writes_rows_for_rdma_rpc_and_tonic_and_skips_the_tcp_loop() {
-    let json = scratch("upload.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
-        .args(["--workloads", "upload", "--systems", "rdma-rpc,tonic,tcp"])
-        .args(["--sizes", "64K", "--concurrency", "2", "--warmup", "20ms"])
-        .args(["--duration", "50ms", "--json"])
-        .arg(&json)
-        .output()
-        .expect("rpc-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "rpc-bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (report, stdout) = run_without_errors(
+        "upload.json",
+        &[
+            "--workloads",
+            "upload",
+            "--systems",
+            "rdma-rpc,tonic,tcp",
+            "--sizes",
+            "64K",
+            "--concurrency",
+            "2",
+        ],
     );
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(report["errors"].as_array().unwrap().len(), 0, "{report}");
     let runs = report["runs"].as_array().expect("runs is a list");
     for system in ["rdma-rpc", "tonic"] {
         let run = runs
@@ -169,5 +169,4 @@ fn upload_writes_rows_for_rdma_rpc_and_tonic_and_skips_the_tcp_loop() {
         stdout.contains("skipped for upload: tcp (the TCP loops only echo)"),
         "{stdout}"
     );
-    let _ = std::fs::remove_file(json);
 }
