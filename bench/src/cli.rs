@@ -47,8 +47,9 @@ pub(crate) struct RunArgs {
     /// Also run rdma-rpc's UD transport (`rdma-rpc-ud`, 32 B and 1 KiB only).
     #[arg(long)]
     pub(crate) ud: bool,
-    /// Workloads to run, comma separated: unary, server_stream, bidi_pingpong.
-    /// Streaming workloads run on rdma-rpc (RC) and tonic only.
+    /// Workloads to run, comma separated: unary, upload, server_stream,
+    /// bidi_pingpong. Streaming workloads run on rdma-rpc (RC) and tonic only;
+    /// upload on every system but the TCP loops.
     #[arg(long, value_delimiter = ',', default_value = "unary")]
     pub(crate) workloads: Vec<Workload>,
     /// Message sizes of the streaming workloads (suffixes K and M).
@@ -57,10 +58,11 @@ pub(crate) struct RunArgs {
     /// Concurrent streams of `server_stream` (one connection); `bidi_pingpong` runs one.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     pub(crate) streams: Vec<usize>,
-    /// Unary payload sizes in bytes (suffixes K and M are powers of 1024).
+    /// Payload sizes of unary and upload calls in bytes (suffixes K and M are
+    /// powers of 1024).
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "32,1K,64K,4M")]
     pub(crate) sizes: Vec<usize>,
-    /// Unary calls in flight (closed loop).
+    /// Unary and upload calls in flight (closed loop).
     #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
     pub(crate) concurrency: Vec<usize>,
     /// Measured time per cell (seconds, or with `ms`/`s`); default 3 s, 0.4 s with --quick.

@@ -65,7 +65,10 @@ impl Caller {
             Caller::TonicUpload(c) => c.call(payload).await?,
         };
         if got != payload.len() {
-            return Err(format!("echo returned {got} bytes, sent {}", payload.len()));
+            return Err(format!(
+                "the reply counts {got} bytes, the request carried {}",
+                payload.len()
+            ));
         }
         Ok(())
     }
