@@ -409,14 +409,17 @@ async fn drive<L: Link>(conn: Arc<Conn<L>>, driver: DriverWaker) {
                     timer.as_mut().reset(t.into());
                     timer_at = Some(t);
                 }
+                // `biased` (no per-wait RNG), the timer first: a CQ that always
+                // has more never holds a deadline back.
                 tokio::select! {
-                    r = cq_wait => r,
+                    biased;
                     () = &mut timer => {
                         timer_at = None;
                         next = conn.timer();
                         conn.wake_reaper();
                         continue;
                     }
+                    r = cq_wait => r,
                 }
             }
         };
