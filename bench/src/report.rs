@@ -393,17 +393,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn streaming_ratios_use_the_same_workload_and_the_table_prints_them() {
+    /// rdma-rpc and tonic in a unary cell (p50 10 and 50 µs, 4,000 and 1,000
+    /// calls/s), then in a cell of `workload` with `second`'s (p50, calls/s); with
+    /// their ratios.
+    fn two_cells(workload: &'static str, second: [(f64, f64); 2]) -> Vec<Run> {
         let mut runs = vec![
             run(System::RdmaRpc, 10.0, 4000.0),
             run(System::Tonic, 50.0, 1000.0),
-            run(System::RdmaRpc, 6.0, 9000.0),
-            run(System::Tonic, 30.0, 3000.0),
+            run(System::RdmaRpc, second[0].0, second[0].1),
+            run(System::Tonic, second[1].0, second[1].1),
         ];
-        runs[2].workload = "bidi_pingpong";
-        runs[3].workload = "bidi_pingpong";
+        runs[2].workload = workload;
+        runs[3].workload = workload;
         add_ratios(&mut runs);
+        runs
+    }
+
+    #[test]
+    fn streaming_ratios_use_the_same_workload_and_the_table_prints_them() {
+        let runs = two_cells("bidi_pingpong", [(6.0, 9000.0), (30.0, 3000.0)]);
         let t = runs[2].vs_tonic.unwrap();
         assert_eq!((t.p50, t.calls_per_s), (0.2, 3.0));
         assert_eq!(runs[0].vs_tonic.unwrap().calls_per_s, 4.0);
@@ -440,15 +448,7 @@ mod tests {
 
     #[test]
     fn upload_rows_get_their_own_table_and_ratios() {
-        let mut runs = vec![
-            run(System::RdmaRpc, 10.0, 4000.0),
-            run(System::Tonic, 50.0, 1000.0),
-            run(System::RdmaRpc, 20.0, 3000.0),
-            run(System::Tonic, 40.0, 1000.0),
-        ];
-        runs[2].workload = "upload";
-        runs[3].workload = "upload";
-        add_ratios(&mut runs);
+        let runs = two_cells("upload", [(20.0, 3000.0), (40.0, 1000.0)]);
         assert_eq!(runs[2].vs_tonic.unwrap().calls_per_s, 3.0);
         let t = table(&runs, &[]);
         let (unary, upload) = t.split_once("upload:").expect("an upload table");
