@@ -170,15 +170,19 @@ fn ratio(r: Option<f64>) -> String {
     }
 }
 
+/// The rows of `workload`, in run order.
+fn rows_of(runs: &[Run], workload: Workload) -> Vec<&Run> {
+    runs.iter()
+        .filter(|r| r.workload == workload.name())
+        .collect()
+}
+
 /// The human-readable tables of the unary and the upload cells, then every failed
 /// cell.
 pub(crate) fn table(runs: &[Run], errors: &[Failure]) -> String {
     let mut s = String::new();
     for workload in [Workload::Unary, Workload::Upload] {
-        let rows: Vec<&Run> = runs
-            .iter()
-            .filter(|r| r.workload == workload.name())
-            .collect();
+        let rows = rows_of(runs, workload);
         if rows.is_empty() {
             continue;
         }
@@ -257,10 +261,7 @@ fn failures(errors: &[Failure]) -> String {
 pub(crate) fn stream_table(runs: &[Run]) -> String {
     let mut s = String::new();
     for workload in [Workload::ServerStream, Workload::BidiPingpong] {
-        let rows: Vec<&Run> = runs
-            .iter()
-            .filter(|r| r.workload == workload.name())
-            .collect();
+        let rows = rows_of(runs, workload);
         if rows.is_empty() {
             continue;
         }
