@@ -69,8 +69,8 @@ impl Echo for EchoService {
     }
 }
 
-/// Serves the echo (unary and streaming) and the upload; `tcp_link`: on a soft device whose same-host link is forced
-/// to TCP (`rdma-rpc-tcp`).
+/// Serves the echo (unary and streaming) and the upload; `tcp_link`: on a soft
+/// device whose same-host link is forced to TCP (`rdma-rpc-tcp`).
 pub(crate) async fn serve(
     listener: TcpListener,
     provider: &Provider,

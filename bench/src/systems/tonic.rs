@@ -74,8 +74,8 @@ pub(crate) async fn serve(
     serve_incoming(TcpIncoming::from(listener).with_nodelay(Some(true)), stop).await
 }
 
-/// The echo server (unary and streaming) and the upload server on any stream of accepted connections: TCP
-/// here, a Unix socket for `tonic-uds`.
+/// The echo server (unary and streaming) and the upload server on any stream of
+/// accepted connections: TCP here, a Unix socket for `tonic-uds`.
 pub(super) async fn serve_incoming<I, IO, IE>(
     incoming: I,
     stop: impl Future<Output = ()> + Send + 'static,
