@@ -74,6 +74,11 @@ pub(crate) struct Report {
     /// What carried rdma-rpc's queue pairs: the soft provider's link ("shm", "tcp" or
     /// a mix, from its counters), or "verbs" (see `link::rdma_link`).
     pub(crate) link: String,
+    /// Worker threads of each process's tokio runtime (client and servers alike):
+    /// tokio's default, one per core, or `TOKIO_WORKER_THREADS`, which the servers
+    /// inherit. Both processes share the host, so on a small one this decides how
+    /// far they oversubscribe its cores.
+    pub(crate) workers: usize,
     pub(crate) wall_s: f64,
 }
 

@@ -114,11 +114,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
         duration_s: duration.as_secs_f64(),
         provider: provider.device().to_string(),
         link: link::rdma_link(&provider),
+        workers: tokio::runtime::Handle::current().metrics().num_workers(),
         wall_s: started.elapsed().as_secs_f64(),
     };
     println!(
-        "rdma-rpc on {}, link {}; wall time {:.1} s",
-        report.provider, report.link, report.wall_s
+        "rdma-rpc on {}, link {}; tokio workers per process: {}; wall time {:.1} s",
+        report.provider, report.link, report.workers, report.wall_s
     );
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;

@@ -33,11 +33,19 @@ fn one_cell_per_system_writes_every_field_and_the_link_and_ud_fails_cleanly() {
         .arg(&json)
         .arg("--plot")
         .arg(&plot)
+        // Not a count the host's cores would give by default, so that the report
+        // must say what ran.
+        .env("TOKIO_WORKER_THREADS", "3")
         .output()
         .expect("rpc-bench runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rpc-bench failed: {stderr}");
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["workers"], 3, "{report}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("tokio workers per process: 3"),
+        "the last line names the runtime's workers"
+    );
     // The link that carried rdma-rpc's queue pairs is named: on one host the soft
     // devices count every connection moved to shared memory, unless TCP is forced.
     let link = report["link"].as_str().expect("link is a string");
