@@ -38,6 +38,12 @@ pub enum CompletionMode {
 /// | `Adaptive(200 µs)` | 12.1 µs (tonic 109 µs) | 148 k calls/s | 377 k calls/s (tonic 68 k) | 5.0 µs |
 /// | `Adaptive(50 µs)` | 12.1 µs (tonic 115 µs) | 172 k calls/s | 439 k calls/s (tonic 69 k) | 4.1 µs |
 ///
+/// (2026-11-21.) Again on 2026-11-30, with the shared-memory link, on a slower day
+/// for the host (tonic at 256 in flight 21–28 k calls/s), two runs of each mode,
+/// same columns: `Event` 30–32 µs, 119–133 k, 191–231 k, 7.4–9.0 µs;
+/// `Adaptive(200 µs)` 6.4–7.3 µs, 293–335 k, 257–270 k, 7.0–7.1 µs;
+/// `Adaptive(50 µs)` 6.1–6.8 µs, 260–335 k, 266–293 k, 6.0–6.5 µs.
+///
 /// In one process (`tests/tests/perf.rs`, release) `Adaptive(200 µs)` also beat
 /// `Event` at 256 in flight (580 k against 260 k calls/s). `Busy` never sleeps: only
 /// with a core to spare per poller. `Event` spends no CPU beyond the work itself,
