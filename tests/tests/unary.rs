@@ -430,6 +430,58 @@ async fn callers_beyond_the_credits_wait_in_poll_ready_and_all_complete() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_find_every_send_slot_in_flight_all_arrive() {
+    // 256 callers on one connection keep the server's send slots in flight (a slot
+    // comes back with a completion, asked for once per quarter of the ring), so
+    // answers wait for a slot in the connection's queue. Each must still reach its
+    // own caller, statuses and all, and calls that give up while their answer
+    // waits must not stall the ones behind them.
+    let (uri, _stop) = echo_server(Server::builder()).await;
+    let ch = Channel::connect(uri).await.unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..256u64 {
+        let ch = ch.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut g = Grpc::new(ch.clone());
+            for i in 0..40u64 {
+                let id = (w << 16) | i;
+                let data = vec![(id % 251) as u8; (i as usize % 3) * 20];
+                match i % 10 {
+                    3 => {
+                        let e = g
+                            .unary::<Echo, Echo>(Request::new(Echo::default()), path("Nope"))
+                            .await
+                            .unwrap_err();
+                        assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
+                    }
+                    7 => {
+                        let mut req = Request::new(Echo {
+                            id,
+                            data: data.clone(),
+                        });
+                        req.set_timeout(Duration::from_micros(200));
+                        match g.unary::<Echo, Echo>(req, path("Echo")).await {
+                            Ok(r) => assert_eq!(r.into_inner(), Echo { id, data }),
+                            Err(e) => assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}"),
+                        }
+                    }
+                    _ => {
+                        let r = echo(&ch, id, data.clone()).await.unwrap();
+                        assert_eq!((r.id, r.data), (id, data));
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("no caller waits forever")
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_share_the_servers_one_receive_pool() {
     // Eight connections of up to 32 calls over a pool that holds exactly their
     // largest windows; the windows grow and shrink out of it as the calls come.

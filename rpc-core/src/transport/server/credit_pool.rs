@@ -181,7 +181,8 @@ impl PeerCredit {
     /// Settles the connection's window with the pool, and grows its send ring to the
     /// window's target (doubling, so a growing connection registers memory a few
     /// times, not once per credit). A ring that cannot grow keeps its size: answers
-    /// then wait for send slots, as they do when all are in flight.
+    /// then wait for send slots in the connection's queue, as they do when all are
+    /// in flight.
     pub(crate) fn settle(&self, engine: &mut ServerConn, ring: &mut SendRing) {
         let w = engine.credit_mut();
         if !w.needs_settle() {

@@ -24,6 +24,9 @@ use crate::transport::lock;
 use crate::transport::rendezvous::{pool_refusal, read_failed, start_gather};
 
 mod gather;
+mod waiting;
+
+use waiting::WaitingAnswers;
 
 pub(crate) struct RcPeerState {
     pub(super) engine: ServerConn,
@@ -36,6 +39,8 @@ pub(crate) struct RcPeerState {
     pub(super) streams: IdMap<u32, Arc<InboundShared>>,
     /// Bodies by reference, when both sides agreed on RDMA Read.
     rdv: Option<PeerRendezvous>,
+    /// Small unary answers waiting for a send slot (see `waiting.rs`).
+    waiting: WaitingAnswers,
 }
 
 /// A connection's bodies by reference: the Reads of its requests and the response
@@ -136,6 +141,7 @@ impl RcPeer {
                 dead: false,
                 running: IdMap::default(),
                 streams: IdMap::default(),
+                waiting: WaitingAnswers::default(),
                 rdv: reads.map(|(reader, lend_pool, waker, windows)| PeerRendezvous {
                     lend_pool,
                     reader,
@@ -175,6 +181,7 @@ impl RcPeer {
         for (_, h) in st.running.drain() {
             h.abort();
         }
+        st.waiting.clear();
         for (_, s) in st.streams.drain() {
             s.end(Err(Status::unavailable(
                 "the connection to the client was lost",
@@ -191,7 +198,8 @@ impl RcPeer {
         self.slot_wait.notify_waiters();
     }
 
-    /// Posts queued answers while send slots last.
+    /// Posts queued protocol answers, then answers waiting for a slot, while send
+    /// slots last.
     pub(super) fn pump(st: &mut RcPeerState) {
         while !st.dead && st.engine.wants_transmit() {
             let Some(slot) = st.ring.acquire() else {
@@ -201,13 +209,14 @@ impl RcPeer {
             let RcPeerState { engine, ring, .. } = &mut *st;
             let Some(t) = engine.poll_transmit(ring.buf(&slot)) else {
                 st.ring.release(slot);
-                return;
+                break;
             };
             if let Err(e) = st.ring.post(slot, t.len, t.imm) {
                 tracing::debug!(error = %e, "server post failed; dropping connection");
                 st.dead = true;
             }
         }
+        Self::post_waiting(st);
     }
 
     /// Holds this connection's posts until [`RcPeer::uncork`]: the replies and
@@ -485,6 +494,13 @@ impl RcPeer {
                 st.running.remove(&id);
                 'slot: {
                     let Some(slot) = st.ring.acquire() else {
+                        if region.is_none() && gathered.is_none() {
+                            // Every slot is in flight (so a completion that frees
+                            // one is coming): the answer waits in the queue it
+                            // posts from, and this call ends here.
+                            st.waiting.push(id, parts);
+                            return;
+                        }
                         break 'slot;
                     };
                     if let (Some(g), Ok((md, _))) = (gathered.take(), &parts) {
