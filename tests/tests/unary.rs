@@ -18,6 +18,16 @@ async fn echo_server(builder: Server) -> (String, oneshot::Sender<()>) {
     (format!("rdma://{addr}"), tx)
 }
 
+/// Awaits every caller, each within `limit`: none may wait forever.
+async fn join_within(tasks: Vec<tokio::task::JoinHandle<()>>, limit: Duration) {
+    for t in tasks {
+        tokio::time::timeout(limit, t)
+            .await
+            .expect("no caller waits forever")
+            .unwrap();
+    }
+}
+
 async fn echo(ch: &Channel, id: u64, data: Vec<u8>) -> Result<Echo, rpc_core::Status> {
     let mut g = Grpc::new(ch.clone());
     let r = g
@@ -421,12 +431,7 @@ async fn callers_beyond_the_credits_wait_in_poll_ready_and_all_complete() {
             assert_eq!((r.id, r.data), (id, data));
         }));
     }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(30), t)
-            .await
-            .expect("no caller waits forever")
-            .unwrap();
-    }
+    join_within(tasks, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,12 +478,7 @@ async fn answers_that_find_every_send_slot_in_flight_all_arrive() {
             }
         }));
     }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t)
-            .await
-            .expect("no caller waits forever")
-            .unwrap();
-    }
+    join_within(tasks, Duration::from_secs(60)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

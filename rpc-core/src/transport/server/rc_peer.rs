@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rpc_transport::msg::{PooledRegion, Reader, RecvSlot, RegionPool, SendRing};
+use rpc_transport::msg::{PooledRegion, Reader, RecvSlot, RegionPool, SendRing, SendSlot};
 use rpc_transport::WorkCompletion;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
@@ -13,7 +13,7 @@ use super::handler::{run_handler, run_limited, start_inline, Served};
 use super::stream_inbound::InboundShared;
 use crate::engine::gather::ByRef;
 use crate::engine::wire::Descriptor;
-use crate::engine::{Incoming, ReadOnce, RequestBody, ServerConn};
+use crate::engine::{Incoming, ReadOnce, RequestBody, ServerConn, Transmit};
 use crate::id_map::IdMap;
 use crate::payload::Payload;
 use crate::request::ConnAddrs;
@@ -60,6 +60,20 @@ struct PeerRendezvous {
 }
 
 impl RcPeerState {
+    /// Posts what the engine wrote into `slot`, or gives the slot back if it wrote
+    /// nothing (the call had ended); a refused post ends the connection.
+    pub(super) fn post_or_release(&mut self, slot: SendSlot, t: Option<Transmit>) {
+        match t {
+            Some(t) => {
+                if let Err(e) = self.ring.post(slot, t.len, t.imm) {
+                    tracing::debug!(error = %e, "server post failed; dropping connection");
+                    self.dead = true;
+                }
+            }
+            None => self.ring.release(slot),
+        }
+    }
+
     /// Keeps a stream message's region lent until the client's `RDONE` names it.
     pub(super) fn lend_message(&mut self, lent: Lent) {
         if let Some(rdv) = &mut self.rdv {
@@ -566,15 +580,7 @@ impl RcPeer {
                     if let Some(l) = unannounced {
                         st.unlend(l);
                     }
-                    match t {
-                        Some(t) => {
-                            if let Err(e) = st.ring.post(slot, t.len, t.imm) {
-                                tracing::debug!(error = %e, "server post failed");
-                                st.dead = true;
-                            }
-                        }
-                        None => st.ring.release(slot),
-                    }
+                    st.post_or_release(slot, t);
                     Self::pump(&mut st);
                     return;
                 }

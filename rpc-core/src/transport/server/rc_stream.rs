@@ -172,15 +172,8 @@ impl RcPeer {
                 if let Some(slot) = st.ring.acquire() {
                     let RcPeerState { engine, ring, .. } = &mut *st;
                     let answer = r.as_ref().map(|m| *m).map_err(Clone::clone);
-                    match engine.respond_stream(id, answer, ring.buf(&slot)) {
-                        Some(t) => {
-                            if let Err(e) = st.ring.post(slot, t.len, t.imm) {
-                                tracing::debug!(error = %e, "server post failed");
-                                st.dead = true;
-                            }
-                        }
-                        None => st.ring.release(slot),
-                    }
+                    let t = engine.respond_stream(id, answer, ring.buf(&slot));
+                    st.post_or_release(slot, t);
                     let open = r.is_ok() && st.engine.streams().is_open(id);
                     self.route_stream_events(&mut st);
                     return open;

@@ -107,15 +107,7 @@ impl RcPeerState {
                 other.map(|(t, _)| t)
             }
         };
-        match t {
-            Some(t) => {
-                if let Err(e) = self.ring.post(slot, t.len, t.imm) {
-                    tracing::debug!(error = %e, "server post failed");
-                    self.dead = true;
-                }
-            }
-            None => self.ring.release(slot),
-        }
+        self.post_or_release(slot, t);
         Ok(())
     }
 }

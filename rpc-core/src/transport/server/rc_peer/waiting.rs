@@ -47,16 +47,9 @@ impl RcPeer {
                 .as_ref()
                 .map(|(m, msg)| (m, &**msg))
                 .map_err(Clone::clone);
-            match engine.respond(id, r, ring.buf(&slot)) {
-                Some(t) => {
-                    if let Err(e) = st.ring.post(slot, t.len, t.imm) {
-                        tracing::debug!(error = %e, "server post failed; dropping connection");
-                        st.dead = true;
-                    }
-                }
-                // The call ended meanwhile (cancelled): nothing to send.
-                None => st.ring.release(slot),
-            }
+            // `None` if the call ended meanwhile (cancelled): nothing to send.
+            let t = engine.respond(id, r, ring.buf(&slot));
+            st.post_or_release(slot, t);
         }
     }
 }
