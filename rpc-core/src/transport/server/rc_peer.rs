@@ -466,8 +466,9 @@ impl RcPeer {
             (Ok((_, msg)), Some(_)) => msg.encoded_len(),
             _ => 0,
         };
+        let large = self.by_ref_above.is_some_and(|t| len > t);
         let mut gathered = None;
-        if self.by_ref_above.is_some_and(|t| len > t) {
+        if large {
             // Encoding a large body (up to the max message) must not run on the
             // receive loop that started this call inline.
             super::handler::leave_inline().await;
@@ -477,7 +478,7 @@ impl RcPeer {
                 .ok()
                 .and_then(|(md, m)| self.gather(len, md, &**m));
         }
-        if gathered.is_none() && self.by_ref_above.is_some_and(|t| len > t) {
+        if gathered.is_none() && large {
             match self.response_region(len).await {
                 Some(Ok(mut r)) => {
                     if let Ok((_, msg)) = &parts {
@@ -508,10 +509,12 @@ impl RcPeer {
                 st.running.remove(&id);
                 'slot: {
                     let Some(slot) = st.ring.acquire() else {
-                        if region.is_none() && gathered.is_none() {
+                        if !large {
                             // Every slot is in flight (so a completion that frees
                             // one is coming): the answer waits in the queue it
-                            // posts from, and this call ends here.
+                            // posts from, and this call ends here. Only a small
+                            // one: it is encoded where the slot frees, the receive
+                            // loop among those places.
                             st.waiting.push(id, parts);
                             return;
                         }

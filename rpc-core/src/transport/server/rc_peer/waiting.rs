@@ -1,4 +1,7 @@
 //! Small unary answers that found every send slot of their connection in flight.
+//! (A large one, above the connection's by-reference threshold, waits on its own
+//! task as before: its encoding must not run on the receive loop, which is one of
+//! the places that free slots and post what waits here.)
 //!
 //! Such an answer waits in the connection's queue, and the send completion that
 //! frees a slot posts it ([`RcPeer::pump`]), instead of its call waiting for a slot
