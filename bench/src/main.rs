@@ -13,6 +13,7 @@
 mod call;
 mod child;
 mod cli;
+mod floor;
 mod link;
 mod plot;
 mod progress;

@@ -68,6 +68,10 @@ pub(crate) struct Failure {
 pub(crate) struct Report {
     pub(crate) runs: Vec<Run>,
     pub(crate) errors: Vec<Failure>,
+    /// With `server_stream`: what one message costs with no transport, per stream
+    /// size, and the ceiling it puts on one stream (`floor`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) stream_floor: Vec<crate::floor::Floor>,
     pub(crate) warmup_s: f64,
     pub(crate) duration_s: f64,
     pub(crate) provider: String,

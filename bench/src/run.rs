@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use crate::child::ServerProcess;
 use crate::cli::RunArgs;
+use crate::floor::{self, Floor};
 use crate::plot::{self, Panel};
 use crate::progress::Progress;
 use crate::provider::Provider;
@@ -103,13 +104,23 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
         }
     }
     drop(servers);
+    let stream_floor: Vec<Floor> = if args.workloads.contains(&Workload::ServerStream) {
+        args.stream_sizes
+            .iter()
+            .map(|&n| Floor::measure(n))
+            .collect()
+    } else {
+        Vec::new()
+    };
     report::add_ratios(&mut runs);
     print!("{}", report::table(&runs, &errors));
     print!("{}", report::stream_table(&runs));
+    print!("{}", floor::note(&stream_floor, &runs));
     print!("{}", report::skipped_note(&args.workloads, &systems));
     let report = Report {
         runs,
         errors,
+        stream_floor,
         warmup_s: warmup.as_secs_f64(),
         duration_s: duration.as_secs_f64(),
         provider: provider.device().to_string(),

@@ -43,6 +43,10 @@ fn one_cell_per_system_writes_every_field_and_the_link_and_ud_fails_cleanly() {
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["workers"], 3, "{report}");
     assert!(
+        report.get("stream_floor").is_none(),
+        "unary only: no ceiling {report}"
+    );
+    assert!(
         String::from_utf8_lossy(&out.stdout).contains("tokio workers per process: 3"),
         "the last line names the runtime's workers"
     );
@@ -137,6 +141,27 @@ fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip
         }
     }
     assert_eq!(runs.len(), 4, "only rdma-rpc and tonic stream: {report}");
+    // The transport-free ceiling of one stream, per stream size, beside the table.
+    let floor = report["stream_floor"]
+        .as_array()
+        .expect("stream_floor is a list");
+    assert_eq!(floor.len(), 1, "{report}");
+    assert_eq!(floor[0]["payload_bytes"], 32);
+    for f in [
+        "encode_ns",
+        "decode_ns",
+        "clock_ns",
+        "stream_max_msgs_per_s",
+    ] {
+        assert!(
+            floor[0][f].as_f64().is_some_and(|x| x > 0.0),
+            "{f}: {report}"
+        );
+    }
+    assert!(
+        stdout.contains("server_stream ceiling, with no transport"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("skipped for server_stream, bidi_pingpong: tonic-uds, tcp, tcp-spin"),
         "{stdout}"
