@@ -21,6 +21,14 @@
 //! its heap back to its baseline after such bursts can run with
 //! `GLIBC_TUNABLES=glibc.malloc.tcache_count=0` (every small allocation then takes
 //! its arena's lock) or another allocator; capacity-probe shows the difference.
+//!
+//! Measured and not done (2026-11-30): dropping closed connections on a thread that
+//! exits (its cache then goes back to the arenas). Held until the trim and dropped
+//! there, they left a burst's server at +6 to +8 % of its baseline instead of +8 to
+//! +14 %, but a churn of one connection at a time at +8 to +9 % instead of +2 to
+//! +4 %: the dead connections of the held second grew the heap the trim then
+//! fragmented.
+//! Dropped at once, or in batches during the burst, they helped neither.
 
 /// Returns free heap pages to the kernel where the allocator can (glibc; a no-op
 /// elsewhere), and the pages of the soft provider's idle posted receives (see
