@@ -98,15 +98,24 @@ pub(crate) fn note(floors: &[Floor], runs: &[Run]) -> String {
             )
         });
         s += &format!(
-            "  {:>7}: encode {:.0} ns | decode {:.0} ns + clock {:.0} ns: at most {:.1} M msgs/s{vs_tonic}\n",
+            "  {:>7}: encode {:.0} ns | decode {:.0} ns + clock {:.0} ns: at most {} msgs/s{vs_tonic}\n",
             size_label(f.payload_bytes),
             f.encode_ns,
             f.decode_ns,
             f.clock_ns,
-            f.stream_max_msgs_per_s / 1e6,
+            rate(f.stream_max_msgs_per_s),
         );
     }
     s
+}
+
+/// A rate in M or k when that keeps a digit after the point.
+fn rate(per_s: f64) -> String {
+    match per_s {
+        r if r >= 1e6 => format!("{:.1} M", r / 1e6),
+        r if r >= 1e3 => format!("{:.1} k", r / 1e3),
+        r => format!("{r:.0}"),
+    }
 }
 
 /// Mean nanoseconds of `f`, run in batches until [`TIMED`] has passed.
@@ -136,5 +145,12 @@ mod tests {
         let reader = 1e9 / (f.decode_ns + f.clock_ns);
         let writer = 1e9 / f.encode_ns;
         assert_eq!(f.stream_max_msgs_per_s, reader.min(writer), "{f:?}");
+    }
+
+    #[test]
+    fn rates_keep_a_digit_at_every_size() {
+        assert_eq!(rate(21_400_000.0), "21.4 M");
+        assert_eq!(rate(24_300.0), "24.3 k");
+        assert_eq!(rate(12.0), "12");
     }
 }
