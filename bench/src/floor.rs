@@ -18,11 +18,14 @@ use prost::Message;
 use serde::Serialize;
 
 use crate::proto::rdma_stream::Chunk;
-use crate::report::{size_label, Run};
+use crate::report::{cell_of, size_label, Run};
+use crate::system::System;
+use crate::workload::Workload;
 
 /// How long each part is timed, per message size.
 const TIMED: Duration = Duration::from_millis(100);
-/// Messages encoded into the buffer before it is cleared (a frame's worth at 32 B).
+/// Bytes the encoding buffer holds before it is cleared (a reused buffer, as a
+/// writer's frames are, rather than one that grows for the whole timing).
 const BUFFER: usize = 256 * 1024;
 
 /// Nanoseconds per message of each part, and the ceiling they make.
@@ -85,12 +88,8 @@ pub(crate) fn note(floors: &[Floor], runs: &[Run]) -> String {
          per message, timed here after the cells): one stream passes neither side\n",
     );
     for f in floors {
-        let tonic = runs.iter().find(|r| {
-            r.system == "tonic"
-                && r.workload == "server_stream"
-                && r.payload_bytes == f.payload_bytes
-                && r.concurrency == 1
-        });
+        let stream = Workload::ServerStream.name();
+        let tonic = cell_of(runs, System::Tonic, stream, f.payload_bytes, 1);
         let vs_tonic = tonic.map_or(String::new(), |t| {
             format!(
                 ", {:.2}× tonic's one stream",

@@ -146,14 +146,7 @@ impl Run {
 /// Fills every run's ratios against tonic and tcp in the same cell (where measured).
 pub(crate) fn add_ratios(runs: &mut [Run]) {
     let find = |runs: &[Run], sys: System, r: &Run| {
-        runs.iter()
-            .find(|b| {
-                b.system == sys.name()
-                    && b.workload == r.workload
-                    && b.payload_bytes == r.payload_bytes
-                    && b.concurrency == r.concurrency
-            })
-            .cloned()
+        cell_of(runs, sys, r.workload, r.payload_bytes, r.concurrency).cloned()
     };
     for i in 0..runs.len() {
         let tonic = find(runs, System::Tonic, &runs[i]);
@@ -161,6 +154,22 @@ pub(crate) fn add_ratios(runs: &mut [Run]) {
         runs[i].vs_tonic = tonic.map(|b| runs[i].ratios(&b));
         runs[i].vs_tcp = tcp.map(|b| runs[i].ratios(&b));
     }
+}
+
+/// `system`'s row of the cell (`workload`, payload, concurrency), if it ran.
+pub(crate) fn cell_of<'a>(
+    runs: &'a [Run],
+    system: System,
+    workload: &str,
+    payload_bytes: usize,
+    concurrency: usize,
+) -> Option<&'a Run> {
+    runs.iter().find(|r| {
+        r.system == system.name()
+            && r.workload == workload
+            && r.payload_bytes == payload_bytes
+            && r.concurrency == concurrency
+    })
 }
 
 /// `32 B`, `1 KiB`, `4 MiB`.
