@@ -315,6 +315,7 @@ impl Device {
     /// Forgets dead QPs here and in every CQ, and drops the tables' spare capacity
     /// (see `compact`).
     pub(crate) fn compact(&self) {
+        self.keys.compact();
         {
             let mut qps = self.qps.write().unwrap_or_else(|e| e.into_inner());
             qps.retain(|_, w| w.strong_count() > 0);

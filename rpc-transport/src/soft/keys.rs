@@ -16,6 +16,8 @@ use crate::access::AccessFlags;
 use crate::mr_buffer::MrBuffer;
 use crate::wr::MwBindOp;
 
+use super::compact;
+
 /// Why an access was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeyError {
@@ -66,6 +68,10 @@ struct Slot {
 struct Table {
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// The next generation of each slot that [`KeyTable::compact`] cut off the end
+    /// of `slots` (indexed by slot; one byte each), so that a slot made again at
+    /// such an index does not bring a stale key back to life.
+    cut: Vec<u8>,
 }
 
 /// Registrations of one device. Readers (every data access) take a shared lock;
@@ -97,11 +103,38 @@ impl KeyTable {
                 i
             }
             None => {
-                t.slots.push(Slot { gen: 1, entry });
-                (t.slots.len() - 1) as u32
+                let idx = t.slots.len();
+                let gen = t.cut.get(idx).copied().unwrap_or(1);
+                t.slots.push(Slot { gen, entry });
+                idx as u32
             }
         };
         (idx << 8) | u32::from(t.slots[idx as usize].gen)
+    }
+
+    /// Drops the free slots at the end of the table and the room they took. A
+    /// thousand connections' send rings leave ~1,000 slots (64 KiB and more, kept
+    /// resident) after they are gone; their generations stay behind in `cut`.
+    pub(crate) fn compact(&self) {
+        let mut t = self.t.write().unwrap_or_else(|e| e.into_inner());
+        let Table { slots, free, cut } = &mut *t;
+        let end = slots
+            .iter()
+            .rposition(|s| s.entry.is_some())
+            .map_or(0, |i| i + 1);
+        if end == slots.len() {
+            return;
+        }
+        if cut.len() < slots.len() {
+            cut.resize(slots.len(), 1);
+        }
+        for (i, slot) in slots.iter().enumerate().skip(end) {
+            cut[i] = slot.gen;
+        }
+        slots.truncate(end);
+        free.retain(|&i| (i as usize) < end);
+        compact::shrink_vec(slots);
+        compact::shrink_vec(free);
     }
 
     /// Regions registered now.
@@ -352,6 +385,37 @@ mod tests {
             t.resolve(k, 1, base, 1, AccessFlags::empty()).err(),
             Some(KeyError::Invalid)
         );
+    }
+
+    #[test]
+    fn a_compacted_table_keeps_stale_keys_dead() {
+        let t = KeyTable::default();
+        let buf = Arc::new(MrBuffer::zeroed(64));
+        let base = buf.as_ptr() as u64;
+        let any = AccessFlags::empty();
+        let keys: Vec<u32> = (0..200).map(|_| t.insert(buf.clone(), 1, any)).collect();
+        let kept = keys[3];
+        for &k in keys.iter().filter(|&&k| k != kept) {
+            t.remove(k);
+        }
+        t.compact();
+        assert_eq!(t.live(), 1);
+        assert!(
+            t.resolve(kept, 1, base, 1, any).is_ok(),
+            "a live key survives"
+        );
+        // Slots are made again at the cut indices; no old key names them.
+        let again: Vec<u32> = (0..300).map(|_| t.insert(buf.clone(), 1, any)).collect();
+        for &k in keys.iter().filter(|&&k| k != kept) {
+            assert!(
+                t.resolve(k, 1, base, 1, any).is_err(),
+                "stale key {k:#x} resolves after compaction"
+            );
+        }
+        for &k in &again {
+            assert!(t.resolve(k, 1, base, 1, any).is_ok());
+            assert!(!keys.contains(&k), "key {k:#x} handed out twice");
+        }
     }
 
     #[test]
