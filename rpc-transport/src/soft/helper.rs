@@ -418,7 +418,7 @@ fn route(dev: &Device, gid: Gid, src_qpn: u32, dst_qpn: u32, hint: rc::ShmHint, 
             g.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
         );
-        if let Some(rc) = g.rc.as_deref_mut() {
+        if let Some(rc) = g.rc.as_mut() {
             if ready
                 && !rc.st.connector
                 && rc.link.is_none()

@@ -84,7 +84,7 @@ pub(crate) struct Inner {
     pub(crate) attr: Attrs,
     pub(crate) sq: SendQueue,
     pub(crate) rq: VecDeque<RecvWqe>,
-    pub(crate) rc: Option<Box<RcConn>>,
+    pub(crate) rc: Option<RcConn>,
     pub(crate) ud_buf: Vec<u8>,
     /// The GID this QP's endpoint was published with ([`Qp::source_via`]); an RC QP
     /// names itself by it to its peer.
@@ -279,7 +279,7 @@ impl Qp {
                 g.attr = attrs;
                 let local = g.source.unwrap_or_else(|| self.dev.source_toward(addr));
                 let conn = RcConn::new(self, local, addr, gid, &attrs);
-                g.rc = Some(Box::new(conn));
+                g.rc = Some(conn);
                 self.set_state(&mut g, to);
                 let waiting = rc::start(self, &mut g);
                 self.set_busy(waiting);

@@ -429,7 +429,7 @@ pub(crate) fn serve_handshakes(dev: &Device) -> bool {
         };
         let mut g = qp.lock();
         let state = g.state;
-        let Some(rc) = g.rc.as_deref_mut() else {
+        let Some(rc) = g.rc.as_mut() else {
             continue;
         };
         let fits = rc.st.connector

@@ -272,7 +272,7 @@ pub(crate) fn tcp_link(sock: TcpStream) -> Link {
 /// Returns whether a connection attempt must be retried later.
 pub(crate) fn start(qp: &Qp, g: &mut Inner) -> bool {
     let now = qp.dev.now_ns();
-    let Some(rc) = g.rc.as_deref_mut() else {
+    let Some(rc) = g.rc.as_mut() else {
         return false;
     };
     if rc.st.connector {
@@ -393,7 +393,7 @@ pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usi
     // nobody unless asked, and the request may have been spent (see `link`).
     let read = read
         || g.rc
-            .as_deref()
+            .as_ref()
             .and_then(|rc| rc.link.as_ref())
             .is_some_and(Link::ring_has_input);
     let r = drive(qp, g, now, read, budget);
@@ -404,7 +404,7 @@ pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usi
 /// pass stopped at its budget. Either way a writable socket is the moment to go on
 /// (and only then is there anything to do, so waiting for it cannot spin).
 pub(crate) fn output_waits(g: &Inner) -> bool {
-    g.rc.as_deref()
+    g.rc.as_ref()
         .is_some_and(|rc| rc.link.is_some() && (!rc.tx.is_empty() || rc.st.budget_cut))
 }
 
@@ -414,7 +414,7 @@ pub(crate) fn output_waits(g: &Inner) -> bool {
 /// 1 ms tick instead cost a tick per MiB placed (measured: rpc-bench 4 MiB × 1 p50
 /// 8.7–9.3 ms with placement and the tick, 2.9–3.1 ms with this).
 pub(crate) fn output_ready(g: &Inner) -> bool {
-    g.rc.as_deref()
+    g.rc.as_ref()
         .is_some_and(|rc| rc.link.is_some() && rc.st.budget_cut && rc.tx.is_empty())
 }
 
@@ -465,7 +465,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
         ..
     } = g;
     let state = *state;
-    let Some(rc) = rc.as_deref_mut() else {
+    let Some(rc) = rc.as_mut() else {
         return (Ok(()), false);
     };
     rc.st.budget_cut = false;

@@ -213,9 +213,20 @@ pub(crate) fn recv_with_fds(
 }
 
 /// Whether `fd` is an eventfd (a peer could pass any descriptor).
+/// Reads the descriptor's link with buffers on the stack: one runs for every QP a
+/// same-host peer connects.
 pub(crate) fn is_eventfd(fd: RawFd) -> bool {
-    std::fs::read_link(format!("/proc/self/fd/{fd}"))
-        .is_ok_and(|p| p.as_os_str() == "anon_inode:[eventfd]")
+    use std::io::Write;
+    const EVENTFD: &[u8] = b"anon_inode:[eventfd]";
+    let mut path = [0u8; 32];
+    if write!(&mut path[..], "/proc/self/fd/{fd}\0").is_err() {
+        return false;
+    }
+    let mut link = [0u8; EVENTFD.len() + 1];
+    // SAFETY: `path` holds a NUL-terminated string (written above, zeroes after it);
+    // readlink writes at most `link.len()` bytes into `link` and terminates nothing.
+    let n = unsafe { libc::readlink(path.as_ptr().cast(), link.as_mut_ptr().cast(), link.len()) };
+    usize::try_from(n).is_ok_and(|n| &link[..n] == EVENTFD)
 }
 
 #[cfg(test)]
