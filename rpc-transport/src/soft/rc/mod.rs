@@ -227,7 +227,9 @@ impl RcConn {
                 in_msg: None,
                 in_wqe: RecvWqe::EMPTY,
                 write_open: false,
-                resps: VecDeque::with_capacity(16),
+                // Empty until the peer asks for a Read or an atomic: a QP that only
+                // receives Sends (every small RPC) never needs it.
+                resps: VecDeque::new(),
                 failed: false,
                 resp_first: false,
                 budget_cut: false,
