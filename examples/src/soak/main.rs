@@ -86,7 +86,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             name: "warm-up".into(),
         }))
         .await?;
-    let baseline = proc_stats::sample(pid)?;
+    let first = proc_stats::sample(pid)?;
+    // The baseline is taken once that client has left and the server has settled,
+    // as capacity-probe's: a first close starts what a process does once (the heap
+    // trim's thread and its arena, the code it runs), which is not the soak's to
+    // count against the connections.
+    let baseline = proc_stats::Sample {
+        rss_kib: examples::child::settled_rss(pid).await,
+        ..proc_stats::sample(pid)?
+    };
     println!(
         "soak: {} {} connections × {} s, {} ms between a connection's calls, server pid {pid}",
         args.connections,
@@ -94,7 +102,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.seconds,
         args.interval_ms
     );
-    println!("server after one call: {baseline}");
+    println!("server after one call: {first}");
+    println!("baseline (that client gone, settled): {baseline}");
 
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -205,6 +214,9 @@ fn report(tally: &Tally, before: &proc_stats::Sample, after: &proc_stats::Sample
         pct(0.999),
         pct(1.0)
     );
-    println!("server after one call: {before}");
-    println!("server after:  {after}");
+    println!("baseline: {before}");
+    println!(
+        "server after:  {after} ({:+.1} % of baseline)",
+        (after.rss_kib as f64 - before.rss_kib as f64) * 100.0 / before.rss_kib as f64
+    );
 }
