@@ -13,22 +13,36 @@
 //!
 //! What it cannot hand back: a page that still holds one live chunk, and the chunks
 //! in each thread's cache (glibc's tcache: up to 7 freed chunks of each size up to
-//! 1 KiB per thread, which `malloc_trim` leaves alone). After a burst of closes those
-//! are the connections' last freed chunks, scattered through the arenas the burst
-//! grew, a page each. The live chunks are kept few (the soft provider's tables forget
-//! dropped QPs first, rpc-core's connection table shrinks as it empties); the caches
-//! are the process's, so this library leaves them be. An application that wants
-//! its heap back to its baseline after such bursts can run with
-//! `GLIBC_TUNABLES=glibc.malloc.tcache_count=0` (every small allocation then takes
-//! its arena's lock) or another allocator; capacity-probe shows the difference.
+//! 1 KiB per thread, which `malloc_trim` leaves alone). A cache's bin takes the
+//! chunks freed while it has room, so after a burst of closes each size that a
+//! closing connection frees leaves up to 7 of that connection's chunks per thread,
+//! scattered through the arenas the burst grew, a page each. So what counts is how
+//! many distinct sizes a connection frees, not how many chunks. The live chunks are
+//! kept few (the soft provider's tables forget dropped QPs first, rpc-core's
+//! connection table shrinks as it empties), and so are the connection's own sizes
+//! above 128 bytes (smaller sizes are in every thread's cache anyway): its soft
+//! RC state lives in the QP's allocation, a call's table entry is 24 bytes, a QP's
+//! Read responses are allocated on first use. Limiting glibc's cache to 128 bytes
+//! (`GLIBC_TUNABLES=glibc.malloc.tcache_max=128`) had shown what such sizes cost:
+//! capacity-probe's server came back to +4 to +5 % of its baseline after one round
+//! of 1,000 clients and +6 to +7 % after two, where it stood at +9 to +10 % and +12
+//! to +13 %; these changes brought it to +5 to +7 % and +7 to +9 % without the
+//! setting (2026-11-30). What remains above 128 bytes is tokio's registration of
+//! each socket, the soft send queue's inline buffer, a send ring's list of regions,
+//! and each call's boxed handler future. The caches are the process's, so this
+//! library leaves them be. An application that wants its heap back to its
+//! baseline after such bursts can run with `GLIBC_TUNABLES=glibc.malloc.tcache_count=0`
+//! (every small allocation then takes its arena's lock) or another allocator;
+//! capacity-probe shows the difference.
 //!
-//! Measured and not done (2026-11-30): dropping closed connections on a thread that
-//! exits (its cache then goes back to the arenas). Held until the trim and dropped
-//! there, they left a burst's server at +6 to +8 % of its baseline instead of +8 to
-//! +14 %, but a churn of one connection at a time at +8 to +9 % instead of +2 to
-//! +4 %: the dead connections of the held second grew the heap the trim then
-//! fragmented.
-//! Dropped at once, or in batches during the burst, they helped neither.
+//! Measured and not done (2026-11-30):
+//! * Dropping closed connections on a thread that exits (its cache then goes back to
+//!   the arenas). Held until the trim and dropped there, they left a burst's server
+//!   at +6 to +8 % of its baseline instead of +8 to +14 %, but a churn of one
+//!   connection at a time at +8 to +9 % instead of +2 to +4 %: the dead connections
+//!   of the held second grew the heap the trim then fragmented. Dropped at once, or
+//!   in batches during the burst, they helped neither.
+//! * Compacting the tables on a thread that ends before the trim: no change.
 
 /// Returns free heap pages to the kernel where the allocator can (glibc; a no-op
 /// elsewhere), and the pages of the soft provider's idle posted receives (see
