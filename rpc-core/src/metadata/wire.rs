@@ -93,6 +93,12 @@ impl MetadataMap {
             return Err(bad());
         }
         let count = src.get_u16();
+        // Room for exactly the entries announced (a deadline's `grpc-timeout` alone:
+        // one slot, not the four a push would reserve). An entry takes 4 bytes at
+        // least (two lengths and a key byte), so a count the bytes cannot hold
+        // reserves no more than they could.
+        map.slots
+            .reserve_exact(usize::from(count).min(src.remaining() / 4));
         for _ in 0..count {
             if src.remaining() < 1 {
                 return Err(bad());
