@@ -146,6 +146,10 @@ impl SendRing {
         }
         let mr = pd.alloc_mr(extra as usize * self.stride, AccessFlags::empty())?;
         let seg = (self.mrs.len() as u32) << SEG_SHIFT;
+        // Exactly the regions the ring has: it grows a few times in its life, and a
+        // list with room for four is one more size of chunk per connection (see
+        // `crate::heap`).
+        self.mrs.reserve_exact(1);
         self.mrs.push(mr);
         self.capacity = total;
         self.free.extend((0..extra).rev().map(|i| seg | i));
