@@ -28,8 +28,8 @@
 //! of 1,000 clients and +6 to +7 % after two, where it stood at +9 to +10 % and +12
 //! to +13 %; these changes brought it to +5 to +7 % and +7 to +9 % without the
 //! setting (2026-11-30). What remains above 128 bytes is tokio's registration of
-//! each socket, the soft send queue's inline buffer, a send ring's list of regions,
-//! and each call's boxed handler future. The caches are the process's, so this
+//! each socket, the soft send queue's inline buffer and each call's boxed handler
+//! future. The caches are the process's, so this
 //! library leaves them be. An application that wants its heap back to its
 //! baseline after such bursts can run with `GLIBC_TUNABLES=glibc.malloc.tcache_count=0`
 //! (every small allocation then takes its arena's lock) or another allocator;
