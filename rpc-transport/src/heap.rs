@@ -27,7 +27,9 @@
 //! capacity-probe's server came back to +4 to +5 % of its baseline after one round
 //! of 1,000 clients and +6 to +7 % after two, where it stood at +9 to +10 % and +12
 //! to +13 %; these changes brought it to +5 to +7 % and +7 to +9 % without the
-//! setting (2026-11-30). What remains above 128 bytes is tokio's registration of
+//! setting (2026-11-30). Burst after burst the caches still scatter what they
+//! hold: after eight rounds +9 to +14 % (+19 to +21 % before these changes), flat
+//! at +2 to +4 % with the cache off. What remains above 128 bytes is tokio's registration of
 //! each socket, the soft send queue's inline buffer and each call's boxed handler
 //! future. The caches are the process's, so this
 //! library leaves them be. An application that wants its heap back to its
