@@ -482,7 +482,9 @@ impl RcPeer {
             match self.response_region(len).await {
                 Some(Ok(mut r)) => {
                     if let Ok((_, msg)) = &parts {
-                        msg.encode_to(&mut r.buf_mut()[..len]);
+                        super::handler::encode_off_worker(len, || {
+                            msg.encode_to(&mut r.buf_mut()[..len]);
+                        });
                     }
                     region = Some((r, len));
                 }
