@@ -182,9 +182,11 @@ const HAND_OFF_ENCODING_FROM: usize = 512 * 1024;
 /// (`transport/unstranded.rs` covers the poller's own wakes, not every
 /// interleaving: `tests/tests/large_fairness.rs` still saw it, rarely).
 pub(crate) fn encode_off_worker(len: usize, encode: impl FnOnce()) {
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if len >= HAND_OFF_ENCODING_FROM && multi_thread {
+    let multi_thread = || {
+        tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    };
+    if len >= HAND_OFF_ENCODING_FROM && multi_thread() {
         tokio::task::block_in_place(encode);
     } else {
         encode();
