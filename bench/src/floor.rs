@@ -87,8 +87,8 @@ pub(crate) fn note(floors: &[Floor], runs: &[Run]) -> String {
         "server_stream ceiling, with no transport (prost encode | decode + one clock read, \
          per message, timed here after the cells): one stream passes neither side\n",
     );
+    let stream = Workload::ServerStream.name();
     for f in floors {
-        let stream = Workload::ServerStream.name();
         let tonic = cell_of(runs, System::Tonic, stream, f.payload_bytes, 1);
         let vs_tonic = tonic.map_or(String::new(), |t| {
             format!(
