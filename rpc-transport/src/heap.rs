@@ -29,12 +29,12 @@
 //! to +13 %; these changes brought it to +5 to +7 % and +7 to +9 % without the
 //! setting (2026-11-30). Burst after burst the caches still scatter what they
 //! hold: after eight rounds +9 to +14 % (+19 to +21 % before these changes), flat
-//! at +2 to +4 % with the cache off. What remains above 128 bytes is tokio's registration of
-//! each socket, the soft send queue's inline buffer and each call's boxed handler
-//! future. The caches are the process's, so this
-//! library leaves them be. An application that wants its heap back to its
-//! baseline after such bursts can run with `GLIBC_TUNABLES=glibc.malloc.tcache_count=0`
-//! (every small allocation then takes its arena's lock) or another allocator;
+//! at +2 to +4 % with the cache off. What remains above 128 bytes is tokio's
+//! registration of each socket, the soft send queue's inline buffer and each
+//! call's boxed handler future. The caches are the process's, so this library
+//! leaves them be. An application that wants its heap back to its baseline after
+//! such bursts can run with `GLIBC_TUNABLES=glibc.malloc.tcache_count=0` (every
+//! small allocation then takes its arena's lock) or another allocator;
 //! capacity-probe shows the difference.
 //!
 //! Measured and not done (2026-11-30):
