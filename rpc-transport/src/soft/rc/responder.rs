@@ -17,6 +17,7 @@ use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use super::super::device::bump;
 use super::super::pieces::{Pieces, PlanError};
 use super::super::shm::direct::{PeerWriter, WriteError};
+use super::super::shm::split_copy::LargeRead;
 use super::super::wire::{self, Atomic, Body, Nak, SEQ_MASK};
 use super::tx::{CHUNK, COPY_MAX};
 use super::{Fault, FrameContext};
@@ -49,6 +50,8 @@ pub(crate) enum Resp {
         buf: Option<Arc<MrBuffer>>,
         /// Where the requester asked the bytes to be placed (`READ_REQ_PLACE`).
         place: Option<u64>,
+        /// A placed Read large enough to be split between two threads.
+        large: Option<LargeRead>,
     },
     Atomic {
         seq: u32,
@@ -298,6 +301,7 @@ pub(super) fn on_read_req(
         off: 0,
         buf,
         place,
+        large: place.and_then(|_| LargeRead::enter(u64::from(len))),
     });
     advance(cx);
     Ok(())
@@ -379,13 +383,15 @@ pub(super) fn pump(cx: &mut FrameContext<'_>, writer: Option<&PeerWriter>) -> Re
                 off,
                 buf,
                 place,
+                large,
             } => {
                 let (seq, ptr, len, start) = (*seq, *ptr, *len, *off);
                 if let (Some(at), Some(w)) = (*place, writer) {
                     let seg = ((len - start) as usize).min(PLACE_CHUNK);
+                    let split = large.as_ref().is_some_and(LargeRead::alone);
                     // SAFETY: `[ptr + start, + seg)` is inside the range checked at
                     // request time, in the buffer `buf` holds.
-                    match unsafe { w.write(ptr.add(start as usize), seg, at + start) } {
+                    match unsafe { w.write(ptr.add(start as usize), seg, at + start, split) } {
                         Ok(()) => {
                             *off += seg as u64;
                             let mut flags = if start == 0 { wire::FIRST } else { 0 };

@@ -100,7 +100,7 @@ impl PeerWriter {
         };
         let nonce = u64::from(std::process::id()) | 1 << 63;
         // SAFETY: `nonce` is a live local of 8 bytes.
-        let n = unsafe { w.write_once(std::ptr::from_ref(&nonce).cast(), 8, cell) }
+        let n = unsafe { write_once(pid, std::ptr::from_ref(&nonce).cast(), 8, cell) }
             .map_err(|e| io::Error::other(format!("probe write refused: {e:?}")))?;
         if n != 8 {
             return Err(io::Error::other("probe write was short"));
@@ -125,8 +125,9 @@ impl PeerWriter {
         r != 0 // readable (exited), or poll itself failed: do not write
     }
 
-    /// Copies `len` bytes at `src` to the peer's address `dst`, whole. A refusal marks
-    /// the writer unusable (the caller falls back to the ring for what is left).
+    /// Copies `len` bytes at `src` to the peer's address `dst`, whole; `split`: with a
+    /// second thread's help ([`super::split_copy`]). A refusal marks the writer
+    /// unusable (the caller falls back to the ring for what is left).
     ///
     /// # Safety
     /// `src..src + len` must be readable memory of this process, live for the call.
@@ -135,54 +136,79 @@ impl PeerWriter {
         src: *const u8,
         len: usize,
         dst: u64,
+        split: bool,
     ) -> Result<(), WriteError> {
         if self.exited() {
             return Err(WriteError::Gone);
         }
-        let mut done = 0;
-        while done < len {
-            // SAFETY: the caller's guarantee covers `src + done..src + len`.
-            let n = unsafe { self.write_once(src.add(done), len - done, dst + done as u64) };
-            match n {
-                Ok(0) => return Err(WriteError::BadAddress),
-                Ok(n) => done += n,
-                Err(WriteError::Denied) => {
-                    self.denied.store(true, Ordering::Relaxed);
-                    return Err(WriteError::Denied);
-                }
-                Err(e) => return Err(e),
+        // SAFETY: the caller's guarantee.
+        let r = unsafe {
+            if split {
+                super::split_copy::write(self.pid, src, len, dst)
+            } else {
+                write_range(self.pid, src, len, dst)
             }
+        };
+        if r == Err(WriteError::Denied) {
+            self.denied.store(true, Ordering::Relaxed);
         }
-        Ok(())
+        r
     }
+}
 
-    /// One `process_vm_writev`; returns the bytes written (maybe fewer than asked).
-    ///
-    /// # Safety
-    /// As [`PeerWriter::write`].
-    unsafe fn write_once(&self, src: *const u8, len: usize, dst: u64) -> Result<usize, WriteError> {
-        let local = libc::iovec {
-            iov_base: src as *mut libc::c_void,
-            iov_len: len,
-        };
-        let remote = libc::iovec {
-            iov_base: dst as *mut libc::c_void,
-            iov_len: len,
-        };
-        loop {
-            // SAFETY: `local` names memory the caller guarantees readable; the kernel
-            // checks `remote` against the peer's mappings and writes nothing here.
-            let n = unsafe { libc::process_vm_writev(self.pid, &local, 1, &remote, 1, 0) };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            return Err(match io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::ESRCH) => WriteError::Gone,
-                Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) => WriteError::Denied,
-                _ => WriteError::BadAddress,
-            });
+/// Copies `len` bytes at `src` into process `pid` at `dst`, whole, in as many
+/// `process_vm_writev` calls as the kernel needs.
+///
+/// # Safety
+/// `src..src + len` must be readable memory of this process, live for the call.
+pub(crate) unsafe fn write_range(
+    pid: libc::pid_t,
+    src: *const u8,
+    len: usize,
+    dst: u64,
+) -> Result<(), WriteError> {
+    let mut done = 0;
+    while done < len {
+        // SAFETY: the caller's guarantee covers `src + done..src + len`.
+        match unsafe { write_once(pid, src.add(done), len - done, dst + done as u64) }? {
+            0 => return Err(WriteError::BadAddress),
+            n => done += n,
         }
+    }
+    Ok(())
+}
+
+/// One `process_vm_writev`; returns the bytes written (maybe fewer than asked).
+///
+/// # Safety
+/// As [`write_range`].
+unsafe fn write_once(
+    pid: libc::pid_t,
+    src: *const u8,
+    len: usize,
+    dst: u64,
+) -> Result<usize, WriteError> {
+    let local = libc::iovec {
+        iov_base: src as *mut libc::c_void,
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: dst as *mut libc::c_void,
+        iov_len: len,
+    };
+    loop {
+        // SAFETY: `local` names memory the caller guarantees readable; the kernel
+        // checks `remote` against the peer's mappings and writes nothing here.
+        let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        return Err(match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::ESRCH) => WriteError::Gone,
+            Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) => WriteError::Denied,
+            _ => WriteError::BadAddress,
+        });
     }
 }
 
@@ -203,7 +229,7 @@ mod tests {
         let src: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         // SAFETY: `src` is live and readable for the call.
-        unsafe { w.write(src.as_ptr(), src.len(), dst.as_mut_ptr() as u64) }.unwrap();
+        unsafe { w.write(src.as_ptr(), src.len(), dst.as_mut_ptr() as u64, false) }.unwrap();
         assert!(dst == src);
         assert!(w.usable());
     }
@@ -223,7 +249,7 @@ mod tests {
         let w = PeerWriter::probe(std::process::id() as i32, probe_cell()).unwrap();
         let b = [1u8; 64];
         // SAFETY: `b` is live and readable.
-        let r = unsafe { w.write(b.as_ptr(), b.len(), 8) };
+        let r = unsafe { w.write(b.as_ptr(), b.len(), 8, false) };
         assert_eq!(r, Err(WriteError::BadAddress));
     }
 }
