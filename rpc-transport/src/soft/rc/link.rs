@@ -200,11 +200,13 @@ impl Link {
     }
 
     /// Writes what the transport takes now from `iov` (in order); `Ok(0)` when it
-    /// takes nothing (a full ring, the switch frame still going out).
+    /// takes nothing (a full ring, the switch frame still going out). `ring`: a
+    /// sleeping ring reader is woken (TCP has no such choice: its reader's poll sees
+    /// the bytes).
     ///
     /// # Safety
     /// Every iovec must name readable memory, live for the call.
-    pub(crate) unsafe fn write(&mut self, iov: &[libc::iovec]) -> io::Result<usize> {
+    pub(crate) unsafe fn write(&mut self, iov: &[libc::iovec], ring: bool) -> io::Result<usize> {
         if let Out::Switching(_, sent) = &mut self.out {
             let f = switch_frame();
             while *sent < f.len() {
@@ -228,7 +230,12 @@ impl Link {
                     // SAFETY: the caller guarantees each iovec names live, readable memory.
                     *s = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
                 }
-                let n = p.write(&slices[..k]).map_err(|_| {
+                let n = if ring {
+                    p.write(&slices[..k])
+                } else {
+                    p.write_quiet(&slices[..k])
+                };
+                let n = n.map_err(|_| {
                     io::Error::new(io::ErrorKind::InvalidData, "peer broke the ring")
                 })?;
                 if p.take_rang() {

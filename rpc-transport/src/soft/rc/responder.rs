@@ -395,13 +395,20 @@ pub(super) fn pump(cx: &mut FrameContext<'_>, writer: Option<&PeerWriter>) -> Re
                         Ok(()) => {
                             *off += seg as u64;
                             let mut flags = if start == 0 { wire::FIRST } else { 0 };
-                            if start + seg as u64 == len {
+                            let last = start + seg as u64 == len;
+                            if last {
                                 flags |= wire::LAST;
                                 cx.st.resps.pop_front();
                             }
+                            let alone = cx.tx.is_empty();
                             // The bytes are in place before the frame that says so
                             // is published.
                             cx.frame(flags, seq, &Body::ReadPlaced { len: seg as u32 }, 0);
+                            if !last && alone {
+                                // The requester acts on the last segment only: a
+                                // sleeping one is woken once per Read, not per MiB.
+                                cx.tx.mark_quiet();
+                            }
                             cx.tx.placed += seg;
                             let s = &cx.qp.dev.stats;
                             s.rc_read_bytes_placed

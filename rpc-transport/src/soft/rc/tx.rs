@@ -62,6 +62,9 @@ pub(crate) struct TxBuf {
     /// Payload bytes placed into the peer directly since the last flush (they count
     /// toward a pass's write budget as if written here).
     pub(crate) placed: usize,
+    /// `buf.len()` when every unsent byte was a frame the reader need not be woken
+    /// for ([`TxBuf::mark_quiet`]); anything queued since makes the flush ring again.
+    quiet_at: Option<usize>,
 }
 
 // SAFETY: each `Ref` pointer is into a buffer the `Ref` keeps alive; it is read only by
@@ -76,7 +79,21 @@ impl TxBuf {
             refs: VecDeque::new(),
             ref_bytes: 0,
             placed: 0,
+            quiet_at: None,
         }
+    }
+
+    /// The unsent bytes are a frame that asks nothing of a sleeping reader before the
+    /// next frame that does (an intermediate `READ_PLACED`): their flush publishes
+    /// them without ringing its bell. The reader's request to be woken stays set, so
+    /// the next flush that rings wakes it to read both.
+    pub(crate) fn mark_quiet(&mut self) {
+        self.quiet_at = Some(self.buf.len());
+    }
+
+    /// Whether flushing the unsent bytes should wake a sleeping reader.
+    fn rings(&self) -> bool {
+        self.quiet_at != Some(self.buf.len()) || !self.refs.is_empty()
     }
 
     /// Unsent bytes.
@@ -124,10 +141,11 @@ impl TxBuf {
     /// last flush).
     pub(crate) fn flush(&mut self, link: &mut Link) -> io::Result<usize> {
         let mut total = std::mem::take(&mut self.placed);
+        let ring = self.rings();
         while !self.is_empty() {
             if self.refs.is_empty() {
                 // SAFETY: the iovec names the live unsent head bytes.
-                match unsafe { link.write(&[iov(&self.buf[self.off..])]) } {
+                match unsafe { link.write(&[iov(&self.buf[self.off..])], ring) } {
                     Ok(n) => {
                         let left = self.buf.len() - self.off;
                         self.off += n;
@@ -149,7 +167,7 @@ impl TxBuf {
             let k = self.iovecs(&mut iov);
             // SAFETY: the `k` iovecs point into `self.buf` and into buffers the refs
             // keep alive, all live for the call.
-            let n = match unsafe { link.write(&iov[..k]) } {
+            let n = match unsafe { link.write(&iov[..k], ring) } {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -165,7 +183,9 @@ impl TxBuf {
         if self.is_empty() {
             self.buf.clear();
             self.off = 0;
+            self.quiet_at = None;
         } else if self.off > self.buf.capacity() / 2 {
+            self.quiet_at = None;
             // Keep head bytes from creeping: move the unsent ones to the front.
             self.buf.drain(..self.off);
             for r in &mut self.refs {

@@ -279,6 +279,16 @@ impl Producer {
     /// Copies as much of `bufs` (in order) as fits, publishes it, and rings the bell if
     /// the reader said it may sleep. Returns the bytes taken (0: the ring is full).
     pub(crate) fn write(&mut self, bufs: &[&[u8]]) -> Result<usize, Corrupt> {
+        self.publish(bufs, true)
+    }
+
+    /// As [`Producer::write`], without ringing a sleeping reader's bell: its request
+    /// stays set, so the next ringing write wakes it to read both.
+    pub(crate) fn write_quiet(&mut self, bufs: &[&[u8]]) -> Result<usize, Corrupt> {
+        self.publish(bufs, false)
+    }
+
+    fn publish(&mut self, bufs: &[&[u8]], ring: bool) -> Result<usize, Corrupt> {
         let want: usize = bufs.iter().map(|b| b.len()).sum();
         if want > 0 {
             self.jump_if_empty();
@@ -313,7 +323,7 @@ impl Producer {
         self.map
             .u64_at(OFF_TAIL)
             .store(self.tail, Ordering::Release);
-        self.rang = self.ring_bell();
+        self.rang = ring && self.ring_bell();
         Ok(n)
     }
 
@@ -732,6 +742,21 @@ mod tests {
         // Announcing with bytes already waiting wakes at once.
         c.announce_sleep();
         assert!(readable(&c));
+    }
+
+    /// A quiet write leaves a sleeping reader asleep with its request standing, so the
+    /// next ringing write wakes it, and it reads both writes in order.
+    #[test]
+    fn a_quiet_write_leaves_the_bell_to_the_next_one() {
+        let (mut p, c) = pair();
+        c.announce_sleep();
+        p.write_quiet(&[b"ab"]).unwrap();
+        assert!(!p.take_rang(), "a quiet write rang the bell");
+        p.write(&[b"c"]).unwrap();
+        assert!(p.take_rang(), "the write after a quiet one did not ring");
+        let mut b = [0u8; 8];
+        let (n, _) = c.read(&mut [&mut b[..]]).unwrap();
+        assert_eq!(&b[..n], b"abc");
     }
 
     fn resident_pages(c: &Inbox) -> usize {

@@ -105,6 +105,45 @@ fn a_read_of_several_mib_is_placed_byte_for_byte() {
     );
 }
 
+/// A requester asleep on its CQ while a Read of several segments is placed (nobody
+/// polls either side: the helper answers for the responder) is woken by the last
+/// segment (the earlier ones publish without ringing its bell) and finds its bytes.
+#[test]
+fn a_sleeping_requester_wakes_for_a_placed_read_of_several_segments() {
+    const LEN: usize = (5 << 20) + 4_321;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let remote = b.pd.alloc_mr(LEN, ALL).unwrap();
+    let local = a.pd.alloc_mr(LEN, ALL).unwrap();
+    let data = pattern(LEN, 9);
+    remote.write(0, &data);
+    let before = stats(&b).rc_read_bytes_placed;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let wc = rt.block_on(async {
+        let r = remote.remote();
+        let op = SendOp::RdmaRead {
+            remote_addr: r.addr,
+            rkey: r.rkey,
+        };
+        post(&a, SendWr::new(7, op, &[local.sge(0, LEN as u32)]));
+        let mut wc = [WorkCompletion::default(); 2];
+        let n = tokio::time::timeout(Duration::from_secs(10), a.cq.wait_async(&mut wc))
+            .await
+            .expect("the sleeping requester was not woken within 10 s")
+            .unwrap();
+        assert_eq!(n, 1);
+        wc[0]
+    });
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (7, WcStatus::Success, LEN as u32)
+    );
+    assert!(local.to_vec(0, LEN) == data, "the placed bytes differ");
+    assert_eq!(stats(&b).rc_read_bytes_placed - before, LEN as u64);
+}
+
 /// A Read the responder must refuse (beyond its region, a stale rkey, a region without
 /// remote read) fails REM_ACCESS_ERR on the direct path exactly as on the ring, and
 /// not one byte reaches the destination it offered.
