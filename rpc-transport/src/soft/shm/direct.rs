@@ -7,8 +7,9 @@
 //! Yama restriction, a dumpable peer, a pid visible in this namespace. It holds a
 //! pidfd opened at that moment and looks at it before every copy, so a peer that
 //! exited (and whose pid may be reused) is never written: only a pid reused between
-//! that look and the copy's own lookup of the pid (a few microseconds, and the whole
-//! pid space must wrap meanwhile) escapes the guard.
+//! that look and one of the copy's own lookups of the pid (at most one segment's copy
+//! later, a fraction of a millisecond, and the whole pid space must wrap meanwhile)
+//! escapes the guard.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

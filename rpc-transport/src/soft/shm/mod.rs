@@ -50,8 +50,8 @@
 //! falls back to the ring for the rest; a copy that finds the peer gone (`ESRCH`, or
 //! its pidfd, opened at the handshake and looked at before each copy, says it exited)
 //! ends the connection as a closed socket does. The pid-reuse window left is between
-//! that look and the copy's own pid lookup (microseconds; the pid space would have to
-//! wrap meanwhile). The requester holds each offered destination until the peer is
+//! that look and the copy's own pid lookups (within one segment's copy, a fraction of
+//! a millisecond; the pid space would have to wrap meanwhile). The requester holds each offered destination until the peer is
 //! done with it (`rc::placed`). The device's statistics count the links that place
 //! (`rc_direct_links`), those refused (`rc_direct_refused`) and the bytes placed each
 //! way. What it saves is CPU: the ring's two copies run on two cores at once (the
