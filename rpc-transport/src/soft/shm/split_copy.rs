@@ -6,15 +6,16 @@
 //! A 4 MiB echo between two processes is two such copies in series with an idle core
 //! beside each. Split between two threads, each copy takes about half the time.
 //!
-//! How: a segment of a Read of [`SPLIT_MIN`] bytes or more, when that Read is the only
-//! such Read this process is answering ([`LargeRead`]), is cut into [`PIECE`]-sized
-//! pieces that both threads claim from one counter until none is left, so the faster
-//! one (the caller, while the assistant wakes up) simply does more of them. The caller
-//! returns only once the assistant has let go of the copy, so the source memory it
-//! reads is the caller's for the whole time, exactly as for a copy made alone. An
-//! assistant busy with another copy is not waited for: the caller copies alone. The
-//! assistant is started by the first split copy and sleeps on a condition variable
-//! between copies (no spinning: a core it spun on is a core other work lacks).
+//! How: a segment (2 MiB, `rc::responder::SPLIT_PLACE_CHUNK`) of a Read of
+//! [`SPLIT_MIN`] bytes or more, when that Read is the only such Read this process is
+//! answering ([`LargeRead`]), is cut into [`PIECE`]-sized pieces that both threads
+//! claim from one counter until none is left, so the faster one (the caller, while
+//! the assistant wakes up) simply does more of them. The caller returns only once
+//! the assistant has let go of the copy, so the source memory it reads is the
+//! caller's for the whole time, exactly as for a copy made alone. An assistant busy
+//! with another copy is not waited for: the caller copies alone. The assistant is
+//! started by the first split copy and sleeps on a condition variable between copies
+//! (no spinning: a core it spun on is a core other work lacks).
 //!
 //! The cost is a wake-up of the assistant per segment; a machine whose cores are all
 //! busy gains nothing from it, which is why only a lone large Read is split.
