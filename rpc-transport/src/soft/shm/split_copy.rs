@@ -294,12 +294,7 @@ impl Drop for Lent {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pattern(len: usize, seed: u32) -> Vec<u8> {
-        (0..len as u32)
-            .map(|i| (i.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
-            .collect()
-    }
+    use crate::soft::tests::pattern;
 
     /// Copies land byte for byte, whatever their length's
     /// remainder to a piece, and one after another (the assistant is reused).

@@ -11,13 +11,6 @@ use crate::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 
 use super::super::rc::CHUNK;
 
-/// A pattern that differs at every offset of a chunk and from chunk to chunk.
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len as u32)
-        .map(|i| (i.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
-        .collect()
-}
-
 fn soft_qp(qp: &QueuePair) -> &super::super::Qp {
     #[allow(unreachable_patterns)]
     match &qp.imp {

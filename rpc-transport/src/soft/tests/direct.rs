@@ -29,12 +29,6 @@ fn pair_on_rings(la: SoftLink, lb: SoftLink) -> (Side, Side) {
     (a, b)
 }
 
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len as u32)
-        .map(|i| (i.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
-        .collect()
-}
-
 /// `a` Reads `len` bytes of `from` at `off` into `into` at `at`; returns the completion.
 fn read(
     a: &Side,

@@ -27,6 +27,14 @@ mod wildcard;
 
 const ALL: AccessFlags = AccessFlags::all();
 
+/// Test bytes that differ at every offset of a ring chunk and from chunk to chunk
+/// (also `shm::split_copy`'s tests).
+pub(super) fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
+        .collect()
+}
+
 /// Posts `n` receives of `len` bytes each to `srq`, back to back from the start of
 /// `mr`; receive `i` has `wr_id` `i`.
 fn post_srq_slots(srq: &crate::SharedReceiveQueue, mr: &MemoryRegion, n: usize, len: usize) {
