@@ -58,6 +58,8 @@ pub(crate) struct Stats {
     pub(crate) rc_direct_refused: AtomicU64,
     pub(crate) rc_read_bytes_placed: AtomicU64,
     pub(crate) rc_read_bytes_placed_by_peer: AtomicU64,
+    pub(crate) rc_lent_bytes_taken: AtomicU64,
+    pub(crate) rc_loans_refused: AtomicU64,
     pub(crate) rc_rnr_naks: AtomicU64,
 }
 
@@ -292,6 +294,8 @@ impl Device {
             rc_direct_refused: g(&s.rc_direct_refused),
             rc_read_bytes_placed: g(&s.rc_read_bytes_placed),
             rc_read_bytes_placed_by_peer: g(&s.rc_read_bytes_placed_by_peer),
+            rc_lent_bytes_taken: g(&s.rc_lent_bytes_taken),
+            rc_loans_refused: g(&s.rc_loans_refused),
             rc_rnr_naks: g(&s.rc_rnr_naks),
             live_qps: self.qps.read().unwrap_or_else(|e| e.into_inner()).len() as u64,
             live_mrs: self.keys.live() as u64,

@@ -225,6 +225,13 @@ pub struct SoftStats {
     pub rc_read_bytes_placed: u64,
     /// Read response bytes responders placed into this device's Reads directly.
     pub rc_read_bytes_placed_by_peer: u64,
+    /// Send and RDMA Write bytes this device's responders took straight from the
+    /// requester's memory (segments the requester lent: one copy, `process_vm_readv`).
+    pub rc_lent_bytes_taken: u64,
+    /// Lent segments this device's responders could not take (no right to read the
+    /// requester, or the kernel refused): the requester sent those messages again
+    /// with their bytes, and lends no more on that connection.
+    pub rc_loans_refused: u64,
     /// RC frames this device's QPs answered with an RNR NAK (no receive posted).
     pub rc_rnr_naks: u64,
     /// QPs of this device that exist now (a gauge, not a counter: a server's should

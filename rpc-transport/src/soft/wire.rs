@@ -1,4 +1,4 @@
-//! The soft provider's wire format, version 4: the only place it is defined.
+//! The soft provider's wire format, version 5: the only place it is defined.
 //!
 //! # RC frames (over one TCP connection per connected QP pair, both directions)
 //!
@@ -36,7 +36,9 @@
 //! | `SHM_SWITCH` 10 | none | none |
 //! | `READ_REQ_PLACE` 11 | remote va (8), rkey (4), length (4), destination (8) | none |
 //! | `READ_PLACED` 12 | bytes placed (4) | none |
-//! | `NAK` 9 | syndrome (1: RNR, 2: invalid request, 3: remote access, 4: remote operational, 5: QP in error), RNR timer code (1), zero (2) | none |
+//! | `SEND_LENT` 13 | imm (4), source (8), length (4) | none |
+//! | `WRITE_LENT` 14 | remote va (8), rkey (4), imm (4), source (8), length (4) | none |
+//! | `NAK` 9 | syndrome (1: RNR, 2: invalid request, 3: remote access, 4: remote operational, 5: QP in error, 6: send the bytes), RNR timer code (1), zero (2) | none |
 //!
 //! `HELLO` is the first frame on a new connection, from the connecting side; it names
 //! which QP the connection belongs to. Its host identity and listener (both 0 when the
@@ -52,6 +54,15 @@
 //! its bytes are in place; one that may not answers with `READ_RESP` as usual, and so
 //! may switch from the one to the other at any segment boundary.
 //!
+//! `SEND_LENT` and `WRITE_LENT` are a `SEND` or `WRITE` segment whose `length` (1 to
+//! [`MAX_SEG`]) bytes do not follow: they lie at `source` in the requester's process,
+//! one contiguous checked range it holds until the message is acknowledged. A
+//! responder that may read there (`soft::shm::direct`) makes the same checks as for the
+//! segment's bytes on the link and then copies them itself; one that may not answers
+//! `NAK` 6 ("send the bytes"), and the requester sends the message again from its
+//! first segment, with its bytes, as it would after an RNR NAK (without the wait), and
+//! lends nothing more on that connection.
+//!
 //! # UD datagrams (one UDP datagram each)
 //!
 //! ```text
@@ -65,7 +76,7 @@
 //! Version 2 raised [`MAX_SEG`] from 32 KiB to 1 MiB (a version-1 peer would refuse
 //! the larger frames, so it is refused at its `HELLO` instead). Version 3 added the
 //! `HELLO`'s host identity and listener and `SHM_SWITCH`; version 4 `READ_REQ_PLACE`
-//! and `READ_PLACED`.
+//! and `READ_PLACED`; version 5 `SEND_LENT`, `WRITE_LENT` and NAK 6.
 //!
 //! Versioning: every frame and datagram starts with [`VERSION`]. A peer speaking
 //! another version is refused, not misread: its `HELLO` fails to decode and the
@@ -75,7 +86,7 @@
 use std::fmt;
 
 /// Wire format version carried in every frame and datagram.
-pub(crate) const VERSION: u8 = 4;
+pub(crate) const VERSION: u8 = 5;
 /// Length of the common RC frame header.
 pub(crate) const HDR_LEN: usize = 16;
 /// Largest payload of one RC frame a receiver accepts; senders cut messages into
@@ -111,6 +122,8 @@ const OP_NAK: u8 = 9;
 const OP_SHM_SWITCH: u8 = 10;
 const OP_READ_REQ_PLACE: u8 = 11;
 const OP_READ_PLACED: u8 = 12;
+const OP_SEND_LENT: u8 = 13;
+const OP_WRITE_LENT: u8 = 14;
 const OP_UD_SEND: u8 = 0x10;
 
 /// Why a NAK was sent.
@@ -127,6 +140,17 @@ pub(crate) enum Nak {
     /// The responder QP is in the error state and will answer nothing: the requester
     /// fails at once, as it would after exhausting its retries against a silent QP.
     QpError,
+    /// The responder cannot take a lent segment's bytes from the requester: the
+    /// message must come again from its first segment, bytes on the link.
+    SendBytes,
+}
+
+impl Nak {
+    /// Whether the responder that sent it executes nothing more (it is in ERR, or
+    /// about to be): RNR and "send the bytes" only ask for the message again.
+    pub(crate) fn ends_responder(self) -> bool {
+        !matches!(self, Nak::Rnr(_) | Nak::SendBytes)
+    }
 }
 
 /// The kind of an atomic request.
@@ -176,6 +200,24 @@ pub(crate) enum Body {
         /// Immediate (meaningful with `IMM`).
         imm: u32,
     },
+    /// A Send segment whose bytes the requester lends (`SEND_LENT`).
+    SendLent {
+        /// Immediate (meaningful with `IMM`).
+        imm: u32,
+        /// The lent bytes, in the requester's process.
+        lent: Lent,
+    },
+    /// An RDMA Write segment whose bytes the requester lends (`WRITE_LENT`).
+    WriteLent {
+        /// Remote address of this segment.
+        va: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate (meaningful with `IMM`).
+        imm: u32,
+        /// The lent bytes, in the requester's process.
+        lent: Lent,
+    },
     /// An RDMA Read request.
     ReadReq {
         /// Remote address.
@@ -215,6 +257,34 @@ pub(crate) enum Body {
     ShmSwitch,
     /// Negative acknowledgement of request `seq`.
     Nak(Nak),
+}
+
+/// A segment's bytes lent by the requester: `len` (1 to [`MAX_SEG`]) bytes at `src`
+/// in its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lent {
+    /// Address in the requester's process.
+    pub src: u64,
+    /// Bytes.
+    pub len: u32,
+}
+
+impl Head {
+    /// The segment a lent head stands for: its body without the loan (`Send` or
+    /// `Write`), `len` the lent bytes. Other heads are returned as they are.
+    pub(crate) fn unlent(&self) -> Head {
+        let (body, len) = match self.body {
+            Body::SendLent { imm, lent } => (Body::Send { imm }, lent.len),
+            Body::WriteLent {
+                va,
+                rkey,
+                imm,
+                lent,
+            } => (Body::Write { va, rkey, imm }, lent.len),
+            _ => return *self,
+        };
+        Head { body, len, ..*self }
+    }
 }
 
 /// A decoded RC frame, borrowing its payload from the input.
@@ -316,13 +386,15 @@ fn ext_len(op: u8) -> Option<usize> {
         OP_SHM_SWITCH => 0,
         OP_READ_REQ_PLACE => 24,
         OP_READ_PLACED => 4,
+        OP_SEND_LENT => 16,
+        OP_WRITE_LENT => 28,
         _ => return None,
     })
 }
 
 fn allowed_flags(op: u8) -> u8 {
     match op {
-        OP_SEND | OP_WRITE => FIRST | LAST | IMM | SOLICITED,
+        OP_SEND | OP_WRITE | OP_SEND_LENT | OP_WRITE_LENT => FIRST | LAST | IMM | SOLICITED,
         OP_READ_RESP | OP_READ_PLACED => FIRST | LAST,
         _ => 0,
     }
@@ -405,6 +477,16 @@ pub(crate) fn decode_head(buf: &[u8]) -> Result<Option<(Head, usize)>, WireError
             len: be32(e, 12),
             place: (op == OP_READ_REQ_PLACE).then(|| be64(e, 16)),
         },
+        OP_SEND_LENT => Body::SendLent {
+            imm: be32(e, 0),
+            lent: lent_at(e, 4)?,
+        },
+        OP_WRITE_LENT => Body::WriteLent {
+            va: be64(e, 0),
+            rkey: be32(e, 8),
+            imm: be32(e, 12),
+            lent: lent_at(e, 16)?,
+        },
         OP_READ_RESP => Body::ReadResp,
         OP_READ_PLACED => Body::ReadPlaced { len: be32(e, 0) },
         OP_ATOMIC_REQ => {
@@ -433,11 +515,12 @@ pub(crate) fn decode_head(buf: &[u8]) -> Result<Option<(Head, usize)>, WireError
             }
             let nak = match e[0] {
                 1 if e[1] <= 31 => Nak::Rnr(e[1]),
-                2..=5 if e[1] != 0 => return Err(WireError::Reserved),
+                2..=6 if e[1] != 0 => return Err(WireError::Reserved),
                 2 => Nak::InvalidRequest,
                 3 => Nak::RemoteAccess,
                 4 => Nak::RemoteOp,
                 5 => Nak::QpError,
+                6 => Nak::SendBytes,
                 k => return Err(WireError::Kind(u32::from(k))),
             };
             Body::Nak(nak)
@@ -454,6 +537,18 @@ pub(crate) fn decode_head(buf: &[u8]) -> Result<Option<(Head, usize)>, WireError
         },
         HDR_LEN + ext,
     )))
+}
+
+/// The loan at `e[at..at + 12]`: source (8), length (4) of 1 to [`MAX_SEG`] bytes.
+fn lent_at(e: &[u8], at: usize) -> Result<Lent, WireError> {
+    let len = be32(e, at + 8);
+    if len == 0 || len as usize > MAX_SEG {
+        return Err(WireError::Length(len));
+    }
+    Ok(Lent {
+        src: be64(e, at),
+        len,
+    })
 }
 
 /// Decodes the whole frame at the head of `buf` (header, extension and payload).
@@ -519,6 +614,23 @@ pub(crate) fn encode(
                 e[12..16].copy_from_slice(&imm.to_be_bytes());
                 OP_WRITE
             }
+            Body::SendLent { imm, lent } => {
+                e[..4].copy_from_slice(&imm.to_be_bytes());
+                put_lent(&mut e[4..16], lent);
+                OP_SEND_LENT
+            }
+            Body::WriteLent {
+                va,
+                rkey,
+                imm,
+                lent,
+            } => {
+                e[..8].copy_from_slice(&va.to_be_bytes());
+                e[8..12].copy_from_slice(&rkey.to_be_bytes());
+                e[12..16].copy_from_slice(&imm.to_be_bytes());
+                put_lent(&mut e[16..28], lent);
+                OP_WRITE_LENT
+            }
             Body::ReadReq {
                 va,
                 rkey,
@@ -566,6 +678,7 @@ pub(crate) fn encode(
                     Nak::RemoteAccess => (3, 0),
                     Nak::RemoteOp => (4, 0),
                     Nak::QpError => (5, 0),
+                    Nak::SendBytes => (6, 0),
                 };
                 OP_NAK
             }
@@ -580,6 +693,11 @@ pub(crate) fn encode(
     out.extend_from_slice(&(payload_len as u32).to_be_bytes());
     let n = ext_len(op).unwrap_or(0);
     out.extend_from_slice(&ext[..n]);
+}
+
+fn put_lent(e: &mut [u8], lent: Lent) {
+    e[..8].copy_from_slice(&lent.src.to_be_bytes());
+    e[8..12].copy_from_slice(&lent.len.to_be_bytes());
 }
 
 /// Writes a UD datagram header for `payload_len` bytes into `out[..UD_HDR_LEN]`.
@@ -787,6 +905,70 @@ mod tests {
         round_trip(0, Body::Nak(Nak::Rnr(12)), &[]);
         round_trip(0, Body::Nak(Nak::RemoteAccess), &[]);
         round_trip(0, Body::Nak(Nak::QpError), &[]);
+        round_trip(0, Body::Nak(Nak::SendBytes), &[]);
+        let lent = Lent {
+            src: 0x7fff_0000_1000,
+            len: MAX_SEG as u32,
+        };
+        round_trip(
+            FIRST | IMM | SOLICITED,
+            Body::SendLent { imm: 7, lent },
+            &[],
+        );
+        round_trip(
+            LAST,
+            Body::WriteLent {
+                va: 1 << 40,
+                rkey: 5,
+                imm: 6,
+                lent,
+            },
+            &[],
+        );
+    }
+
+    /// A loan of no bytes, or of more than a segment may carry, is malformed; so is a
+    /// lent head with bytes after it.
+    #[test]
+    fn lent_lengths_are_checked() {
+        for len in [0, MAX_SEG as u32 + 1] {
+            let mut b = Vec::new();
+            let lent = Lent { src: 64, len: 1 };
+            encode(&mut b, FIRST, 1, 0, &Body::SendLent { imm: 0, lent }, 0);
+            b[HDR_LEN + 12..HDR_LEN + 16].copy_from_slice(&len.to_be_bytes());
+            assert_eq!(decode(&b).err(), Some(WireError::Length(len)));
+        }
+        let mut b = Vec::new();
+        let lent = Lent { src: 64, len: 9 };
+        encode(
+            &mut b,
+            0,
+            1,
+            0,
+            &Body::WriteLent {
+                va: 0,
+                rkey: 1,
+                imm: 0,
+                lent,
+            },
+            0,
+        );
+        b[15] = 9;
+        assert_eq!(decode(&b).err(), Some(WireError::Length(9)));
+        // The segment it stands for: the same head with the lent bytes as its length.
+        b[15] = 0;
+        let (h, _) = decode_head(&b).unwrap().unwrap();
+        assert_eq!(
+            (h.unlent().body, h.unlent().len),
+            (
+                Body::Write {
+                    va: 0,
+                    rkey: 1,
+                    imm: 0
+                },
+                9
+            )
+        );
     }
 
     #[test]
@@ -798,12 +980,12 @@ mod tests {
             b[i] = v;
             decode(&b).map(|o| o.map(|(_, n)| n))
         };
-        // Versions 1 (32 KiB frames), 2 (no shared memory) and 3 (no placed Read
-        // responses) are refused as any other.
-        assert_eq!(bad(0, 1), Err(WireError::Version(1)));
-        assert_eq!(bad(0, 2), Err(WireError::Version(2)));
-        assert_eq!(bad(0, 3), Err(WireError::Version(3)));
-        assert_eq!(bad(0, 5), Err(WireError::Version(5)));
+        // Versions 1 (32 KiB frames), 2 (no shared memory), 3 (no placed Read
+        // responses) and 4 (no lent segments) are refused as any other.
+        for old in 1..VERSION {
+            assert_eq!(bad(0, old), Err(WireError::Version(old)));
+        }
+        assert_eq!(bad(0, VERSION + 1), Err(WireError::Version(VERSION + 1)));
         assert_eq!(bad(1, 99), Err(WireError::Opcode(99)));
         assert_eq!(bad(2, 0x80), Err(WireError::Flags(0x80)));
         assert_eq!(bad(3, 1), Err(WireError::Reserved));

@@ -10,7 +10,7 @@
 use rpc_transport::{RcRetry, SendOp, SendWr, WcStatus};
 
 use crate::common::child::{hear, mr_from_text, say};
-use crate::common::link::{expect_shm, wait_link};
+use crate::common::link::{expect_direct, wait_link};
 use crate::common::rc::{connect, PSN_B};
 use crate::common::wait::Deadline;
 use crate::common::{pattern, post_send, wait_wc, RcOpts, RcSide};
@@ -30,11 +30,6 @@ fn opts() -> RcOpts {
     }
 }
 
-/// Whether this run's soft devices place Read responses directly.
-fn expect_placed() -> bool {
-    expect_shm() && std::env::var(rpc_transport::SOFT_LINK_ENV).map_or(true, |v| v != "rings")
-}
-
 /// The child reads `READ_LEN` bytes of this side's region again and again until it is
 /// killed; this side, the responder, then has a Send outstanding to it. The Send ends
 /// RETRY_EXC_ERR (or, on iWARP, which completes a Send once TCP has it, Success), the
@@ -52,7 +47,7 @@ fn requester_killed_while_its_reads_are_answered_ends_qp_in_err() {
     peer.recv("reading");
     wait_link(&a.host.dev, &[&a.scq, &a.rcq]);
     if let Some(s) = a.host.dev.soft_stats() {
-        if expect_placed() {
+        if expect_direct() {
             // The first Reads may go out before the link moved to shared memory; the
             // child's later ones are placed (the helper answers them meanwhile).
             let placed = || a.host.dev.soft_stats().expect("soft").rc_read_bytes_placed;

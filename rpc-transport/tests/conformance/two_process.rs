@@ -8,8 +8,9 @@ use rpc_transport::{
 };
 
 use crate::common::child::{self, hear, mr_from_text, mr_to_text, say, ChildProc};
-use crate::common::link::wait_link;
+use crate::common::link::{expect_direct, wait_link};
 use crate::common::rc::{accept, connect, PSN_A, PSN_B};
+use crate::common::wait::Deadline;
 use crate::common::{
     has_ud_or_refuses_it, pattern, post_recv, post_send, wait_wc, RcOpts, RcSide, UdSide, QKEY,
 };
@@ -248,6 +249,19 @@ fn rc_peer_killed_mid_transfer_ends_qp_in_err() {
     let mut peer = a.accept_child("flood", &target, &buf, &opts);
     peer.recv("flooding");
     wait_link(&a.host.dev, &[&a.scq, &a.rcq]);
+    if let Some(s) = a.host.dev.soft_stats() {
+        let taken = || a.host.dev.soft_stats().expect("soft").rc_lent_bytes_taken;
+        if expect_direct() {
+            // On shared memory the child lends its Writes' bytes and this side takes
+            // them: the kill then lands while it may be taking them.
+            let deadline = Deadline::start();
+            while taken() < FLOOD_LEN as u64 {
+                deadline.tick(|| format!("a whole Write taken directly ({} bytes)", taken()));
+            }
+        } else {
+            assert_eq!(s.rc_lent_bytes_taken, 0, "taken with direct copies off");
+        }
+    }
     // SAFETY: `buf` outlives the Send's completion.
     unsafe { post_send(&a.qp, SendWr::new(2, SendOp::Send, &[buf.sge(0, 8)])) };
     peer.kill();

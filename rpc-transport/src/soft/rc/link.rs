@@ -156,10 +156,18 @@ impl Link {
         self.reading_ring && self.inbox.as_ref().is_some_and(|i| i.has_data())
     }
 
-    /// Where Read responses may be placed into the peer directly (a probe passed and
-    /// no copy was refused since).
-    pub(crate) fn direct(&self) -> Option<&PeerWriter> {
-        self.direct.as_ref().filter(|w| w.usable())
+    /// This side's right to copy into and out of the peer directly (a probe passed),
+    /// taken by a pass that reads this link's frames; [`Link::put_back_direct`] returns
+    /// it.
+    pub(crate) fn take_direct(&mut self) -> Option<PeerWriter> {
+        self.direct.take()
+    }
+
+    /// Returns what [`Link::take_direct`] took.
+    pub(crate) fn put_back_direct(&mut self, w: Option<PeerWriter>) {
+        if self.direct.is_none() {
+            self.direct = w;
+        }
     }
 
     pub(crate) fn tcp_fd(&self) -> RawFd {

@@ -43,6 +43,7 @@ use super::helper;
 use super::pieces::Pieces;
 use super::qp::wqe::{RecvWqe, SendQueue};
 use super::qp::{Attrs, Inner, Qp};
+use super::shm::PeerWriter;
 use super::wire::{self, Body, Head, Nak, WireError};
 pub(crate) use link::Link;
 use responder::{InMsg, Resp};
@@ -146,6 +147,19 @@ pub(crate) struct RcProtocol {
     offer_place: bool,
     /// Destinations so offered, held until the peer is done with them.
     pub(crate) placing: placed::Placing,
+    /// Send and Write segments beyond a ring chunk lend their bytes for the peer to
+    /// take itself (as `offer_place`, and the peer did not refuse a loan).
+    lend: bool,
+    /// The peer answered a loan with `NAK(send the bytes)`: this connection lends no
+    /// more.
+    lend_refused: bool,
+    /// Sources so lent, held until their message is acknowledged.
+    pub(crate) lending: placed::Placing,
+    /// Responder: a lent segment of the message `expected` could not be taken; its
+    /// segments are dropped until it comes again from its first.
+    resend: bool,
+    /// Responder: lent bytes taken in this pass (bounded like bytes read).
+    taken: usize,
 }
 
 impl RcProtocol {
@@ -160,6 +174,7 @@ impl RcProtocol {
     pub(crate) fn abort(&mut self) -> Option<RecvWqe> {
         self.resps.clear();
         self.write_open = false;
+        self.resend = false;
         self.rnr_until = None;
         self.in_msg.take().map(|_| self.in_wqe)
     }
@@ -235,6 +250,11 @@ impl RcConn {
                 budget_cut: false,
                 offer_place: false,
                 placing: placed::Placing::default(),
+                lend: false,
+                lend_refused: false,
+                lending: placed::Placing::default(),
+                resend: false,
+                taken: 0,
             },
         }
     }
@@ -362,6 +382,9 @@ pub(crate) struct FrameContext<'a> {
     pub(crate) st: &'a mut RcProtocol,
     pub(crate) tx: &'a mut TxBuf,
     pub(crate) now: u64,
+    /// This side's right to copy into and out of the peer (`shm::direct`), if it has
+    /// one and no copy was refused since.
+    pub(crate) peer: Option<&'a PeerWriter>,
 }
 
 impl FrameContext<'_> {
@@ -393,11 +416,11 @@ pub(crate) fn progress(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usi
     // A pass that would not read (the helper's timer pass of a QP waiting for a Read
     // response, say) reads a ring holding bytes anyway: unlike a socket, a ring wakes
     // nobody unless asked, and the request may have been spent (see `link`).
+    // Frames left undecoded by a pass that took its fill of lent bytes are read too.
     let read = read
-        || g.rc
-            .as_ref()
-            .and_then(|rc| rc.link.as_ref())
-            .is_some_and(Link::ring_has_input);
+        || g.rc.as_ref().is_some_and(|rc| {
+            rc.rx.holds_frames() || rc.link.as_ref().is_some_and(Link::ring_has_input)
+        });
     let r = drive(qp, g, now, read, budget);
     finish(qp, g, r)
 }
@@ -447,6 +470,7 @@ fn finish(qp: &Qp, g: &mut Inner, r: (Result<(), Fault>, bool)) -> bool {
                 // nothing more.
                 rc.link = None;
                 rc.st.placing.release_all();
+                rc.st.lending.release_all();
             }
             false
         }
@@ -492,6 +516,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
                 st: &mut rc.st,
                 tx: &mut rc.tx,
                 now,
+                peer: None,
             };
             if requester::budget_spent(&cx) {
                 return (Err(Fault::Send(WcStatus::RetryExcErr)), false);
@@ -514,6 +539,9 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
         return err_state(sock, rx, tx, st, read);
     }
     st.offer_place = qp.dev.direct && !sock.output_on_tcp();
+    st.lend = st.offer_place && !st.lend_refused;
+    st.taken = 0;
+    let direct = sock.take_direct();
     let mut cx = FrameContext {
         qp,
         state,
@@ -523,6 +551,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
         st,
         tx,
         now,
+        peer: direct.as_ref().filter(|w| w.usable()),
     };
     let r = run(&mut cx, sock, rx, read, budget);
     if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
@@ -532,7 +561,9 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
         || cx.st.acked_out != cx.st.expected
         || cx.st.rnr_until.is_some()
         || !cx.st.resps.is_empty()
-        || (cx.sq.tx < cx.sq.len() && !cx.st.halted);
+        || (cx.sq.tx < cx.sq.len() && !cx.st.halted)
+        || rx.holds_frames();
+    sock.put_back_direct(direct);
     (r, needs)
 }
 
@@ -550,6 +581,7 @@ fn err_state(
     let mut drain = ErrDrain {
         nak: None,
         placing: &mut st.placing,
+        lending: &mut st.lending,
     };
     let mut eof = false;
     if read {
@@ -577,23 +609,31 @@ fn err_state(
 }
 
 /// Reads an ERR QP's input, writing no payload anywhere, and notes the last request
-/// (and which placed Reads the peer is done with).
+/// (and which placed Reads and lent segments the peer is done with).
 struct ErrDrain<'a> {
     nak: Option<u32>,
     placing: &'a mut placed::Placing,
+    lending: &'a mut placed::Placing,
 }
 
 impl rx::Handler for ErrDrain<'_> {
     fn head(&mut self, h: &Head, _into: &mut Pieces) -> Result<(), Fault> {
+        self.lending
+            .release_through(h.ack.wrapping_sub(1) & wire::SEQ_MASK);
         match h.body {
             Body::Send { .. }
             | Body::Write { .. }
+            | Body::SendLent { .. }
+            | Body::WriteLent { .. }
             | Body::ReadReq { .. }
             | Body::AtomicReq { .. } => self.nak = Some(h.seq),
             Body::ReadResp | Body::ReadPlaced { .. } if h.flags & wire::LAST != 0 => {
                 self.placing.release_through(h.seq)
             }
-            Body::Nak(n) if !matches!(n, Nak::Rnr(_)) => self.placing.release_all(),
+            Body::Nak(n) if n.ends_responder() => {
+                self.placing.release_all();
+                self.lending.release_all();
+            }
             _ => {}
         }
         Ok(())
@@ -629,14 +669,14 @@ fn run(
         // The halves take turns at encoding first: with the queue bounded to a chunk,
         // a Send waits behind at most one chunk of a Read response, and vice versa.
         let fatal = if cx.st.resp_first {
-            let f = responder::pump(cx, sock.direct())?;
+            let f = responder::pump(cx)?;
             if !f {
                 requester::pump(cx);
             }
             f
         } else {
             requester::pump(cx);
-            responder::pump(cx, sock.direct())?
+            responder::pump(cx)?
         };
         cx.st.resp_first = !cx.st.resp_first;
         // A fresh clock after a long pass (bulk data), which must still ACK at its
@@ -700,6 +740,9 @@ impl rx::Handler for FrameContext<'_> {
             }
             Body::Send { .. } => responder::send_head(self, h, into),
             Body::Write { va, rkey, .. } => responder::write_head(self, h, va, rkey, into),
+            Body::SendLent { lent, .. } | Body::WriteLent { lent, .. } => {
+                responder::take_lent(self, h, lent, into)
+            }
             Body::ReadReq {
                 va,
                 rkey,
@@ -729,5 +772,9 @@ impl rx::Handler for FrameContext<'_> {
 
     fn malformed(&mut self, _e: WireError) {
         bump(&self.qp.dev.stats.rc_frames_malformed);
+    }
+
+    fn sated(&self) -> bool {
+        self.st.taken >= MAX_READ_PER_PASS
     }
 }

@@ -1,6 +1,9 @@
-//! The destinations of this requester's Reads that the peer may place bytes into
-//! itself (`READ_REQ_PLACE`, see `shm::direct`), held alive until the peer is done
-//! with them.
+//! The memory of this requester's messages that the peer may access itself, held
+//! alive until the peer is done with it: the destinations of Reads it may place bytes
+//! into (`READ_REQ_PLACE`, see `shm::direct`), and the sources of Send and Write
+//! segments it may take bytes from (`SEND_LENT`, `WRITE_LENT`). One [`Placing`] holds
+//! each kind: a Read is done with at its last response segment, a lent segment once
+//! its message is acknowledged.
 //!
 //! The peer writes those bytes without asking this side, so the memory must outlive
 //! every write it may still make, not only the Read's completion: a WQE flushed by
@@ -21,18 +24,19 @@ use crate::mr_buffer::MrBuffer;
 
 use super::super::wire::seq_lt;
 
-/// Destinations held, by Read sequence number, oldest first.
+/// Buffers held, by message sequence number, oldest first.
 #[derive(Default)]
 pub(crate) struct Placing {
     held: VecDeque<(u32, Arc<MrBuffer>)>,
 }
 
 impl Placing {
-    /// Holds `buf` until the Read `seq` is over. A Read sent again (after an RNR NAK
-    /// rewound the send queue, the peer executed nothing from there on) replaces what
-    /// was held for its number and the numbers after it.
+    /// Holds `buf` until the message `seq` is over (a message of several lent
+    /// segments holds one buffer per segment). A message sent again (after a NAK
+    /// rewound the send queue, the peer executes nothing after it until then) lets go
+    /// of what was held for the numbers after it.
     pub(crate) fn hold(&mut self, seq: u32, buf: Arc<MrBuffer>) {
-        while self.held.back().is_some_and(|b| !seq_lt(b.0, seq)) {
+        while self.held.back().is_some_and(|b| seq_lt(seq, b.0)) {
             self.held.pop_back();
         }
         self.held.push_back((seq, buf));
@@ -43,7 +47,7 @@ impl Placing {
         self.held.iter().any(|h| h.0 == seq)
     }
 
-    /// The peer is done with the Read `seq`, and so (responses come in request
+    /// The peer is done with the message `seq`, and so (it executes requests in
     /// order) with every earlier one.
     pub(crate) fn release_through(&mut self, seq: u32) {
         while self
@@ -55,7 +59,7 @@ impl Placing {
         }
     }
 
-    /// The peer will write none of them any more.
+    /// The peer will touch none of them any more.
     pub(crate) fn release_all(&mut self) {
         self.held.clear();
     }
@@ -72,8 +76,8 @@ impl Drop for Placing {
             return;
         }
         tracing::debug!(
-            reads = self.held.len(),
-            "soft RC QP gone while its peer may still place Read responses: their buffers stay mapped"
+            buffers = self.held.len(),
+            "soft RC QP gone while its peer may still place Read responses or take lent bytes: their buffers stay mapped"
         );
         for (_, buf) in self.held.drain(..) {
             std::mem::forget(buf);
@@ -96,7 +100,10 @@ mod tests {
         assert!(!p.holds(0xff_fffe) && !p.holds(0xff_ffff));
         assert!(p.holds(0) && p.holds(1));
         p.hold(0, buf.clone()); // sent again from 0 after an RNR NAK
-        assert_eq!(p.len(), 1);
+        assert_eq!(p.len(), 2, "1 is let go, the first 0 stays with the second");
+        p.release_through(0);
+        assert_eq!(p.len(), 0);
+        p.hold(2, buf.clone());
         p.release_all();
         assert_eq!(Arc::strong_count(&buf), 1);
     }

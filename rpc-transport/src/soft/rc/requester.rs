@@ -1,6 +1,9 @@
 //! The requester half: turning send WQEs into frames, and ACKs, NAKs and responses
 //! into completions, in WR order.
 
+use std::sync::Arc;
+
+use crate::mr_buffer::MrBuffer;
 use crate::qp_state::rnr_timer_us;
 use crate::wc::{WcStatus, WorkCompletion};
 use crate::wr::{SendFlags, SendOp};
@@ -10,8 +13,9 @@ use crate::access::AccessFlags;
 use super::super::mem::{self, ScatterError};
 use super::super::pieces::{Pieces, PlanError};
 use super::super::qp::wc_opcode;
-use super::super::qp::wqe::TxState;
-use super::super::wire::{self, seq_lt, Atomic, Body, Nak, SEQ_MASK};
+use super::super::qp::wqe::{SendWqe, TxState};
+use super::super::wire::{self, seq_lt, Atomic, Body, Lent, Nak, SEQ_MASK};
+use super::responder::PLACE_CHUNK;
 use super::tx::{CHUNK, COPY_MAX};
 use super::{Fault, FrameContext};
 
@@ -23,6 +27,10 @@ pub(super) fn on_ack(cx: &mut FrameContext<'_>, ack: u32) {
     if seq_lt(cx.st.acked, ack) && !seq_lt(cx.st.next_seq, ack) {
         cx.st.acked = ack;
         cx.st.rnr_count = 0;
+        // The peer has executed every message before `ack`: it took their lent bytes.
+        cx.st
+            .lending
+            .release_through(ack.wrapping_sub(1) & SEQ_MASK);
     }
 }
 
@@ -37,9 +45,11 @@ fn find(cx: &FrameContext<'_>, seq: u32) -> Option<usize> {
 }
 
 pub(super) fn on_nak(cx: &mut FrameContext<'_>, seq: u32, nak: Nak) {
-    if !matches!(nak, Nak::Rnr(_)) {
-        // The peer's responder is in ERR now (or about to be): it places nothing more.
+    if nak.ends_responder() {
+        // The peer's responder is in ERR now (or about to be): it places (and takes)
+        // nothing more.
         cx.st.placing.release_all();
+        cx.st.lending.release_all();
     }
     if nak == Nak::QpError {
         // Not about one request: nothing outstanding will ever be answered.
@@ -59,6 +69,14 @@ pub(super) fn on_nak(cx: &mut FrameContext<'_>, seq: u32, nak: Nak) {
                 cx.st.rnr_until = Some(cx.now + u64::from(rnr_timer_us(code)) * 1000);
                 return;
             }
+        }
+        Nak::SendBytes => {
+            // The peer may not take bytes from this process: the message again, with
+            // its bytes, at once; and no more loans on this connection.
+            cx.st.lend_refused = true;
+            cx.st.lend = false;
+            rewind(cx, i);
+            return;
         }
         Nak::InvalidRequest => WcStatus::RemInvReqErr,
         Nak::RemoteAccess => WcStatus::RemAccessErr,
@@ -168,6 +186,29 @@ pub(super) fn read_placed(
         w.state = TxState::Done;
     }
     Ok(())
+}
+
+/// The next segment of a Send or Write WQE `w` as a loan: at most a placed segment
+/// ([`PLACE_CHUNK`], what a message behind it waits for at the peer), from a WQE of
+/// one SGE that passes the local checks; with the buffer to hold until the message is
+/// acknowledged. `None`: the segment goes through the ring (where a bad lkey fails
+/// the WQE).
+fn lendable(cx: &FrameContext<'_>, w: &SendWqe) -> Option<(Lent, Arc<MrBuffer>)> {
+    let [sge] = w.sges() else { return None };
+    if u64::from(sge.length) != w.len {
+        return None;
+    }
+    let seg = ((w.len - w.done_bytes) as usize).min(PLACE_CHUNK);
+    let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);
+    let at = sge.addr.checked_add(w.done_bytes)?;
+    let r = keys
+        .resolve(sge.lkey, pd, at, seg as u64, AccessFlags::empty())
+        .ok()?;
+    let lent = Lent {
+        src: r.ptr as u64,
+        len: seg as u32,
+    };
+    Some((lent, r.buf))
 }
 
 /// The Read WQE `i`'s destination, if the peer may place the response there: one
@@ -376,11 +417,23 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
                 continue;
             }
         };
-        let want = ((w.len - w.done_bytes) as usize).min(CHUNK);
-        let seg = cx.tx.room_for(want);
-        if seg < want.min(1) {
-            break; // no room for a useful piece: after the next flush
-        }
+        // Beyond a ring chunk, on shared memory, the peer takes the bytes itself.
+        let lent = if cx.st.lend && !w.inline && w.len > CHUNK as u64 {
+            lendable(cx, &w)
+        } else {
+            None
+        };
+        let seg = match &lent {
+            Some((l, _)) => l.len as usize,
+            None => {
+                let want = ((w.len - w.done_bytes) as usize).min(CHUNK);
+                let seg = cx.tx.room_for(want);
+                if seg < want.min(1) {
+                    break; // no room for a useful piece: after the next flush
+                }
+                seg
+            }
+        };
         let last = w.done_bytes + seg as u64 == w.len;
         let mut flags = sol;
         if w.done_bytes == 0 {
@@ -393,7 +446,22 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
             flags |= wire::IMM;
         }
         let off = w.done_bytes;
-        if w.inline {
+        if let Some((lent, keep)) = lent {
+            let body = match body {
+                Body::Send { imm } => Body::SendLent { imm, lent },
+                Body::Write { va, rkey, imm } => Body::WriteLent {
+                    va,
+                    rkey,
+                    imm,
+                    lent,
+                },
+                _ => unreachable!("only Sends and Writes carry payload"),
+            };
+            cx.frame(flags, seq, &body, 0);
+            cx.st.lending.hold(seq, keep);
+            // Counted as written: a pass lends at most its write budget.
+            cx.tx.placed += seg;
+        } else if w.inline {
             // Inline payloads were copied at post time; they are small, so they are
             // copied once more rather than referenced (the ring may move them).
             cx.frame(flags, seq, &body, seg);

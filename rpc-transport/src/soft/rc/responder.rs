@@ -16,7 +16,7 @@ use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 
 use super::super::device::bump;
 use super::super::pieces::{Pieces, PlanError};
-use super::super::shm::direct::{PeerWriter, WriteError};
+use super::super::shm::direct::WriteError;
 use super::super::shm::split_copy::LargeRead;
 use super::super::wire::{self, Atomic, Body, Nak, SEQ_MASK};
 use super::tx::{CHUNK, COPY_MAX};
@@ -81,6 +81,23 @@ unsafe impl Send for Resp {}
 /// Whether the frame is the next request this responder expects.
 fn in_order(cx: &FrameContext<'_>, seq: u32) -> bool {
     !cx.st.failed && seq == cx.st.expected
+}
+
+/// Whether a segment of the expected message is to be dropped: one of its lent
+/// segments could not be taken, and this is not its first segment sent again. The
+/// first clears the state; the message's receive (if it took one) is kept for it.
+fn awaiting_resend(cx: &mut FrameContext<'_>, h: &wire::Head) -> bool {
+    if !cx.st.resend {
+        return false;
+    }
+    if h.flags & wire::FIRST == 0 {
+        return true;
+    }
+    cx.st.resend = false;
+    if let Some(m) = cx.st.in_msg.as_mut() {
+        m.off = 0;
+    }
+    false
 }
 
 fn advance(cx: &mut FrameContext<'_>) {
@@ -154,7 +171,11 @@ pub(super) fn send_head(
     if !in_order(cx, h.seq) {
         return Ok(());
     }
-    if h.flags & wire::FIRST != 0 {
+    let again = cx.st.resend;
+    if awaiting_resend(cx, h) {
+        return Ok(());
+    }
+    if h.flags & wire::FIRST != 0 && !(again && cx.st.in_msg.is_some()) {
         if cx.st.in_msg.is_some() || cx.st.write_open {
             return Err(Fault::Broken);
         }
@@ -186,7 +207,7 @@ pub(super) fn send_head(
 
 /// A Send segment's payload has landed.
 pub(super) fn send_end(cx: &mut FrameContext<'_>, h: &wire::Head, imm: u32) -> Result<(), Fault> {
-    if !in_order(cx, h.seq) {
+    if !in_order(cx, h.seq) || cx.st.resend {
         return Ok(());
     }
     let Some(m) = cx.st.in_msg.as_mut() else {
@@ -215,7 +236,13 @@ pub(super) fn write_head(
     if !in_order(cx, h.seq) {
         return Ok(());
     }
-    if h.flags & wire::FIRST != 0 {
+    let again = cx.st.resend && cx.st.write_open;
+    if awaiting_resend(cx, h) {
+        return Ok(());
+    }
+    if again {
+        // Sent again from its first segment: rights checked and receive taken before.
+    } else if h.flags & wire::FIRST != 0 {
         if cx.st.in_msg.is_some() || cx.st.write_open {
             return Err(Fault::Broken);
         }
@@ -249,7 +276,7 @@ pub(super) fn write_head(
 
 /// A Write segment's payload has landed.
 pub(super) fn write_end(cx: &mut FrameContext<'_>, h: &wire::Head, imm: u32) -> Result<(), Fault> {
-    if !in_order(cx, h.seq) || !cx.st.write_open {
+    if !in_order(cx, h.seq) || !cx.st.write_open || cx.st.resend {
         return Ok(());
     }
     if let Some(m) = cx.st.in_msg.as_mut() {
@@ -269,6 +296,66 @@ pub(super) fn write_end(cx: &mut FrameContext<'_>, h: &wire::Head, imm: u32) -> 
         advance(cx);
     }
     Ok(())
+}
+
+/// A lent segment (`SEND_LENT`, `WRITE_LENT`): the same checks as for the segment it
+/// stands for, then its bytes are taken from the requester's process into where they
+/// belong. Without the right to do so (or refused by the kernel now) the requester is
+/// asked to send the message again with its bytes; the segments of it that follow
+/// are dropped meanwhile.
+pub(super) fn take_lent(
+    cx: &mut FrameContext<'_>,
+    lent_head: &wire::Head,
+    lent: wire::Lent,
+    into: &mut Pieces,
+) -> Result<(), Fault> {
+    let h = lent_head.unlent();
+    let (send, imm) = match h.body {
+        Body::Send { imm } => {
+            send_head(cx, &h, into)?;
+            (true, imm)
+        }
+        Body::Write { va, rkey, imm } => {
+            write_head(cx, &h, va, rkey, into)?;
+            (false, imm)
+        }
+        _ => unreachable!("only lent heads are unlent"),
+    };
+    if !into.is_discard() {
+        let taken = match cx.peer {
+            Some(w) => w.read_into(into, lent.src),
+            None => Err(WriteError::Denied),
+        };
+        into.clear();
+        match taken {
+            Ok(()) => {
+                cx.st.taken += lent.len as usize;
+                let s = &cx.qp.dev.stats.rc_lent_bytes_taken;
+                s.fetch_add(u64::from(lent.len), Ordering::Relaxed);
+            }
+            Err(WriteError::Denied) => {
+                bump(&cx.qp.dev.stats.rc_loans_refused);
+                cx.st.resend = true;
+                cx.st.resps.push_back(Resp::Nak {
+                    seq: h.seq,
+                    nak: Nak::SendBytes,
+                    fatal: false,
+                });
+                return Ok(());
+            }
+            Err(WriteError::Gone) => return Err(Fault::Broken),
+            Err(WriteError::BadAddress) => {
+                // The requester lent memory it does not have: a broken peer.
+                bump(&cx.qp.dev.stats.rc_frames_malformed);
+                return Err(Fault::Broken);
+            }
+        }
+    }
+    if send {
+        send_end(cx, &h, imm)
+    } else {
+        write_end(cx, &h, imm)
+    }
 }
 
 pub(super) fn on_read_req(
@@ -364,10 +451,11 @@ pub(super) fn on_atomic(
 }
 
 /// Encodes queued responses while the TX buffer has room. Returns `true` once a
-/// fatal NAK has been encoded: the QP must then move to ERR. `writer`: this side may
-/// place Read responses into the peer; a placed segment ends the turn (the requester
+/// fatal NAK has been encoded: the QP must then move to ERR. With `cx.peer`, Read
+/// responses are placed into the peer; a placed segment ends the turn (the requester
 /// half goes next).
-pub(super) fn pump(cx: &mut FrameContext<'_>, writer: Option<&PeerWriter>) -> Result<bool, Fault> {
+pub(super) fn pump(cx: &mut FrameContext<'_>) -> Result<bool, Fault> {
+    let writer = cx.peer;
     while cx.tx.has_room() {
         let Some(r) = cx.st.resps.front_mut() else {
             break;

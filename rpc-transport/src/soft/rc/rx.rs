@@ -35,6 +35,11 @@ pub(crate) trait Handler {
     fn end(&mut self, h: &Head) -> Result<(), super::Fault>;
     /// The stream carried bytes that are not a frame.
     fn malformed(&mut self, e: WireError);
+    /// The pass has done its share of work off the stream (lent bytes taken): stop
+    /// before the next head, leaving it for the next pass ([`RxBuf::holds_frames`]).
+    fn sated(&self) -> bool {
+        false
+    }
 }
 
 /// How a read pass ended.
@@ -70,6 +75,8 @@ pub(crate) struct RxBuf {
     bulk: bool,
     /// Bytes the last [`RxBuf::receive`] read from the socket.
     last_read: usize,
+    /// The last [`RxBuf::receive`] stopped with bytes undecoded ([`Handler::sated`]).
+    stopped_early: bool,
 }
 
 impl RxBuf {
@@ -82,6 +89,7 @@ impl RxBuf {
             sink: Pieces::discard(),
             bulk: false,
             last_read: 0,
+            stopped_early: false,
         }
     }
 
@@ -100,9 +108,17 @@ impl RxBuf {
         h: &mut impl Handler,
     ) -> Result<Stop, super::Fault> {
         let mut read = 0usize;
+        self.stopped_early = false;
         let r = self.receive_counted(sock, budget, h, &mut read);
         self.last_read = read;
         r
+    }
+
+    /// Whether bytes already read wait to be decoded (a pass stopped early: see
+    /// [`Handler::sated`]); the QP must be visited again for them, as the socket or
+    /// ring that brought them may not say so.
+    pub(crate) fn holds_frames(&self) -> bool {
+        self.stopped_early
     }
 
     /// Bytes the last [`RxBuf::receive`] read from the socket.
@@ -155,6 +171,10 @@ impl RxBuf {
                     }
                 }
             } else {
+                if h.sated() && self.start != self.end {
+                    self.stopped_early = true;
+                    return Ok(Stop::Budget);
+                }
                 match wire::decode_head(&self.buf[self.start..self.end]) {
                     Ok(Some((head, used))) if head.body == Body::ShmSwitch => {
                         self.start += used;

@@ -59,8 +59,8 @@ pub(crate) struct TxBuf {
     off: usize,
     refs: VecDeque<Ref>,
     ref_bytes: usize,
-    /// Payload bytes placed into the peer directly since the last flush (they count
-    /// toward a pass's write budget as if written here).
+    /// Payload bytes placed into the peer directly, or lent for it to take, since the
+    /// last flush (they count toward a pass's write budget as if written here).
     pub(crate) placed: usize,
     /// `buf.len()` when every unsent byte was a frame the reader need not be woken
     /// for ([`TxBuf::mark_quiet`]); anything queued since makes the flush ring again.

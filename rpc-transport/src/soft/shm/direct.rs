@@ -15,7 +15,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::soft::device::{bump, Device};
+use crate::soft::device::{bump, Device, MAX_SGE};
+use crate::soft::pieces::Pieces;
 
 /// The word peers probe: its address goes into this side's handshake messages and a
 /// peer that may write here proves it by writing it.
@@ -51,15 +52,15 @@ pub(crate) fn settle(
     }
 }
 
-/// Why a copy into the peer failed.
+/// Why a copy into (or out of) the peer failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WriteError {
     /// The peer process is gone (it exited, or its pid no longer names it).
     Gone,
     /// The kernel refuses (the peer became non-dumpable, say): use the ring.
     Denied,
-    /// The destination is not writable memory of the peer: it named a range it does
-    /// not own, which only a broken peer does.
+    /// The peer's range is not writable (or readable) memory of the peer: it named a
+    /// range it does not own, which only a broken peer does.
     BadAddress,
 }
 
@@ -124,6 +125,49 @@ impl PeerWriter {
         // SAFETY: one live pollfd, no wait.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
         r != 0 // readable (exited), or poll itself failed: do not write
+    }
+
+    /// Copies the peer's bytes at `src` into `into` until it is full (a lent segment,
+    /// `rc::responder`): one `process_vm_readv` per pass of the kernel. A refusal marks
+    /// this side unusable, as for a write.
+    pub(crate) fn read_into(&self, into: &mut Pieces, src: u64) -> Result<(), WriteError> {
+        if self.exited() {
+            return Err(WriteError::Gone);
+        }
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_SGE];
+        let mut at = src;
+        while !into.is_discard() {
+            let k = into.iovecs(&mut iov);
+            let remote = libc::iovec {
+                iov_base: at as *mut libc::c_void,
+                iov_len: into.left(),
+            };
+            // SAFETY: each local iovec names a checked range of registered memory that
+            // `into` keeps alive; the kernel checks `remote` against the peer's
+            // mappings and reads nothing of this process.
+            let n =
+                unsafe { libc::process_vm_readv(self.pid, iov.as_ptr(), k as _, &remote, 1, 0) };
+            match n {
+                0 => return Err(WriteError::BadAddress),
+                n if n > 0 => {
+                    into.advance(n as usize);
+                    at += n as u64;
+                }
+                _ => match refusal(io::Error::last_os_error()) {
+                    None => continue,
+                    Some(e) => {
+                        if e == WriteError::Denied {
+                            self.denied.store(true, Ordering::Relaxed);
+                        }
+                        return Err(e);
+                    }
+                },
+            }
+        }
+        Ok(())
     }
 
     /// Copies `len` bytes at `src` to the peer's address `dst`, whole; `split`: with a
@@ -204,13 +248,20 @@ unsafe fn write_once(
         if n >= 0 {
             return Ok(n as usize);
         }
-        return Err(match io::Error::last_os_error().raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::ESRCH) => WriteError::Gone,
-            Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) => WriteError::Denied,
-            _ => WriteError::BadAddress,
-        });
+        if let Some(e) = refusal(io::Error::last_os_error()) {
+            return Err(e);
+        }
     }
+}
+
+/// What a failed `process_vm_writev`/`readv` means; `None`: interrupted, try again.
+fn refusal(e: io::Error) -> Option<WriteError> {
+    Some(match e.raw_os_error() {
+        Some(libc::EINTR) => return None,
+        Some(libc::ESRCH) => WriteError::Gone,
+        Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) => WriteError::Denied,
+        _ => WriteError::BadAddress,
+    })
 }
 
 #[cfg(test)]

@@ -57,9 +57,24 @@
 //! way. What it saves is CPU: the ring's two copies run on two cores at once (the
 //! writer fills while the reader drains), so on an otherwise idle machine a lone large
 //! Read takes about as long either way; with other work to do, the copy not made is
-//! time given back. Sends and RDMA Writes still go through the ring (two copies):
-//! placing them would need the responder to pull from the requester after its checks
-//! (`process_vm_readv`), with the source held until the ACK; not done.
+//! time given back.
+//!
+//! Sends and RDMA Writes with one copy. A segment of a Send or Write longer than a
+//! ring chunk whose WQE has one SGE (checked against its lkey) is lent, not sent: its
+//! frame (`SEND_LENT`, `WRITE_LENT`) names the range in the requester's process, up to
+//! `PLACE_CHUNK` of it, and the requester holds that memory until the message is
+//! acknowledged (`rc::placed`). The responder makes every check it makes for the
+//! bytes on the ring (the receive's SGEs and length, or the rkey, bounds and rights of
+//! the Write) and only then copies them itself with `process_vm_readv`, straight into
+//! the receive or the Write's target, before it acknowledges the message. It needs the
+//! same right as placing (the probe above, which the kernel grants for reading under
+//! the same ptrace check); a responder without it, or refused by the kernel later,
+//! answers `NAK(send the bytes)`, and the requester sends that message again through
+//! the ring and lends nothing more on the connection. A peer found gone ends the
+//! connection; a lent range the peer cannot read is a broken peer (malformed). The
+//! device's statistics count the bytes taken (`rc_lent_bytes_taken`) and the refusals
+//! (`rc_loans_refused`). A responder takes at most a pass's read budget of lent bytes
+//! per pass, so one connection's bulk cannot hold its QP for long.
 //!
 //! `RDMA_RPC_SOFT_LINK=tcp` or [`crate::SoftLink::Tcp`] keeps every QP of a device
 //! on TCP.

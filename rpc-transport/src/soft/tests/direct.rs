@@ -4,30 +4,7 @@
 
 use super::shm::soft;
 use super::*;
-use crate::{SendOp, SoftLink, SoftStats, WcOpcode, WcStatus};
-
-fn side_on(link: SoftLink) -> Side {
-    let config = SoftConfig {
-        link,
-        ..SoftConfig::default()
-    };
-    side_with(QpType::Rc, config)
-}
-
-fn stats(s: &Side) -> SoftStats {
-    s.dev.soft_stats().expect("a soft device")
-}
-
-/// A connected pair (`a` on `la`, `b` on `lb`) whose outputs both write rings: Sends
-/// each way until both switched (a side's output moves with the first bytes it writes
-/// after the handshake).
-fn pair_on_rings(la: SoftLink, lb: SoftLink) -> (Side, Side) {
-    let (a, b) = (side_on(la), side_on(lb));
-    connect(&a, &b, 7, 1, 14);
-    connect(&b, &a, 7, 1, 14);
-    super::shm::until_on_rings(&a, &b);
-    (a, b)
-}
+use crate::{SendOp, SoftLink, WcOpcode, WcStatus};
 
 /// `a` Reads `len` bytes of `from` at `off` into `into` at `at`; returns the completion.
 fn read(

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::{
     AccessFlags, AhAttr, CompletionQueue, Device, MemoryRegion, Mtu, ProtectionDomain, QpAttr,
-    QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendWr, SoftConfig, WorkCompletion,
+    QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendWr, SoftConfig, SoftLink, SoftStats,
+    WorkCompletion,
 };
 
 mod alloc;
@@ -17,6 +18,7 @@ mod errors;
 mod ib;
 mod idle_receives;
 mod killed_responder;
+mod lent;
 mod rc;
 mod shm;
 mod slow_peer;
@@ -99,6 +101,30 @@ fn side_with(qp_type: QpType, config: SoftConfig) -> Side {
         qp,
         mr,
     }
+}
+
+/// A side on a device whose RC QPs use `link`.
+fn side_on(link: SoftLink) -> Side {
+    let config = SoftConfig {
+        link,
+        ..SoftConfig::default()
+    };
+    side_with(QpType::Rc, config)
+}
+
+fn stats(s: &Side) -> SoftStats {
+    s.dev.soft_stats().expect("a soft device")
+}
+
+/// A connected pair (`a` on `la`, `b` on `lb`) whose outputs both write rings: Sends
+/// each way until both switched (a side's output moves with the first bytes it writes
+/// after the handshake).
+fn pair_on_rings(la: SoftLink, lb: SoftLink) -> (Side, Side) {
+    let (a, b) = (side_on(la), side_on(lb));
+    connect(&a, &b, 7, 1, 14);
+    connect(&b, &a, 7, 1, 14);
+    shm::until_on_rings(&a, &b);
+    (a, b)
 }
 
 /// RESET → RTS with explicit RNR settings.

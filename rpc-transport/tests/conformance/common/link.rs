@@ -10,6 +10,13 @@ pub fn expect_shm() -> bool {
     std::env::var(SOFT_LINK_ENV).map_or(true, |v| v != "tcp")
 }
 
+/// Whether this run's soft devices copy directly between processes on shared memory
+/// (placed Read responses, lent Sends and Writes): not with RC on TCP, nor with
+/// `rings`.
+pub fn expect_direct() -> bool {
+    expect_shm() && std::env::var(SOFT_LINK_ENV).map_or(true, |v| v != "rings")
+}
+
 /// Drives `cqs` (popping nothing) until `dev`'s connection moved to shared memory, or,
 /// in a TCP run, checks that none did. Verbs devices have no such choice.
 pub fn wait_link(dev: &Device, cqs: &[&CompletionQueue]) {

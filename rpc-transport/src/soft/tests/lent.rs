@@ -1,0 +1,284 @@
+//! Sends and RDMA Writes beyond a ring chunk, lent by the requester and taken by the
+//! responder with one copy (`SEND_LENT`, `WRITE_LENT`): bytes arrive intact, the
+//! responder's checks still decide every access, and a responder that may not take
+//! them has the message sent again with its bytes.
+
+use super::shm::soft;
+use super::*;
+use crate::{RemoteMr, SendOp, WcOpcode, WcStatus};
+
+/// Posts a receive of `len` bytes at `off` of `mr` on `s`.
+fn post_recv_into(s: &Side, mr: &MemoryRegion, wr_id: u64, off: usize, len: u32) {
+    let sge = [mr.sge(off, len)];
+    // SAFETY: the MR outlives the test and is not touched until completion.
+    unsafe {
+        s.qp.post_recv(&[RecvWr {
+            wr_id,
+            sg_list: &sge,
+        }])
+    }
+    .unwrap();
+}
+
+/// Bytes lent by `a` and not yet let go (held until their message is acknowledged).
+fn lent_held(a: &Side) -> usize {
+    soft(a).lock().rc.as_ref().unwrap().st.lending.len()
+}
+
+fn write_imm(to: RemoteMr, off: u64, imm: u32) -> SendOp {
+    SendOp::RdmaWriteWithImm {
+        remote_addr: to.addr + off,
+        rkey: to.rkey,
+        imm,
+    }
+}
+
+/// A Send of several MiB (not a multiple of a segment, from and to odd offsets) is
+/// taken from the requester byte for byte, with its immediate; the responder's
+/// statistics say so, the requester lets go of what it lent once the Send is
+/// acknowledged, and small traffic goes on behind it.
+#[test]
+fn a_send_of_several_mib_is_taken_byte_for_byte() {
+    const LEN: usize = (3 << 20) + 12_345;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = a.pd.alloc_mr(LEN + 5, ALL).unwrap();
+    let into = b.pd.alloc_mr(LEN + 64, ALL).unwrap();
+    let data = pattern(LEN, 3);
+    from.write(5, &data);
+    into.write(0, &[0xee; 64]);
+    post_recv_into(&b, &into, 4, 3, LEN as u32 + 10);
+    let op = SendOp::SendWithImm { imm: 0x5eed };
+    post(&a, SendWr::new(8, op, &[from.sge(5, LEN as u32)]));
+    let wc = wait(&b.cq, &[&a.cq]);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm_data),
+        (
+            4,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            LEN as u32,
+            Some(0x5eed)
+        )
+    );
+    let sent = wait(&a.cq, &[&b.cq]);
+    assert_eq!((sent.wr_id, sent.status), (8, WcStatus::Success));
+    assert!(into.to_vec(3, LEN) == data, "the taken bytes differ");
+    assert_eq!(
+        into.to_vec(0, 3),
+        [0xee; 3],
+        "bytes before the receive moved"
+    );
+    assert_eq!(stats(&b).rc_lent_bytes_taken, LEN as u64);
+    assert_eq!(stats(&b).rc_loans_refused, 0);
+    assert_eq!(lent_held(&a), 0, "the requester still holds what it lent");
+    post_recv(&b, 1, 0, 64);
+    a.mr.write(0, b"after it");
+    post(&a, SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 8)]));
+    assert_eq!(wait(&b.cq, &[&a.cq]).status, WcStatus::Success);
+    assert_eq!(b.mr.to_vec(0, 8), b"after it");
+}
+
+/// RDMA Writes of several MiB, with and without immediate, land byte for byte where
+/// they were aimed and nowhere else, one right after the other.
+#[test]
+fn writes_of_several_mib_are_taken_byte_for_byte() {
+    const LEN: usize = (2 << 20) + 777;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = a.pd.alloc_mr(2 * LEN, ALL).unwrap();
+    let target = b.pd.alloc_mr(2 * LEN + 16, ALL).unwrap();
+    let (one, two) = (pattern(LEN, 1), pattern(LEN, 2));
+    from.write(0, &one);
+    from.write(LEN, &two);
+    target.write(0, &vec![0xee; 2 * LEN + 16]);
+    let to = target.remote();
+    let plain = SendOp::RdmaWrite {
+        remote_addr: to.addr + 8,
+        rkey: to.rkey,
+    };
+    post(&a, SendWr::new(1, plain, &[from.sge(0, LEN as u32)]));
+    post_recv(&b, 6, 0, 0);
+    let with_imm = write_imm(to, 8 + LEN as u64, 99);
+    post(&a, SendWr::new(2, with_imm, &[from.sge(LEN, LEN as u32)]));
+    let wc = wait(&b.cq, &[&a.cq]);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.imm_data),
+        (6, WcStatus::Success, WcOpcode::RecvRdmaWithImm, Some(99))
+    );
+    for want in [1, 2] {
+        let wc = wait(&a.cq, &[&b.cq]);
+        assert_eq!((wc.wr_id, wc.status), (want, WcStatus::Success));
+    }
+    assert!(target.to_vec(8, LEN) == one, "the first Write differs");
+    assert!(
+        target.to_vec(8 + LEN, LEN) == two,
+        "the second Write differs"
+    );
+    assert_eq!(target.to_vec(0, 8), [0xee; 8]);
+    assert_eq!(target.to_vec(8 + 2 * LEN, 8), [0xee; 8]);
+    assert_eq!(stats(&b).rc_lent_bytes_taken, 2 * LEN as u64);
+    assert_eq!(lent_held(&a), 0);
+}
+
+/// A lent Write the responder must refuse (beyond its region, a stale rkey, a region
+/// without remote write) fails REM_ACCESS_ERR as on the ring, and not one byte is
+/// taken or lands.
+#[test]
+fn a_refused_write_fails_remote_access_and_takes_nothing() {
+    const LEN: usize = 1 << 20;
+    for case in ["beyond bounds", "stale rkey", "no remote write"] {
+        let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+        let rights = if case == "no remote write" {
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ
+        } else {
+            ALL
+        };
+        let target = b.pd.alloc_mr(LEN, rights).unwrap();
+        target.write(0, &vec![0xee; LEN]);
+        let stale = b.pd.alloc_mr(LEN, ALL).unwrap();
+        // One segment whose last byte is one past the region (a Write is checked
+        // segment by segment, on the ring as here).
+        let (to, at) = match case {
+            "stale rkey" => {
+                let r = stale.remote();
+                drop(stale);
+                (r, 0)
+            }
+            "beyond bounds" => (target.remote(), 1),
+            _ => (target.remote(), 0),
+        };
+        let from = a.pd.alloc_mr(LEN, ALL).unwrap();
+        from.write(0, &pattern(LEN, 4));
+        let op = SendOp::RdmaWrite {
+            remote_addr: to.addr + at,
+            rkey: to.rkey,
+        };
+        post(&a, SendWr::new(7, op, &[from.sge(0, LEN as u32)]));
+        let wc = wait(&a.cq, &[&b.cq]);
+        assert_eq!(wc.status, WcStatus::RemAccessErr, "{case}: {wc:?}");
+        assert!(
+            target.to_vec(0, LEN).iter().all(|&x| x == 0xee),
+            "{case}: bytes landed"
+        );
+        assert_eq!(stats(&b).rc_lent_bytes_taken, 0, "{case}");
+        assert_eq!(
+            lent_held(&a),
+            0,
+            "{case}: the requester still holds its loan"
+        );
+    }
+}
+
+/// A receive too small for a lent Send fails LOC_LEN_ERR at the responder and
+/// REM_INV_REQ_ERR at the requester, with no byte taken.
+#[test]
+fn a_lent_send_into_a_small_receive_fails_and_takes_nothing() {
+    const LEN: usize = 1 << 20;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = a.pd.alloc_mr(LEN, ALL).unwrap();
+    let into = b.pd.alloc_mr(LEN, ALL).unwrap();
+    into.write(0, &vec![0xee; LEN]);
+    post_recv_into(&b, &into, 3, 0, LEN as u32 - 1);
+    post(&a, SendWr::new(9, SendOp::Send, &[from.sge(0, LEN as u32)]));
+    let wc = wait(&b.cq, &[&a.cq]);
+    assert_eq!((wc.wr_id, wc.status), (3, WcStatus::LocLenErr));
+    let wc = wait(&a.cq, &[&b.cq]);
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::RemInvReqErr));
+    assert!(into.to_vec(0, LEN).iter().all(|&x| x == 0xee));
+    assert_eq!(stats(&b).rc_lent_bytes_taken, 0);
+}
+
+/// A lent Send that finds no receive is answered RNR and taken once one is posted.
+#[test]
+fn a_lent_send_waits_out_rnr_and_is_then_taken() {
+    const LEN: usize = (1 << 20) + 3;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = a.pd.alloc_mr(LEN, ALL).unwrap();
+    let into = b.pd.alloc_mr(LEN, ALL).unwrap();
+    let data = pattern(LEN, 8);
+    from.write(0, &data);
+    let naks = stats(&b).rc_rnr_naks;
+    post(&a, SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats(&b).rc_rnr_naks == naks {
+        let _ = a.cq.poll(&mut []);
+        let _ = b.cq.poll(&mut []);
+        assert!(Instant::now() < deadline, "no RNR NAK within 10 s");
+        std::thread::yield_now();
+    }
+    post_recv_into(&b, &into, 1, 0, LEN as u32);
+    let wc = wait(&b.cq, &[&a.cq]);
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, LEN as u32));
+    assert!(into.to_vec(0, LEN) == data);
+    assert_eq!(wait(&a.cq, &[&b.cq]).status, WcStatus::Success);
+}
+
+/// With direct copies off on the responder's device, or on both, large Sends and
+/// Writes still arrive byte for byte. A requester that lends to a responder that may
+/// not take is answered "send the bytes" once, sends that message again through the
+/// ring and lends nothing more on the connection.
+#[test]
+fn without_the_right_to_take_the_bytes_come_through_the_ring() {
+    const LEN: usize = (2 << 20) + 99;
+    for (la, lb) in [
+        (SoftLink::Auto, SoftLink::Rings),
+        (SoftLink::Rings, SoftLink::Rings),
+    ] {
+        let (a, b) = pair_on_rings(la, lb);
+        let from = a.pd.alloc_mr(2 * LEN, ALL).unwrap();
+        let into = b.pd.alloc_mr(2 * LEN, ALL).unwrap();
+        let (one, two) = (pattern(LEN, 5), pattern(LEN, 6));
+        from.write(0, &one);
+        from.write(LEN, &two);
+        post_recv_into(&b, &into, 1, 0, LEN as u32);
+        post(&a, SendWr::new(1, SendOp::Send, &[from.sge(0, LEN as u32)]));
+        let to = into.remote();
+        let write = SendOp::RdmaWrite {
+            remote_addr: to.addr + LEN as u64,
+            rkey: to.rkey,
+        };
+        post(&a, SendWr::new(2, write, &[from.sge(LEN, LEN as u32)]));
+        let wc = wait(&b.cq, &[&a.cq]);
+        assert_eq!(wc.status, WcStatus::Success, "{la:?}/{lb:?}: {wc:?}");
+        for want in [1, 2] {
+            let wc = wait(&a.cq, &[&b.cq]);
+            assert_eq!((wc.wr_id, wc.status), (want, WcStatus::Success));
+        }
+        assert!(
+            into.to_vec(0, LEN) == one,
+            "{la:?}/{lb:?}: the Send differs"
+        );
+        assert!(
+            into.to_vec(LEN, LEN) == two,
+            "{la:?}/{lb:?}: the Write differs"
+        );
+        let sb = stats(&b);
+        assert_eq!(sb.rc_lent_bytes_taken, 0, "{la:?}/{lb:?}");
+        let want = u64::from(la == SoftLink::Auto);
+        assert_eq!(
+            sb.rc_loans_refused, want,
+            "{la:?}/{lb:?}: one refusal, then none"
+        );
+        assert_eq!(lent_held(&a), 0, "{la:?}/{lb:?}");
+        assert_eq!(stats(&a).rc_frames_malformed + sb.rc_frames_malformed, 0);
+    }
+}
+
+/// A Send gathered from several SGEs is not lent (a loan is one contiguous range):
+/// it goes through the ring, byte for byte.
+#[test]
+fn a_send_of_several_sges_goes_through_the_ring() {
+    const PART: usize = 96 * 1024;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = a.pd.alloc_mr(3 * PART, ALL).unwrap();
+    let into = b.pd.alloc_mr(2 * PART, ALL).unwrap();
+    let data = pattern(3 * PART, 7);
+    from.write(0, &data);
+    post_recv_into(&b, &into, 1, 0, 2 * PART as u32);
+    let sges = [from.sge(0, PART as u32), from.sge(2 * PART, PART as u32)];
+    post(&a, SendWr::new(1, SendOp::Send, &sges));
+    assert_eq!(wait(&b.cq, &[&a.cq]).status, WcStatus::Success);
+    assert_eq!(wait(&a.cq, &[&b.cq]).status, WcStatus::Success);
+    assert!(into.to_vec(0, PART) == data[..PART]);
+    assert!(into.to_vec(PART, PART) == data[2 * PART..]);
+    assert_eq!(stats(&b).rc_lent_bytes_taken, 0);
+}
