@@ -263,18 +263,29 @@ impl Link {
         }
     }
 
-    /// Reads into `iov` (in order). `Ok(None)`: nothing now; `Ok(Some(0))`: the peer
-    /// is gone (end of stream).
+    /// Reads from the TCP socket into `iov` (in order). `Ok(None)`: nothing now;
+    /// `Ok(Some(0))`: the peer is gone (end of stream). Input on the ring is read in
+    /// place instead ([`Link::ring_input`]).
     ///
     /// # Safety
     /// Every iovec must name writable memory, live for the call.
     pub(crate) unsafe fn read(&mut self, iov: &mut [libc::iovec]) -> Result<Option<usize>, Fault> {
-        if !self.reading_ring {
-            // SAFETY: the caller's guarantee.
-            return unsafe { readv(&self.sock, iov) };
-        }
-        let inbox = self.inbox.as_ref().expect("reading_ring implies an inbox");
-        let (n, wanted) = ring_read(inbox, iov)?;
+        debug_assert!(!self.reading_ring, "ring input is read in place");
+        // SAFETY: the caller's guarantee.
+        unsafe { readv(&self.sock, iov) }
+    }
+
+    /// The ring this side reads, once its input moved there (`SHM_SWITCH`): read in
+    /// place ([`super::rx::RxBuf`]), then [`Link::after_ring_pass`].
+    pub(crate) fn ring_input(&self) -> Option<&Inbox> {
+        self.inbox.as_deref().filter(|_| self.reading_ring)
+    }
+
+    /// After a pass over the ring: rings the peer's bell if its writer waits for the
+    /// space the pass freed; after a pass that found nothing, looks (at most once per
+    /// [`PROBE_EVERY_NS`]) whether the peer is gone. `Ok(true)`: it is (what it
+    /// published before, if anything, is still to be read).
+    pub(crate) fn after_ring_pass(&mut self, wanted: bool, found: bool) -> Result<bool, Fault> {
         if wanted {
             // The peer's writer waits for this space: its inbox bell wakes it.
             if let Out::Ready(p) | Out::Switching(p, _) | Out::Ring(p) = &self.out {
@@ -282,17 +293,13 @@ impl Link {
                 count_doorbell(&self.dev);
             }
         }
-        if n > 0 {
-            return Ok(Some(n));
-        }
-        if self.now < self.next_probe {
-            return Ok(None);
+        if found || self.now < self.next_probe {
+            return Ok(false);
         }
         self.next_probe = self.now + PROBE_EVERY_NS;
         match peek(&self.sock) {
-            // Gone: but what it published before dying is still read first.
-            PeekResult::Eof => Ok(Some(ring_read(inbox, iov)?.0)),
-            PeekResult::Alive => Ok(None),
+            PeekResult::Eof => Ok(true),
+            PeekResult::Alive => Ok(false),
             // Bytes on TCP after SHM_SWITCH (or a socket error): not a valid peer.
             PeekResult::Broken => Err(Fault::Broken),
         }
@@ -478,17 +485,6 @@ fn count_doorbell(dev: &Option<Arc<Device>>) {
 
 /// Iovecs per ring write (as per `sendmsg` in `tx`).
 const MAX_IOV: usize = 64;
-
-fn ring_read(inbox: &Inbox, iov: &mut [libc::iovec]) -> Result<(usize, bool), Fault> {
-    let mut slices: [&mut [u8]; 17] = Default::default();
-    let k = iov.len().min(slices.len());
-    for (s, v) in slices.iter_mut().zip(iov[..k].iter()) {
-        // SAFETY: the caller of `Link::read` guarantees each iovec names live, writable
-        // memory, not aliased elsewhere for the call.
-        *s = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) };
-    }
-    inbox.read(&mut slices[..k]).map_err(|_| Fault::Broken)
-}
 
 enum PeekResult {
     Alive,

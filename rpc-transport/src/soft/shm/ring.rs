@@ -486,6 +486,30 @@ impl Inbox {
     /// whether the writer waits for the space they freed (ring its bell: see
     /// [`Producer::nudge`]).
     pub(crate) fn read(&self, bufs: &mut [&mut [u8]]) -> Result<(usize, bool), Corrupt> {
+        let (head, tail) = self.window()?;
+        let avail = tail.wrapping_sub(head);
+        let mut n = 0u64;
+        for b in bufs.iter_mut() {
+            let k = (b.len() as u64).min(avail - n) as usize;
+            if k == 0 {
+                break;
+            }
+            self.copy_at(head + n, &mut b[..k]);
+            n += k as u64;
+        }
+        if n == 0 {
+            // A jump with no bytes behind it is never published (the producer jumps
+            // only to write), so nothing to move here.
+            return Ok((0, false));
+        }
+        Ok((n as usize, self.consume_to(head + n)))
+    }
+
+    /// Starts a read: drains a bell that rang, and returns the readable bytes as
+    /// positions `[head, tail)` (`head` past a jump the producer made; at most
+    /// [`RING_BYTES`] apart, else the peer broke the ring), to be copied
+    /// with [`Inbox::copy_at`] and consumed with [`Inbox::consume_to`].
+    pub(crate) fn window(&self) -> Result<(u64, u64), Corrupt> {
         let rung = self.map.u32_at(OFF_RUNG);
         if rung.load(Ordering::Relaxed) != 0 && rung.swap(0, Ordering::AcqRel) != 0 {
             self.bell.drain();
@@ -497,32 +521,28 @@ impl Inbox {
         if jump > head && jump.wrapping_sub(head) <= tail.wrapping_sub(head) {
             head = jump;
         }
-        let mut avail = tail.wrapping_sub(head);
-        if avail > RING_BYTES as u64 {
+        if tail.wrapping_sub(head) > RING_BYTES as u64 {
             return Err(Corrupt);
         }
-        let mut n = 0u64;
-        for b in bufs.iter_mut() {
-            if avail == 0 {
-                break;
-            }
-            let k = (b.len() as u64).min(avail) as usize;
-            copy_out(&self.map, head + n, &mut b[..k]);
-            n += k as u64;
-            avail -= k as u64;
-        }
-        if n == 0 {
-            // A jump with no bytes behind it is never published (the producer jumps
-            // only to write), so nothing to move here.
-            return Ok((0, false));
-        }
-        self.head.store(head + n, Ordering::Relaxed);
-        self.map.u64_at(OFF_HEAD).store(head + n, Ordering::Release);
+        Ok((head, tail))
+    }
+
+    /// Copies the bytes at positions `at..at + out.len()`, inside the last
+    /// [`Inbox::window`] and not yet consumed.
+    pub(crate) fn copy_at(&self, at: u64, out: &mut [u8]) {
+        copy_out(&self.map, at, out);
+    }
+
+    /// Consumes every byte before position `to` (inside the last [`Inbox::window`]):
+    /// the producer may write there again. Returns whether it waits for that space
+    /// (ring its bell: see [`Producer::nudge`]).
+    pub(crate) fn consume_to(&self, to: u64) -> bool {
+        self.head.store(to, Ordering::Relaxed);
+        self.map.u64_at(OFF_HEAD).store(to, Ordering::Release);
         // The reader's half of the second Dekker handshake (see the module docs).
         fence(Ordering::SeqCst);
         let space = self.map.u32_at(OFF_SPACE);
-        let wanted = space.load(Ordering::Relaxed) != 0 && space.swap(0, Ordering::AcqRel) != 0;
-        Ok((n as usize, wanted))
+        space.load(Ordering::Relaxed) != 0 && space.swap(0, Ordering::AcqRel) != 0
     }
 
     /// The reader may sleep from now on: the producer's next publish rings the bell.
