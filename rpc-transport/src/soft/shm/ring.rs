@@ -258,6 +258,10 @@ pub(crate) struct Producer {
     jump: u64,
     /// End of the data area written since the last release (see `release_idle`).
     touched: usize,
+    /// Where the free space ended when the reader's `head` was last read: up to here
+    /// the producer writes without reading it again (its cache line moves to the
+    /// reader with every read the reader publishes).
+    free_to: u64,
     bell: EventFd,
 }
 
@@ -272,6 +276,7 @@ impl Producer {
             rang: false,
             jump: 0,
             touched: 0,
+            free_to: 0,
             bell,
         })
     }
@@ -296,12 +301,17 @@ impl Producer {
         let mut n = 0;
         let mut asked = false;
         loop {
-            let head = self.head();
-            let used = (self.tail + n as u64).wrapping_sub(head);
-            if used > RING_BYTES as u64 {
-                return Err(Corrupt);
+            let end = self.tail + n as u64;
+            let mut free = self.free_to.saturating_sub(end) as usize;
+            if free < want - n {
+                let head = self.head();
+                let used = end.wrapping_sub(head);
+                if used > RING_BYTES as u64 {
+                    return Err(Corrupt);
+                }
+                self.free_to = head + RING_BYTES as u64;
+                free = RING_BYTES - used as usize;
             }
-            let free = RING_BYTES - used as usize;
             let k = (want - n).min(free);
             self.copy_from(bufs, n, k);
             n += k;
