@@ -160,9 +160,7 @@ impl RxBuf {
                     c.left -= have;
                 }
                 if c.left == 0 {
-                    let c = self.cur.take().expect("checked above");
-                    self.sink.clear();
-                    h.end(&c.head)?;
+                    self.finish(h)?;
                     continue;
                 }
                 if drained {
@@ -201,8 +199,6 @@ impl RxBuf {
                     }
                     Ok(Some((head, used))) => {
                         self.start += used;
-                        self.sink.clear();
-                        h.head(&head, &mut self.sink)?;
                         // Heads without payload (ACKs, Read requests) interleave with
                         // bulk data and say nothing about the next payload's size.
                         if head.len as usize >= DIRECT_MIN {
@@ -210,13 +206,7 @@ impl RxBuf {
                         } else if head.len > 0 {
                             self.bulk = false;
                         }
-                        if head.len == 0 {
-                            self.sink.clear();
-                            h.end(&head)?;
-                        } else {
-                            let left = head.len as usize;
-                            self.cur = Some(Current { head, left });
-                        }
+                        self.begin(head, h)?;
                         continue;
                     }
                     Ok(None) => {}
@@ -241,6 +231,28 @@ impl RxBuf {
                 }
             }
         }
+    }
+
+    /// Hands a decoded head to the handler, which says where its payload goes; the
+    /// frame is current until its payload has all arrived, and one without payload
+    /// ends at once.
+    fn begin(&mut self, head: Head, h: &mut impl Handler) -> Result<(), super::Fault> {
+        self.sink.clear();
+        h.head(&head, &mut self.sink)?;
+        if head.len == 0 {
+            self.sink.clear();
+            return h.end(&head);
+        }
+        let left = head.len as usize;
+        self.cur = Some(Current { head, left });
+        Ok(())
+    }
+
+    /// The current frame's payload has all arrived.
+    fn finish(&mut self, h: &mut impl Handler) -> Result<(), super::Fault> {
+        let c = self.cur.take().expect("a frame is current");
+        self.sink.clear();
+        h.end(&c.head)
     }
 
     /// [`RxBuf::receive`] on a ring: heads are copied out of the ring one at a time
@@ -271,9 +283,7 @@ impl RxBuf {
                     if c.left > 0 {
                         break Stop::Drained;
                     }
-                    let c = self.cur.take().expect("checked above");
-                    self.sink.clear();
-                    h.end(&c.head)?;
+                    self.finish(h)?;
                     continue;
                 }
                 if at == tail {
@@ -293,15 +303,7 @@ impl RxBuf {
                     // `SHM_SWITCH` in the ring is the handler's to refuse.
                     Ok(Some((head, used))) => {
                         at += used as u64;
-                        self.sink.clear();
-                        h.head(&head, &mut self.sink)?;
-                        if head.len == 0 {
-                            self.sink.clear();
-                            h.end(&head)?;
-                        } else {
-                            let left = head.len as usize;
-                            self.cur = Some(Current { head, left });
-                        }
+                        self.begin(head, h)?;
                     }
                     Ok(None) => break Stop::Drained,
                     Err(e) => {
