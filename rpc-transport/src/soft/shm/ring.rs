@@ -20,7 +20,12 @@
 //! Ordering: the producer copies bytes in, then stores `tail` with Release; the
 //! consumer loads `tail` with Acquire before copying them out, then stores `head` with
 //! Release; the producer loads `head` with Acquire before reusing that space. So a byte
-//! is never read before it is written, nor overwritten before it is read.
+//! is never read before it is written, nor overwritten before it is read. The
+//! producer loads `head` only when the free space it saw at its last load runs out:
+//! the reader writes that line on every read, and a load per message moved it between
+//! the cores once per message, on the critical path (measured: 32 B echo p50 2.7-2.8
+//! -> 2.5-2.6 µs). The reader publishes `head` once per read pass, however many
+//! frames the pass took.
 //!
 //! Wake-ups (no system call while both sides poll): a reader about to sleep stores
 //! `waiting = 1`, issues a SeqCst fence, and looks at `tail` once more; the producer
