@@ -13,6 +13,12 @@ use crate::{AsyncEvent, Gid, GlobalRoute, SendOp, WcStatus};
 /// `HELLO` names a listener of the test's, the handshake answered, and `SHM_SWITCH`
 /// sent. Returns the ring `a` now reads (and the socket, which must stay open).
 fn fake_shm_peer(a: &Side) -> (Producer, TcpStream) {
+    fake_shm_peer_with(a, false)
+}
+
+/// [`fake_shm_peer`]; with `direct`, the fake peer offers this process's probe word,
+/// so `a` may copy into and out of it (the peer's pid is this process's own).
+fn fake_shm_peer_with(a: &Side, direct: bool) -> (Producer, TcpStream) {
     // A made-up peer that sorts above `a` (larger GID), so `a` waits for it to connect.
     let fake = Gid::soft(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 65535));
     let ah = AhAttr {
@@ -48,7 +54,7 @@ fn fake_shm_peer(a: &Side) -> (Producer, TcpStream) {
         assert!(Instant::now() < deadline, "the QP never offered its ring");
     };
     assert_eq!((req.dst_qpn, req.src_qpn), (5, a.qp.qp_num()));
-    let (to_a, _our_inbox, _) = req.answer(false).unwrap();
+    let (to_a, _our_inbox, _) = req.answer(direct).unwrap();
     let mut switch = Vec::new();
     wire::encode(&mut switch, 0, 0, 0, &Body::ShmSwitch, 0);
     s.write_all(&switch).unwrap();
@@ -88,6 +94,28 @@ fn lying_ring_index_moves_qp_to_err() {
     let (mut to_a, _s) = fake_shm_peer(&a);
     to_a.poke_tail(u64::MAX / 2);
     wait_err(&a);
+}
+
+/// A lent Send naming memory the peer does not have (here an unmapped page) is a
+/// broken peer: the QP moves to ERR, counted as malformed, and the receive it would
+/// have filled is untouched.
+#[test]
+fn a_loan_of_memory_the_peer_does_not_have_moves_qp_to_err() {
+    let a = side(QpType::Rc);
+    let (mut to_a, _s) = fake_shm_peer_with(&a, true);
+    a.mr.write(0, &[0xee; 4096]);
+    post_recv(&a, 1, 0, 4096);
+    let lent = wire::Lent {
+        src: 4096,
+        len: 2048,
+    };
+    let mut frame = Vec::new();
+    let flags = wire::FIRST | wire::LAST;
+    wire::encode(&mut frame, flags, 0, 0, &Body::SendLent { imm: 0, lent }, 0);
+    to_a.write(&[&frame]).unwrap();
+    wait_err(&a);
+    assert_eq!(a.dev.soft_stats().unwrap().rc_frames_malformed, 1);
+    assert!(a.mr.to_vec(0, 4096).iter().all(|&b| b == 0xee));
 }
 
 /// A second `SHM_SWITCH` (from the ring) is a protocol error, not a panic.
