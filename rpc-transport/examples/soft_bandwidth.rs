@@ -1,5 +1,6 @@
-//! Streaming bandwidth: 1 MiB RDMA Writes (16 in flight) between two soft devices in
-//! two threads, next to a raw TCP stream over loopback measured in the same run.
+//! Streaming bandwidth: 1 MiB RDMA Writes, then 1 MiB Sends (16 in flight) between two
+//! soft devices in two threads, next to a raw TCP stream over loopback measured in the
+//! same run.
 //!
 //! `cargo run --release -p rpc-transport --example soft_bandwidth [total_MiB]`
 
@@ -10,13 +11,21 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use rpc_transport::{
-    AccessFlags, Device, QpInitAttr, QpType, RemoteMr, SendOp, SendWr, SoftConfig, WorkCompletion,
+    AccessFlags, Device, QpInitAttr, QpType, RecvWr, RemoteMr, SendOp, SendWr, SoftConfig,
+    WorkCompletion,
 };
 
 const MSG: usize = 1 << 20;
 const DEPTH: usize = 16;
 
-fn soft(total: usize) -> f64 {
+/// Sends (into receives the target reposts as they complete) rather than Writes.
+#[derive(Clone, Copy)]
+enum Op {
+    Write,
+    Send,
+}
+
+fn soft(total: usize, kind: Op) -> f64 {
     let open = || {
         let dev = Device::open_soft(SoftConfig::default()).unwrap();
         let pd = dev.alloc_pd().unwrap();
@@ -38,9 +47,27 @@ fn soft(total: usize) -> f64 {
             .unwrap();
         let peer = ep_rx.recv().unwrap();
         qp.connect_rc(&peer, 0, AccessFlags::all()).unwrap();
-        // The target polls only to drive progress (no completions arrive for Writes).
+        let post_recv = |slot: u64| {
+            let sge = [mr.sge(slot as usize * MSG, MSG as u32)];
+            let wr = RecvWr {
+                wr_id: slot,
+                sg_list: &sge,
+            };
+            // SAFETY: the MR outlives the QP's use of it; its bytes are never read.
+            unsafe { qp.post_recv(&[wr]) }.unwrap();
+        };
+        if let Op::Send = kind {
+            (0..DEPTH as u64).for_each(post_recv);
+        }
+        // Writes bring no completions here: the target polls to drive progress, and
+        // reposts the receive of each Send that arrived.
+        let mut wc = [WorkCompletion::default(); 16];
         while !done2.load(Ordering::Relaxed) {
-            let _ = cq.poll(&mut []);
+            let n = cq.poll(&mut wc).unwrap();
+            for w in &wc[..n] {
+                assert!(w.is_ok(), "{w:?}");
+                post_recv(w.wr_id);
+            }
         }
     });
     let (_dev, pd, cq, qp) = open();
@@ -54,9 +81,12 @@ fn soft(total: usize) -> f64 {
     let start = Instant::now();
     while completed < total {
         while posted < total && posted - completed < DEPTH {
-            let op = SendOp::RdmaWrite {
-                remote_addr: remote.addr + ((posted % DEPTH) * MSG) as u64,
-                rkey: remote.rkey,
+            let op = match kind {
+                Op::Write => SendOp::RdmaWrite {
+                    remote_addr: remote.addr + ((posted % DEPTH) * MSG) as u64,
+                    rkey: remote.rkey,
+                },
+                Op::Send => SendOp::Send,
             };
             // SAFETY: the MR outlives the transfer and is not written meanwhile.
             unsafe { qp.post_send(&[SendWr::new(posted as u64, op, &sge)]) }.unwrap();
@@ -107,6 +137,10 @@ fn main() {
         .map(|s| s.parse().unwrap())
         .unwrap_or(2048);
     println!("raw TCP stream          {:6.2} GB/s", raw_tcp(total));
-    println!("soft RC 1 MiB Writes    {:6.2} GB/s", soft(total));
+    println!(
+        "soft RC 1 MiB Writes    {:6.2} GB/s",
+        soft(total, Op::Write)
+    );
+    println!("soft RC 1 MiB Sends     {:6.2} GB/s", soft(total, Op::Send));
     println!("raw TCP stream          {:6.2} GB/s", raw_tcp(total));
 }
