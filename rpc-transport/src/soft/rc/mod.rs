@@ -147,11 +147,8 @@ pub(crate) struct RcProtocol {
     offer_place: bool,
     /// Destinations so offered, held until the peer is done with them.
     pub(crate) placing: placed::Placing,
-    /// Send and Write segments beyond a ring chunk lend their bytes for the peer to
-    /// take itself (as `offer_place`, and the peer did not refuse a loan).
-    lend: bool,
     /// The peer answered a loan with `NAK(send the bytes)`: this connection lends no
-    /// more.
+    /// more ([`RcProtocol::lends`]).
     lend_refused: bool,
     /// Sources so lent, held until their message is acknowledged.
     pub(crate) lending: placed::Placing,
@@ -163,6 +160,13 @@ pub(crate) struct RcProtocol {
 }
 
 impl RcProtocol {
+    /// Whether Send and Write segments beyond a ring chunk lend their bytes for the
+    /// peer to take itself: where Reads offer their destination, unless the peer
+    /// refused a loan.
+    fn lends(&self) -> bool {
+        self.offer_place && !self.lend_refused
+    }
+
     pub(crate) fn begin_sending(&mut self, sq_psn: u32, now: u64) {
         self.next_seq = sq_psn;
         self.acked = sq_psn;
@@ -250,7 +254,6 @@ impl RcConn {
                 budget_cut: false,
                 offer_place: false,
                 placing: placed::Placing::default(),
-                lend: false,
                 lend_refused: false,
                 lending: placed::Placing::default(),
                 resend: false,
@@ -539,7 +542,6 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
         return err_state(sock, rx, tx, st, read);
     }
     st.offer_place = qp.dev.direct && !sock.output_on_tcp();
-    st.lend = st.offer_place && !st.lend_refused;
     st.taken = 0;
     let direct = sock.take_direct();
     let mut cx = FrameContext {
@@ -618,8 +620,7 @@ struct ErrDrain<'a> {
 
 impl rx::Handler for ErrDrain<'_> {
     fn head(&mut self, h: &Head, _into: &mut Pieces) -> Result<(), Fault> {
-        self.lending
-            .release_through(h.ack.wrapping_sub(1) & wire::SEQ_MASK);
+        self.lending.release_acked(h.ack);
         match h.body {
             Body::Send { .. }
             | Body::Write { .. }

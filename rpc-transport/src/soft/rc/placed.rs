@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use crate::mr_buffer::MrBuffer;
 
-use super::super::wire::seq_lt;
+use super::super::wire::{seq_lt, SEQ_MASK};
 
 /// Buffers held, by message sequence number, oldest first.
 #[derive(Default)]
@@ -57,6 +57,12 @@ impl Placing {
         {
             self.held.pop_front();
         }
+    }
+
+    /// The peer acknowledged every message before `ack` (a cumulative ACK): it has
+    /// executed them, so it took their lent bytes.
+    pub(crate) fn release_acked(&mut self, ack: u32) {
+        self.release_through(ack.wrapping_sub(1) & SEQ_MASK);
     }
 
     /// The peer will touch none of them any more.

@@ -27,10 +27,7 @@ pub(super) fn on_ack(cx: &mut FrameContext<'_>, ack: u32) {
     if seq_lt(cx.st.acked, ack) && !seq_lt(cx.st.next_seq, ack) {
         cx.st.acked = ack;
         cx.st.rnr_count = 0;
-        // The peer has executed every message before `ack`: it took their lent bytes.
-        cx.st
-            .lending
-            .release_through(ack.wrapping_sub(1) & SEQ_MASK);
+        cx.st.lending.release_acked(ack);
     }
 }
 
@@ -74,7 +71,6 @@ pub(super) fn on_nak(cx: &mut FrameContext<'_>, seq: u32, nak: Nak) {
             // The peer may not take bytes from this process: the message again, with
             // its bytes, at once; and no more loans on this connection.
             cx.st.lend_refused = true;
-            cx.st.lend = false;
             rewind(cx, i);
             return;
         }
@@ -422,7 +418,7 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
         // below about 32 KiB (measured with lending from 4 KiB on, rpc-bench echo x 16,
         // three rounds: CPU per call 8 KiB 10.9-13.1 -> 15.0-18.5 µs, 16 KiB 19.3-27.8
         // -> 29.1-39.8 µs; 32 KiB 29.5-35.8 -> 28.9-31.1 µs).
-        let lent = if cx.st.lend && !w.inline && w.len > CHUNK as u64 {
+        let lent = if cx.st.lends() && !w.inline && w.len > CHUNK as u64 {
             lendable(cx, &w)
         } else {
             None

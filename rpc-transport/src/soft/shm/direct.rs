@@ -131,43 +131,7 @@ impl PeerWriter {
     /// `rc::responder`): one `process_vm_readv` per pass of the kernel. A refusal marks
     /// this side unusable, as for a write.
     pub(crate) fn read_into(&self, into: &mut Pieces, src: u64) -> Result<(), WriteError> {
-        if self.exited() {
-            return Err(WriteError::Gone);
-        }
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; MAX_SGE];
-        let mut at = src;
-        while !into.is_discard() {
-            let k = into.iovecs(&mut iov);
-            let remote = libc::iovec {
-                iov_base: at as *mut libc::c_void,
-                iov_len: into.left(),
-            };
-            // SAFETY: each local iovec names a checked range of registered memory that
-            // `into` keeps alive; the kernel checks `remote` against the peer's
-            // mappings and reads nothing of this process.
-            let n =
-                unsafe { libc::process_vm_readv(self.pid, iov.as_ptr(), k as _, &remote, 1, 0) };
-            match n {
-                0 => return Err(WriteError::BadAddress),
-                n if n > 0 => {
-                    into.advance(n as usize);
-                    at += n as u64;
-                }
-                _ => match refusal(io::Error::last_os_error()) {
-                    None => continue,
-                    Some(e) => {
-                        if e == WriteError::Denied {
-                            self.denied.store(true, Ordering::Relaxed);
-                        }
-                        return Err(e);
-                    }
-                },
-            }
-        }
-        Ok(())
+        self.guarded(|pid| read_range(pid, into, src))
     }
 
     /// Copies `len` bytes at `src` to the peer's address `dst`, whole; `split`: with a
@@ -183,22 +147,67 @@ impl PeerWriter {
         dst: u64,
         split: bool,
     ) -> Result<(), WriteError> {
+        self.guarded(|pid| {
+            // SAFETY: the caller's guarantee.
+            unsafe {
+                if split {
+                    super::split_copy::write(pid, src, len, dst)
+                } else {
+                    write_range(pid, src, len, dst)
+                }
+            }
+        })
+    }
+
+    /// Runs one copy to or from the peer: none once it has exited, and a refusal marks
+    /// this side unusable (the caller falls back to the ring).
+    fn guarded(
+        &self,
+        copy: impl FnOnce(libc::pid_t) -> Result<(), WriteError>,
+    ) -> Result<(), WriteError> {
         if self.exited() {
             return Err(WriteError::Gone);
         }
-        // SAFETY: the caller's guarantee.
-        let r = unsafe {
-            if split {
-                super::split_copy::write(self.pid, src, len, dst)
-            } else {
-                write_range(self.pid, src, len, dst)
-            }
-        };
+        let r = copy(self.pid);
         if r == Err(WriteError::Denied) {
             self.denied.store(true, Ordering::Relaxed);
         }
         r
     }
+}
+
+/// Copies process `pid`'s bytes at `src` into `into` until it is full, in as many
+/// `process_vm_readv` calls as the kernel needs.
+fn read_range(pid: libc::pid_t, into: &mut Pieces, src: u64) -> Result<(), WriteError> {
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_SGE];
+    let mut at = src;
+    while !into.is_discard() {
+        let k = into.iovecs(&mut iov);
+        let remote = libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: into.left(),
+        };
+        // SAFETY: each local iovec names a checked range of registered memory that
+        // `into` keeps alive; the kernel checks `remote` against the peer's mappings
+        // and reads nothing of this process.
+        let n = unsafe { libc::process_vm_readv(pid, iov.as_ptr(), k as _, &remote, 1, 0) };
+        match n {
+            0 => return Err(WriteError::BadAddress),
+            n if n > 0 => {
+                into.advance(n as usize);
+                at += n as u64;
+            }
+            _ => {
+                if let Some(e) = refusal(io::Error::last_os_error()) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Copies `len` bytes at `src` into process `pid` at `dst`, whole, in as many
