@@ -296,20 +296,26 @@ mod tests {
     use super::*;
     use crate::soft::tests::pattern;
 
+    /// Split-copies `len` bytes of `pattern(len, seed)` into a fresh buffer of this
+    /// process; whether they arrived byte for byte.
+    fn lands_whole(len: usize, seed: u32) -> bool {
+        let me = std::process::id() as libc::pid_t;
+        let src = pattern(len, seed);
+        let mut dst = vec![0u8; len];
+        // SAFETY: `src` is live and readable for the call.
+        unsafe { write(me, src.as_ptr(), len, dst.as_mut_ptr() as u64) }.unwrap();
+        dst == src
+    }
+
     /// Copies land byte for byte, whatever their length's
     /// remainder to a piece, and one after another (the assistant is reused).
     #[test]
     fn split_copies_land_whole() {
-        let me = std::process::id() as libc::pid_t;
         for (k, len) in [PIECE, PIECE + 1, 4 << 20, (3 << 20) + 4093]
             .into_iter()
             .enumerate()
         {
-            let src = pattern(len, k as u32);
-            let mut dst = vec![0u8; len];
-            // SAFETY: `src` is live and readable for the call.
-            unsafe { write(me, src.as_ptr(), len, dst.as_mut_ptr() as u64) }.unwrap();
-            assert!(dst == src, "copy of {len} bytes differs");
+            assert!(lands_whole(len, k as u32), "copy of {len} bytes differs");
         }
     }
 
@@ -317,17 +323,13 @@ mod tests {
     /// alone, and every destination gets exactly its source.
     #[test]
     fn concurrent_copies_do_not_mix() {
-        let me = std::process::id() as libc::pid_t;
         std::thread::scope(|s| {
             for t in 0..4u32 {
                 s.spawn(move || {
                     for round in 0..8u32 {
                         let len = (1 << 20) + (t * 4096 + round) as usize;
-                        let src = pattern(len, t * 100 + round);
-                        let mut dst = vec![0u8; len];
-                        // SAFETY: `src` is live and readable for the call.
-                        unsafe { write(me, src.as_ptr(), len, dst.as_mut_ptr() as u64) }.unwrap();
-                        assert!(dst == src, "thread {t} round {round} differs");
+                        let whole = lands_whole(len, t * 100 + round);
+                        assert!(whole, "thread {t} round {round} differs");
                     }
                 });
             }

@@ -169,7 +169,12 @@ fn wait(cq: &CompletionQueue, others: &[&CompletionQueue]) -> WorkCompletion {
 }
 
 fn post_recv(s: &Side, wr_id: u64, off: usize, len: u32) {
-    let sge = [s.mr.sge(off, len)];
+    post_recv_into(s, &s.mr, wr_id, off, len);
+}
+
+/// Posts a receive of `len` bytes at `off` of `mr` on `s`.
+fn post_recv_into(s: &Side, mr: &MemoryRegion, wr_id: u64, off: usize, len: u32) {
+    let sge = [mr.sge(off, len)];
     // SAFETY: the MR outlives the test and is not touched until completion.
     unsafe {
         s.qp.post_recv(&[RecvWr {
@@ -178,6 +183,15 @@ fn post_recv(s: &Side, wr_id: u64, off: usize, len: u32) {
         }])
     }
     .unwrap();
+}
+
+/// A small Send from `a` still reaches `b` (after bulk traffic, say).
+fn small_send_flows(a: &Side, b: &Side) {
+    post_recv(b, 1, 0, 64);
+    a.mr.write(0, b"after it");
+    post(a, SendWr::new(2, crate::SendOp::Send, &[a.mr.sge(0, 8)]));
+    assert_eq!(wait(&b.cq, &[&a.cq]).status, crate::WcStatus::Success);
+    assert_eq!(b.mr.to_vec(0, 8), b"after it");
 }
 
 fn post(s: &Side, wr: SendWr<'_>) {

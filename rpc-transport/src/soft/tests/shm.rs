@@ -413,13 +413,7 @@ fn messages_queued_in_the_ring_arrive_whole_and_in_order() {
     src.write(0, &data);
     let mut off = 0;
     for (i, &len) in sizes.iter().enumerate() {
-        let sge = [dst.sge(off, len as u32)];
-        let wr = RecvWr {
-            wr_id: i as u64,
-            sg_list: &sge,
-        };
-        // SAFETY: `dst` outlives the test and is read only after the completions.
-        unsafe { b.qp.post_recv(&[wr]) }.unwrap();
+        post_recv_into(&b, &dst, i as u64, off, len as u32);
         post(
             &a,
             SendWr::new(i as u64, SendOp::Send, &[src.sge(off, len as u32)]),
