@@ -232,16 +232,29 @@ impl Link {
         }
         match &mut self.out {
             Out::Ring(p) => {
-                let mut slices: [&[u8]; MAX_IOV] = [&[]; MAX_IOV];
-                let k = iov.len().min(MAX_IOV);
-                for (s, v) in slices.iter_mut().zip(&iov[..k]) {
-                    // SAFETY: the caller guarantees each iovec names live, readable memory.
-                    *s = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
-                }
-                let n = if ring {
-                    p.write(&slices[..k])
+                // SAFETY: the caller guarantees each iovec names live, readable memory.
+                let slice = |v: &libc::iovec| unsafe {
+                    std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len)
+                };
+                // One iovec (every small frame) builds one slice, not an array of
+                // `MAX_IOV` (a kilobyte of stores per write).
+                let one: [&[u8]; 1];
+                let mut many: [&[u8]; MAX_IOV];
+                let slices: &[&[u8]] = if let [v] = iov {
+                    one = [slice(v)];
+                    &one
                 } else {
-                    p.write_quiet(&slices[..k])
+                    many = [&[]; MAX_IOV];
+                    let k = iov.len().min(MAX_IOV);
+                    for (s, v) in many.iter_mut().zip(&iov[..k]) {
+                        *s = slice(v);
+                    }
+                    &many[..k]
+                };
+                let n = if ring {
+                    p.write(slices)
+                } else {
+                    p.write_quiet(slices)
                 };
                 let n = n.map_err(|_| {
                     io::Error::new(io::ErrorKind::InvalidData, "peer broke the ring")
