@@ -67,22 +67,41 @@ impl Served {
 /// Runs one call's handler: through the server's layers (if any) to its route,
 /// bounded by the call's deadline and by the server's timeout (counted from the
 /// handler's start), a panic turned into `INTERNAL`.
+///
+/// A server without layers or `trace_fn` (the common case) keeps only the route's
+/// boxed future (and the timer, with a deadline) across its waits. Everything the
+/// general path holds (the call until its layers take it, a span) made every call's
+/// future about four times larger, and a call's future is moved into its box and
+/// through its wrappers whole, several times per call.
 pub(crate) async fn run_handler(
     served: &Served,
     call: Result<ServerCall, Status>,
     timeout: Option<Duration>,
 ) -> Result<ServerReply, Status> {
-    // Decided before `work` is made: it is then moved straight into its place.
     let timeout = match (timeout, served.timeout) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    let call = call?;
+    if served.stack.is_some() || served.trace.is_some() {
+        return Box::pin(run_layered(served, call, timeout)).await;
+    }
+    // The route's `call` runs here (a generated server decodes the request in it):
+    // a panic in it is the handler's too.
+    let Ok(route) = std::panic::catch_unwind(AssertUnwindSafe(|| served.routes.route(call))) else {
+        return Err(panicked());
+    };
+    bounded(AssertUnwindSafe(route).catch_unwind(), timeout).await
+}
+
+/// [`run_handler`] through the server's layers, or in its `trace_fn`'s span.
+async fn run_layered(
+    served: &Served,
+    call: ServerCall,
+    timeout: Option<Duration>,
+) -> Result<ServerReply, Status> {
     let work = async move {
-        let call = call?;
         let span = served.trace.as_ref().map(|t| t.span(&call));
-        // Without layers, the route's own future, as before layers existed (no
-        // `Routes` future around it); with layers, the stack (which ends in the
-        // routes) takes the call.
         let route = async {
             match &served.stack {
                 None => served.routes.route(call).await,
@@ -94,7 +113,14 @@ pub(crate) async fn run_handler(
             Some(span) => tracing::Instrument::instrument(route, span).await,
         }
     };
-    let work = AssertUnwindSafe(work).catch_unwind();
+    bounded(AssertUnwindSafe(work).catch_unwind(), timeout).await
+}
+
+/// `work` (a handler with its panics caught) within `timeout`.
+async fn bounded<F>(work: F, timeout: Option<Duration>) -> Result<ServerReply, Status>
+where
+    F: Future<Output = std::thread::Result<Result<ServerReply, Status>>>,
+{
     let result = match timeout {
         Some(t) => match tokio::time::timeout(t, work).await {
             Ok(r) => r,
@@ -104,7 +130,11 @@ pub(crate) async fn run_handler(
         },
         None => work.await,
     };
-    result.unwrap_or_else(|_| Err(Status::internal("the handler panicked")))
+    result.unwrap_or_else(|_| Err(panicked()))
+}
+
+fn panicked() -> Status {
+    Status::internal("the handler panicked")
 }
 
 /// [`run_handler`] after a permit of the connection's concurrency `limit`, waited
