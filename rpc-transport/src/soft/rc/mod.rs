@@ -449,7 +449,10 @@ pub(crate) fn output_ready(g: &Inner) -> bool {
 /// Progress right after a post: send what was posted, without reading. Returns
 /// whether the QP wants another visit.
 pub(crate) fn kick(qp: &Qp, g: &mut Inner, now: u64) -> bool {
-    let r = drive(qp, g, now, false, WRITE_PER_POLL);
+    let r = match send_posted(qp, g, now) {
+        Some(r) => r,
+        None => drive(qp, g, now, false, WRITE_PER_POLL),
+    };
     let needs = finish(qp, g, r);
     if needs {
         qp.defer();
@@ -482,6 +485,72 @@ fn finish(qp: &Qp, g: &mut Inner, r: (Result<(), Fault>, bool)) -> bool {
             true
         }
     }
+}
+
+/// The post's pass when that is all there is to do: on a shared-memory ring (no
+/// handshake or switch under way), in RTS with nothing queued (no output waiting,
+/// no response to send, no RNR wait, no pass cut short by its budget), and only
+/// messages a ring chunk holds posted (no lending, which the full pass sets up).
+/// The requester encodes them, with the ACK this side owes, and the ring takes
+/// them; the rest of a pass (completions, timers, the responder, the peer's watch)
+/// waits for the next poll, which a post would not have found to do anyway.
+/// `None`: not such a post; run the whole pass.
+///
+/// A small call's post is half of its side's progress passes, and this one costs
+/// about half of a whole pass.
+fn send_posted(qp: &Qp, g: &mut Inner, now: u64) -> Option<(Result<(), Fault>, bool)> {
+    let Inner {
+        state,
+        attr,
+        sq,
+        rq,
+        rc,
+        ..
+    } = g;
+    let rc = rc.as_mut()?;
+    let RcConn { link, tx, st, .. } = rc;
+    let sock = link.as_mut()?;
+    let plain = *state == QpState::Rts
+        && !sock.output_on_tcp()
+        && tx.is_empty()
+        && st.resps.is_empty()
+        && st.rnr_until.is_none()
+        && !st.halted
+        && !st.budget_cut
+        && (sq.tx..sq.len()).all(|i| sq.get(i).len <= tx::CHUNK as u64);
+    if !plain {
+        return None;
+    }
+    // As the whole pass sets it for a link on rings.
+    st.offer_place = qp.dev.direct;
+    let mut cx = FrameContext {
+        qp,
+        state: *state,
+        attr,
+        sq,
+        rq,
+        st,
+        tx,
+        now,
+        peer: None,
+    };
+    requester::pump(&mut cx);
+    if cx.tx.flush(sock).is_err() {
+        return Some((Err(Fault::Broken), false));
+    }
+    if cx.st.halted {
+        // Sending failed a WQE locally (a bad lkey): it completes in order now.
+        if let Err(f) = requester::complete(&mut cx) {
+            return Some((Err(f), false));
+        }
+    }
+    if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
+        cx.st.owed_since = Some(now);
+    }
+    let needs = !cx.tx.is_empty()
+        || cx.st.acked_out != cx.st.expected
+        || (cx.sq.tx < cx.sq.len() && !cx.st.halted);
+    Some((Ok(()), needs))
 }
 
 fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result<(), Fault>, bool) {
