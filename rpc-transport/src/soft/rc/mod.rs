@@ -41,7 +41,7 @@ use crate::wc::WcStatus;
 use super::device::bump;
 use super::helper;
 use super::pieces::Pieces;
-use super::qp::wqe::{RecvWqe, SendQueue};
+use super::qp::wqe::{RecvWqe, SendQueue, TxState};
 use super::qp::{Attrs, Inner, Qp};
 use super::shm::PeerWriter;
 use super::wire::{self, Body, Head, Nak, WireError};
@@ -517,7 +517,11 @@ fn send_posted(qp: &Qp, g: &mut Inner, now: u64) -> Option<(Result<(), Fault>, b
         && st.rnr_until.is_none()
         && !st.halted
         && !st.budget_cut
-        && (sq.tx..sq.len()).all(|i| sq.get(i).len <= tx::CHUNK as u64);
+        && (sq.tx..sq.len()).all(|i| {
+            let w = sq.get(i);
+            // Binds and invalidations finish at post and complete in a whole pass.
+            w.len <= tx::CHUNK as u64 && w.state == TxState::Pending
+        });
     if !plain {
         return None;
     }
