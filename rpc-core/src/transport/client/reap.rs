@@ -46,7 +46,7 @@ use super::conn::Conn;
 use super::link::Link;
 use crate::client::IncomingReply;
 use crate::status::Status;
-use crate::transport::completion::{yield_stealable, CompletionMode};
+use crate::transport::completion::{yield_stealable, CompletionMode, POLLS_PER_YIELD};
 
 /// Where a caller's reply arrives.
 pub(super) type ReplyReceiver = oneshot::Receiver<Result<IncomingReply, Status>>;
@@ -81,6 +81,7 @@ pub(super) async fn reap_until_reply<L: Link>(
         }
     };
     let mut spinning_since = None;
+    let mut polls = 0u32;
     if spins {
         loop {
             // Not `poll`: a registered waker would make the reply's delivery (by this
@@ -100,6 +101,11 @@ pub(super) async fn reap_until_reply<L: Link>(
                 None => kick_once(),
             }
             let since = *spinning_since.get_or_insert_with(Instant::now);
+            polls = polls.wrapping_add(1);
+            if !polls.is_multiple_of(POLLS_PER_YIELD) {
+                std::hint::spin_loop();
+                continue;
+            }
             if spin.is_some_and(|d| since.elapsed() >= d) {
                 break;
             }
