@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use prost::Message;
+use rpc_transport::msg::PooledRegion;
 use tokio::sync::oneshot;
 use tower::{Service, ServiceExt};
 
@@ -17,6 +18,7 @@ use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::CallHead;
 use crate::server::BoxFuture;
 use crate::status::Status;
+use crate::transport::encode_off::{encode_on_blocking_pool, HAND_OFF_ENCODING_FROM};
 use crate::transport::endpoint::Endpoint;
 
 /// A client channel over transport `L`: cheap to clone (clones share the
@@ -203,22 +205,72 @@ impl<L: Dial> LinkChannel<L> {
                 return Box::pin(async move { Err(s) });
             }
             Some(Ok((mut ticket, len))) => match ticket.try_take() {
-                Some(r) => Some(r.map(|region| Lend::Region { region, len })),
+                Some(Ok(region)) if len >= HAND_OFF_ENCODING_FROM => {
+                    let mut this = self.clone();
+                    return Box::pin(async move {
+                        let parked = Parked(Some(conn));
+                        this.encode_then_begin(parked, call, Ok(region), len, retry)
+                            .await
+                    });
+                }
+                Some(r) => Some(r.map(|region| Lend::Region {
+                    region,
+                    len,
+                    encoded: false,
+                })),
                 None => {
                     // Regions come back when their windows' invalidations are
                     // reaped (`lend_windows`): someone must reap them.
                     conn.driver_reaps();
                     let mut this = self.clone();
                     return Box::pin(async move {
-                        let mut parked = Parked(Some(conn));
-                        let region = ticket.await.map(|region| Lend::Region { region, len });
-                        let conn = parked.0.take().expect("held until the region came");
-                        this.begin(conn, call, Some(region), retry).await
+                        let parked = Parked(Some(conn));
+                        let region = ticket.await;
+                        this.encode_then_begin(parked, call, region, len, retry)
+                            .await
                     });
                 }
             },
         };
         self.begin(conn, call, region, retry)
+    }
+
+    /// Starts a call whose body goes in `region`, once it came: a large body is
+    /// encoded on the blocking pool first (`transport::encode_off`), so that the
+    /// copy holds no other task of this worker; a smaller one by `Conn::start`.
+    async fn encode_then_begin<M>(
+        &mut self,
+        mut parked: Parked<L>,
+        call: OutgoingCall<M>,
+        region: rpc_transport::Result<PooledRegion>,
+        len: usize,
+        retry: bool,
+    ) -> Result<IncomingReply, Status>
+    where
+        M: Message + Send + 'static,
+    {
+        let (call, region) = match region {
+            Ok(region) if len >= HAND_OFF_ENCODING_FROM => {
+                // The reservation stays parked meanwhile: an error returns it.
+                let (call, region) = encode_on_blocking_pool(call, region, len).await?;
+                let lend = Lend::Region {
+                    region,
+                    len,
+                    encoded: true,
+                };
+                (call, Ok(lend))
+            }
+            r => (
+                call,
+                r.map(|region| Lend::Region {
+                    region,
+                    len,
+                    encoded: false,
+                }),
+            ),
+        };
+        let conn = parked.0.take().expect("held until the body was ready");
+        self.begin(conn, call, Some(region), retry).await
     }
 
     /// Starts the call on the reserved `conn` (with its body's region, or the

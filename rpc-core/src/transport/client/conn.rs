@@ -139,7 +139,12 @@ impl<L: Link> Conn<L> {
         body: &dyn crate::server::EncodeMessage,
         mut region: Option<Lend>,
     ) -> Result<(u32, bool), Status> {
-        if let Some(Lend::Region { region, len }) = &mut region {
+        if let Some(Lend::Region {
+            region,
+            len,
+            encoded: false,
+        }) = &mut region
+        {
             body.encode_to(&mut region.buf_mut()[..*len]);
         }
         let mut st = self.lock();

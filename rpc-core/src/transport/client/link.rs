@@ -87,8 +87,13 @@ pub(crate) struct NewCall<'a> {
 /// How a request body goes by reference, chosen before the connection's lock.
 pub(crate) enum Lend {
     /// Encoded into the first `len` bytes of this region of the connection's lend
-    /// pool (by `Conn::start`, outside the lock).
-    Region { region: PooledRegion, len: usize },
+    /// pool: by `Conn::start`, outside the lock, or already (`encoded`: a large
+    /// body, encoded on the blocking pool, `transport::encode_off`).
+    Region {
+        region: PooledRegion,
+        len: usize,
+        encoded: bool,
+    },
     /// Its large `Bytes` lent where they lie, the rest inline (`in_place`).
     InPlace(Gathered),
 }

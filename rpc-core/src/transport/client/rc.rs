@@ -521,7 +521,7 @@ impl Link for RcLink {
                 let started = self.start_in_place(clock, call.reply, &call.head, g, &slot);
                 return self.post_started(sig, slot, started, now, call.head.timeout);
             }
-            Some(Lend::Region { region, len }) => Some((region, len)),
+            Some(Lend::Region { region, len, .. }) => Some((region, len)),
             None => None,
         };
         // The window first, posted ahead of the `REQ` that names it.

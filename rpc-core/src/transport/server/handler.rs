@@ -199,30 +199,6 @@ pub(crate) fn start_inline<F: Future<Output = ()> + 'static>(
     None
 }
 
-/// Bodies from this size on are encoded with the worker's other tasks handed to
-/// another thread ([`encode_off_worker`]): their encoding (a copy of 512 KiB and
-/// more, ~50 µs and up) outlasts the hand-off (a few µs).
-const HAND_OFF_ENCODING_FROM: usize = 512 * 1024;
-
-/// Runs `encode`, a body of `len` bytes, so that however long it takes it holds
-/// no other task. On tokio's multi-thread runtime a large one runs under
-/// `block_in_place`, which hands this worker's queue (its LIFO slot too, which no
-/// other worker steals: tokio-rs/tokio#4941) to another thread first; a receive
-/// loop woken on this worker just before would otherwise wait for the encoding
-/// (`transport/unstranded.rs` covers the poller's own wakes, not every
-/// interleaving: `tests/tests/large_fairness.rs` still saw it, rarely).
-pub(crate) fn encode_off_worker(len: usize, encode: impl FnOnce()) {
-    let multi_thread = || {
-        tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-    };
-    if len >= HAND_OFF_ENCODING_FROM && multi_thread() {
-        tokio::task::block_in_place(encode);
-    } else {
-        encode();
-    }
-}
-
 /// Waits once: a call started inline (`start_inline`) continues on a task of its
 /// own from here, off the receive loop; a spawned one continues at once (its waker
 /// is woken, so the task goes back in the run queue).

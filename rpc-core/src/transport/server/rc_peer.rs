@@ -482,7 +482,7 @@ impl RcPeer {
             match self.response_region(len).await {
                 Some(Ok(mut r)) => {
                     if let Ok((_, msg)) = &parts {
-                        super::handler::encode_off_worker(len, || {
+                        crate::transport::encode_off::encode_off_worker(len, || {
                             msg.encode_to(&mut r.buf_mut()[..len]);
                         });
                     }

@@ -1,0 +1,60 @@
+//! Encoding a large message without holding the worker's other tasks.
+//!
+//! Encoding a body by reference is a copy of the whole message into registered
+//! memory: 512 KiB and more, ~50 µs and up, 64 MiB tens of milliseconds. Done on
+//! a tokio worker, it holds every task queued behind it there (its LIFO slot too,
+//! which no other worker steals: tokio-rs/tokio#4941), such as the driver that
+//! delivers other calls' replies or a receive loop.
+
+use crate::client::OutgoingCall;
+use crate::server::EncodeMessage;
+use crate::status::Status;
+use rpc_transport::msg::PooledRegion;
+
+/// Bodies from this size on are encoded off the worker: their encoding outlasts
+/// the hand-off (a few µs).
+pub(crate) const HAND_OFF_ENCODING_FROM: usize = 512 * 1024;
+
+/// The server's way: runs `encode`, a body of `len` bytes, so that however long it
+/// takes it holds no other task. On tokio's multi-thread runtime a large one runs
+/// under `block_in_place`, which hands this worker's queue to another thread
+/// first; a receive loop woken on this worker just before would otherwise wait for
+/// the encoding (`transport/unstranded.rs` covers the poller's own wakes, not every
+/// interleaving: `tests/tests/large_fairness.rs` still saw it, rarely).
+pub(crate) fn encode_off_worker(len: usize, encode: impl FnOnce()) {
+    let multi_thread = || {
+        tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    };
+    if len >= HAND_OFF_ENCODING_FROM && multi_thread() {
+        tokio::task::block_in_place(encode);
+    } else {
+        encode();
+    }
+}
+
+/// The client's way: encodes `call`'s message into the first `len` bytes of
+/// `region` on tokio's blocking pool, and hands both back. Not `block_in_place`,
+/// which panics on a current-thread runtime and inside a `LocalSet`, where client
+/// calls also run; the message is the call's own, so it can move to that thread.
+pub(crate) async fn encode_on_blocking_pool<M>(
+    call: OutgoingCall<M>,
+    mut region: PooledRegion,
+    len: usize,
+) -> Result<(OutgoingCall<M>, PooledRegion), Status>
+where
+    M: prost::Message + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        call.message.encode_to(&mut region.buf_mut()[..len]);
+        (call, region)
+    })
+    .await
+    .map_err(|e| {
+        if e.is_panic() {
+            Status::internal("encoding the request panicked")
+        } else {
+            Status::cancelled("the runtime shut down while the request was encoded")
+        }
+    })
+}
