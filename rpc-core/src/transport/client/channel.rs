@@ -18,7 +18,7 @@ use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::CallHead;
 use crate::server::BoxFuture;
 use crate::status::Status;
-use crate::transport::encode_off::{encode_on_blocking_pool, HAND_OFF_ENCODING_FROM};
+use crate::transport::encode_off::{encode_on_blocking_pool, HAND_OFF_REQUEST_ENCODING_FROM};
 use crate::transport::endpoint::Endpoint;
 
 /// A client channel over transport `L`: cheap to clone (clones share the
@@ -205,7 +205,7 @@ impl<L: Dial> LinkChannel<L> {
                 return Box::pin(async move { Err(s) });
             }
             Some(Ok((mut ticket, len))) => match ticket.try_take() {
-                Some(Ok(region)) if len >= HAND_OFF_ENCODING_FROM => {
+                Some(Ok(region)) if len >= HAND_OFF_REQUEST_ENCODING_FROM => {
                     let mut this = self.clone();
                     return Box::pin(async move {
                         let parked = Parked(Some(conn));
@@ -250,7 +250,7 @@ impl<L: Dial> LinkChannel<L> {
         M: Message + Send + 'static,
     {
         let (call, region) = match region {
-            Ok(region) if len >= HAND_OFF_ENCODING_FROM => {
+            Ok(region) if len >= HAND_OFF_REQUEST_ENCODING_FROM => {
                 // The reservation stays parked meanwhile: an error returns it.
                 let (call, region) = encode_on_blocking_pool(call, region, len).await?;
                 let lend = Lend::Region {
