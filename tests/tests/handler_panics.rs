@@ -3,42 +3,24 @@
 //! `call` (where a generated server decodes the request), with a deadline or
 //! without one, through layers or without.
 
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rpc_core::client::Grpc;
-use rpc_core::server::{BoxFuture, NamedService, ServerCall, ServerReply};
+use rpc_core::server::{BoxFuture, ReplyBody, ServerCall, ServerReply};
 use rpc_core::transport::{Channel, Server};
 use rpc_core::{Code, Request, Response, Status};
-use tests::Echo;
+use tests::{Echo, EchoFn};
 
-/// `test.Panics`: `InFuture` panics when its future is polled, `InCall` in
-/// `Service::call` itself, `Echo` answers.
-#[derive(Clone)]
-struct Panicky;
-
-impl NamedService for Panicky {
-    const NAME: &'static str = "test.Panics";
-}
-
-impl tower::Service<ServerCall> for Panicky {
-    type Response = ServerReply;
-    type Error = Status;
-    type Future = BoxFuture<ServerReply>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, call: ServerCall) -> Self::Future {
-        match call.path() {
-            "/test.Panics/InCall" => panic!("a bug in the service's call"),
-            "/test.Panics/InFuture" => Box::pin(async move { panic!("a bug in the handler") }),
-            _ => Box::pin(async move {
-                let m = call.into_request::<Echo>()?.into_inner();
-                Ok(Response::new(m).map(rpc_core::server::ReplyBody::message))
-            }),
-        }
+/// `InFuture` panics when its future is polled, `InCall` in `Service::call`
+/// itself, `Echo` answers.
+fn panicky(call: ServerCall) -> BoxFuture<ServerReply> {
+    match call.path() {
+        "/test.Echo/InCall" => panic!("a bug in the service's call"),
+        "/test.Echo/InFuture" => Box::pin(async move { panic!("a bug in the handler") }),
+        _ => Box::pin(async move {
+            let m = call.into_request::<Echo>()?.into_inner();
+            Ok(Response::new(m).map(ReplyBody::message))
+        }),
     }
 }
 
@@ -64,9 +46,9 @@ async fn panics_answer_internal(layered: bool) {
         // An interceptor that lets every call through: a real layer around the routes.
         let pass = |r: Request<()>| Ok::<_, Status>(r);
         let layer = rpc_core::service::InterceptorLayer::new(pass);
-        tests::serve_router(Server::builder().layer(layer).add_service(Panicky)).await
+        tests::serve_router(Server::builder().layer(layer).add_service(EchoFn(panicky))).await
     } else {
-        tests::serve_router(Server::builder().add_service(Panicky)).await
+        tests::serve_router(Server::builder().add_service(EchoFn(panicky))).await
     };
     let ch = Channel::from_shared(format!("rdma://{addr}"))
         .unwrap()
@@ -74,7 +56,7 @@ async fn panics_answer_internal(layered: bool) {
         .await
         .unwrap();
     for deadline in [false, true] {
-        for method in ["/test.Panics/InFuture", "/test.Panics/InCall"] {
+        for method in ["/test.Echo/InFuture", "/test.Echo/InCall"] {
             let e = call(&ch, method, deadline).await.unwrap_err();
             assert_eq!(
                 e.code(),
@@ -83,7 +65,7 @@ async fn panics_answer_internal(layered: bool) {
             );
             assert_eq!(e.message(), "the handler panicked");
             // The server and the channel go on.
-            let m = call(&ch, "/test.Panics/Echo", deadline).await.unwrap();
+            let m = call(&ch, "/test.Echo/Echo", deadline).await.unwrap();
             assert_eq!((m.id, m.data), (7, vec![1, 2, 3]));
         }
     }

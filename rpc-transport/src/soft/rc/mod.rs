@@ -406,6 +406,21 @@ impl FrameContext<'_> {
         self.st.sent_at = self.now;
     }
 
+    /// Notes when an ACK became owed, if one is; whether the QP wants another
+    /// visit for what this pass left (output, an ACK, an RNR wait, responses, WQEs
+    /// not yet sent).
+    fn end_pass(&mut self) -> bool {
+        let owes = self.st.acked_out != self.st.expected;
+        if owes && self.st.owed_since.is_none() {
+            self.st.owed_since = Some(self.now);
+        }
+        !self.tx.is_empty()
+            || owes
+            || self.st.rnr_until.is_some()
+            || !self.st.resps.is_empty()
+            || (self.sq.tx < self.sq.len() && !self.st.halted)
+    }
+
     fn budget_ns(&self) -> Option<u64> {
         ack_timeout_us(self.attr.timeout)
             .map(|us| (us * 1000 * (u64::from(self.attr.retry_cnt) + 1)).max(MIN_BUDGET_NS))
@@ -548,13 +563,7 @@ fn send_posted(qp: &Qp, g: &mut Inner, now: u64) -> Option<(Result<(), Fault>, b
             return Some((Err(f), false));
         }
     }
-    if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
-        cx.st.owed_since = Some(now);
-    }
-    let needs = !cx.tx.is_empty()
-        || cx.st.acked_out != cx.st.expected
-        || (cx.sq.tx < cx.sq.len() && !cx.st.halted);
-    Some((Ok(()), needs))
+    Some((Ok(()), cx.end_pass()))
 }
 
 fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result<(), Fault>, bool) {
@@ -629,15 +638,7 @@ fn drive(qp: &Qp, g: &mut Inner, now: u64, read: bool, budget: usize) -> (Result
         peer: direct.as_ref().filter(|w| w.usable()),
     };
     let r = run(&mut cx, sock, rx, read, budget);
-    if cx.st.acked_out != cx.st.expected && cx.st.owed_since.is_none() {
-        cx.st.owed_since = Some(now);
-    }
-    let needs = !cx.tx.is_empty()
-        || cx.st.acked_out != cx.st.expected
-        || cx.st.rnr_until.is_some()
-        || !cx.st.resps.is_empty()
-        || (cx.sq.tx < cx.sq.len() && !cx.st.halted)
-        || rx.holds_frames();
+    let needs = cx.end_pass() || rx.holds_frames();
     sock.put_back_direct(direct);
     (r, needs)
 }
