@@ -542,4 +542,10 @@ impl Cq {
     pub(crate) fn watch(&self, fd: RawFd, qpn: u32) {
         let _ = self.epoll.add(fd, u64::from(qpn));
     }
+
+    /// Stops watching a socket that outlives its QP (`held_for_peer`): readable
+    /// until its peer closes it, it would wake this CQ's pollers for nothing.
+    pub(crate) fn unwatch(&self, fd: RawFd) {
+        self.epoll.remove(fd);
+    }
 }

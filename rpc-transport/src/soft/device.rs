@@ -299,6 +299,7 @@ impl Device {
             rc_rnr_naks: g(&s.rc_rnr_naks),
             live_qps: self.qps.read().unwrap_or_else(|e| e.into_inner()).len() as u64,
             live_mrs: self.keys.live() as u64,
+            held_for_peers: self.helper.held.buffers() as u64,
         }
     }
 

@@ -32,9 +32,11 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::addr::Gid;
+use crate::mr_buffer::MrBuffer;
 use crate::qp_state::QpState;
 
 use super::device::{bump, Device};
+use super::held_for_peer::HeldForPeer;
 use super::qp::Qp;
 use super::rc;
 use super::sys::{self, Epoll, EventFd};
@@ -57,6 +59,7 @@ const T_UD: u64 = 3 << 56;
 const T_QP: u64 = 4 << 56;
 const T_PENDING: u64 = 5 << 56;
 const T_SHM: u64 = 6 << 56;
+const T_HELD: u64 = 7 << 56;
 const KIND: u64 = 0xff << 56;
 
 /// What the device and its helper share; outlives both, so the helper never waits on
@@ -69,6 +72,8 @@ pub(crate) struct Shared {
     sleeping: AtomicBool,
     /// QPs with something a timer must look after.
     busy: AtomicUsize,
+    /// Buffers of destroyed QPs whose peers may still access them.
+    pub(crate) held: HeldForPeer,
 }
 
 impl Shared {
@@ -79,6 +84,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             busy: AtomicUsize::new(0),
+            held: HeldForPeer::default(),
         };
         s.epoll.add(s.wake.raw(), T_WAKE)?;
         Ok(s)
@@ -92,6 +98,17 @@ impl Shared {
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.wake.signal();
+    }
+
+    /// Keeps a destroyed RC QP's `bufs` until the peer at the other end of `sock`
+    /// closes it (`held_for_peer`), watching the socket in place of the QP.
+    pub(crate) fn hold_for_peer(&self, sock: TcpStream, bufs: Vec<Arc<MrBuffer>>) {
+        let fd = self.held.hold(sock, bufs);
+        let token = T_HELD | fd as u64;
+        // Watched as its QP's socket until now (armed or not); else added.
+        if self.epoll.modify(fd, token).is_err() {
+            let _ = self.epoll.add_oneshot(fd, token);
+        }
     }
 
     /// Watches an RC socket (armed).
@@ -239,6 +256,12 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
                 T_SHM => {}
                 T_QP => {
                     l.disarmed.insert((t & 0x00ff_ffff) as u32);
+                }
+                T_HELD => {
+                    let fd = (t & !KIND) as RawFd;
+                    if sh.held.readable(fd) {
+                        sh.epoll.rearm(fd, t);
+                    }
                 }
                 _ => {}
             }

@@ -58,6 +58,7 @@ mod cq;
 mod device;
 mod events;
 mod faults;
+mod held_for_peer;
 mod helper;
 mod idle_receives;
 mod keys;
@@ -239,4 +240,8 @@ pub struct SoftStats {
     pub live_qps: u64,
     /// Memory regions registered on this device now (a gauge, as `live_qps`).
     pub live_mrs: u64,
+    /// Buffers of destroyed QPs kept because their peers may still copy into or out
+    /// of them (placed Reads, lent segments), until those peers close their ends (a
+    /// gauge: back to 0 once they have).
+    pub held_for_peers: u64,
 }

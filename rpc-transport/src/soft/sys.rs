@@ -88,6 +88,11 @@ impl Epoll {
         let _ = self.ctl(libc::EPOLL_CTL_MOD, fd, token);
     }
 
+    /// As `rearm`, with another token, saying whether `fd` was watched at all.
+    pub(crate) fn modify(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token)
+    }
+
     /// Re-enables a one-shot watch for readability or writability, whichever comes
     /// first.
     pub(crate) fn rearm_writable(&self, fd: RawFd, token: u64) {

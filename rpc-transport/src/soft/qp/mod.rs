@@ -6,7 +6,7 @@ pub(crate) mod wqe;
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddrV4};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -488,6 +488,21 @@ impl Drop for Qp {
             self.dev.helper.set_busy(false);
         }
         self.set_stalled(false);
+        let rc = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .rc
+            .take();
+        if let Some((sock, bufs)) = rc.and_then(RcConn::into_held) {
+            // Its peer may still copy into or out of these (placed Reads, lent
+            // segments): kept until it closes its end (`held_for_peer`).
+            let fd = sock.as_raw_fd();
+            for cq in self.cqs() {
+                cq.unwatch(fd);
+            }
+            self.dev.helper.hold_for_peer(sock, bufs);
+        }
         if self.qp_type == QpType::Ud {
             self.send_cq.ud_detach();
             if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {

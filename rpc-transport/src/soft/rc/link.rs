@@ -182,6 +182,12 @@ impl Link {
             .chain(self.offer.as_ref().map(Offer::raw))
     }
 
+    /// The TCP socket, the rest let go (rings, handshake): for a destroyed QP whose
+    /// peer may still access its memory (`held_for_peer`).
+    pub(crate) fn into_socket(self) -> TcpStream {
+        self.sock
+    }
+
     /// Tests only: both directions run on rings.
     #[cfg(test)]
     pub(crate) fn on_rings(&self) -> bool {

@@ -31,10 +31,12 @@ mod tx;
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
+use std::sync::Arc;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::addr::Gid;
+use crate::mr_buffer::MrBuffer;
 use crate::qp_state::{ack_timeout_us, QpState};
 use crate::wc::WcStatus;
 
@@ -210,6 +212,17 @@ pub(crate) struct RcConn {
 }
 
 impl RcConn {
+    /// For a destroyed QP: its socket and the buffers its peer may still access
+    /// (placed Reads' destinations, lent segments), if it holds any. Without a
+    /// connection left to say when the peer is done, the holders keep them (their
+    /// drop leaves them mapped, logged).
+    pub(crate) fn into_held(mut self) -> Option<(TcpStream, Vec<Arc<MrBuffer>>)> {
+        let link = self.link.take()?;
+        let mut bufs: Vec<_> = self.st.placing.take_all().collect();
+        bufs.extend(self.st.lending.take_all());
+        (!bufs.is_empty()).then(|| (link.into_socket(), bufs))
+    }
+
     pub(crate) fn new(
         qp: &Qp,
         local_gid: Gid,

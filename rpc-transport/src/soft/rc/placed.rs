@@ -11,8 +11,10 @@
 //! is let go when the peer says it is done with it (the Read's `LAST` response
 //! segment, or a NAK that ends its responder), or when the peer can no longer write
 //! (its connection ended). A QP destroyed while a peer may still be writing keeps
-//! those buffers mapped for the life of the process (leaked, and logged) rather than
-//! let a later mapping at the same address receive the peer's bytes. That protects
+//! those buffers until that peer closes its end of the connection
+//! (`soft::held_for_peer`) rather than let a later mapping at the same address
+//! receive the peer's bytes; only one destroyed without a connection, or whose
+//! device goes first, keeps them for the life of the process (logged). That protects
 //! against an honest peer finishing a transfer this side gave up on; a hostile peer
 //! that passed the probe may write anywhere in this process anyway (same user,
 //! ptrace access), which is why the probe is the gate.
@@ -68,6 +70,12 @@ impl Placing {
     /// The peer will touch none of them any more.
     pub(crate) fn release_all(&mut self) {
         self.held.clear();
+    }
+
+    /// Every buffer held, handed over (to be kept until the peer is gone:
+    /// `held_for_peer`).
+    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = Arc<MrBuffer>> + '_ {
+        self.held.drain(..).map(|(_, b)| b)
     }
 
     #[cfg(test)]

@@ -265,3 +265,63 @@ fn a_send_of_several_sges_goes_through_the_ring() {
     assert!(into.to_vec(PART, PART) == data[2 * PART..]);
     assert_eq!(stats(&b).rc_lent_bytes_taken, 0);
 }
+
+/// A QP destroyed while its peer may still take the bytes it lent keeps them, even
+/// with their region deregistered, until that peer closes its end of the connection
+/// (it does once the destroyed side's end closes), and then lets them go.
+#[test]
+fn a_destroyed_qps_loan_is_kept_until_its_peer_closes() {
+    const LEN: usize = (1 << 20) + 3;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = a.pd.alloc_mr(LEN, ALL).unwrap();
+    from.write(0, &pattern(LEN, 9));
+    // No receive at `b`: the Send is answered RNR and stays lent.
+    let naks = stats(&b).rc_rnr_naks;
+    post(&a, SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats(&b).rc_rnr_naks == naks {
+        let _ = a.cq.poll(&mut []);
+        let _ = b.cq.poll(&mut []);
+        assert!(Instant::now() < deadline, "no RNR NAK within 10 s");
+        std::thread::yield_now();
+    }
+    // A buffer per lent segment (1 MiB each), per attempt until it is taken.
+    assert!(lent_held(&a) >= 2, "{} buffers lent", lent_held(&a));
+    let Side {
+        dev: a_dev,
+        qp: a_qp,
+        cq: a_cq,
+        ..
+    } = a;
+    let held = || a_dev.soft_stats().unwrap().held_for_peers;
+    {
+        // `b` can neither take nor close while this is held: its connection goes
+        // only under its QP's lock.
+        let b_qp = soft(&b).lock();
+        drop(a_qp);
+        drop(from);
+        // The QP is gone once nothing else (`a`'s helper, briefly) holds it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held() == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the destroyed QP's loan is not held for its live peer"
+            );
+            std::thread::yield_now();
+        }
+        assert!(held() >= 2);
+        drop(b_qp);
+    }
+    // `b` reads the end of the connection, fails, and closes its end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while held() != 0 {
+        let _ = b.cq.poll(&mut []);
+        let _ = a_cq.poll(&mut []);
+        assert!(
+            Instant::now() < deadline,
+            "the loan was still held 10 s after its peer could close"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(b.qp.state(), QpState::Err, "the peer did not end its QP");
+}
