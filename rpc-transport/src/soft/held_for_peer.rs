@@ -29,17 +29,24 @@ struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if self.bufs.is_empty() {
-            return;
-        }
-        tracing::debug!(
-            buffers = self.bufs.len(),
-            "soft device gone while a destroyed QP's peer may still access its buffers: they stay mapped"
+        keep_mapped(
+            self.bufs.drain(..),
+            "soft device gone while a destroyed QP's peer",
         );
-        for b in self.bufs.drain(..) {
-            std::mem::forget(b);
-        }
     }
+}
+
+/// Keeps `bufs` mapped for the life of the process (logged with `whose`): a peer
+/// may still copy into or out of them, and nothing will say when it stops.
+pub(crate) fn keep_mapped(bufs: impl ExactSizeIterator<Item = Arc<MrBuffer>>, whose: &str) {
+    if bufs.len() == 0 {
+        return;
+    }
+    tracing::debug!(
+        buffers = bufs.len(),
+        "{whose} may still access these buffers: they stay mapped"
+    );
+    bufs.for_each(std::mem::forget);
 }
 
 /// The device's held buffers, by socket.

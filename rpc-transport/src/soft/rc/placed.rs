@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::mr_buffer::MrBuffer;
 
+use super::super::held_for_peer::keep_mapped;
 use super::super::wire::{seq_lt, SEQ_MASK};
 
 /// Buffers held, by message sequence number, oldest first.
@@ -86,16 +87,11 @@ impl Placing {
 
 impl Drop for Placing {
     fn drop(&mut self) {
-        if self.held.is_empty() {
-            return;
-        }
-        tracing::debug!(
-            buffers = self.held.len(),
-            "soft RC QP gone while its peer may still place Read responses or take lent bytes: their buffers stay mapped"
+        let bufs = self.held.drain(..).map(|(_, b)| b);
+        keep_mapped(
+            bufs,
+            "soft RC QP gone while its peer (placing Read responses or taking lent bytes)",
         );
-        for (_, buf) in self.held.drain(..) {
-            std::mem::forget(buf);
-        }
     }
 }
 

@@ -12,6 +12,19 @@ fn lent_held(a: &Side) -> usize {
     soft(a).lock().rc.as_ref().unwrap().st.lending.len()
 }
 
+/// Posts `wr` at `a`, and polls both sides until `b` answered a message RNR.
+fn post_until_rnr(a: &Side, b: &Side, wr: SendWr<'_>) {
+    let naks = stats(b).rc_rnr_naks;
+    post(a, wr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats(b).rc_rnr_naks == naks {
+        let _ = a.cq.poll(&mut []);
+        let _ = b.cq.poll(&mut []);
+        assert!(Instant::now() < deadline, "no RNR NAK within 10 s");
+        std::thread::yield_now();
+    }
+}
+
 fn write_imm(to: RemoteMr, off: u64, imm: u32) -> SendOp {
     SendOp::RdmaWriteWithImm {
         remote_addr: to.addr + off,
@@ -179,15 +192,11 @@ fn a_lent_send_waits_out_rnr_and_is_then_taken() {
     let into = b.pd.alloc_mr(LEN, ALL).unwrap();
     let data = pattern(LEN, 8);
     from.write(0, &data);
-    let naks = stats(&b).rc_rnr_naks;
-    post(&a, SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stats(&b).rc_rnr_naks == naks {
-        let _ = a.cq.poll(&mut []);
-        let _ = b.cq.poll(&mut []);
-        assert!(Instant::now() < deadline, "no RNR NAK within 10 s");
-        std::thread::yield_now();
-    }
+    post_until_rnr(
+        &a,
+        &b,
+        SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]),
+    );
     post_recv_into(&b, &into, 1, 0, LEN as u32);
     let wc = wait(&b.cq, &[&a.cq]);
     assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, LEN as u32));
@@ -276,15 +285,11 @@ fn a_destroyed_qps_loan_is_kept_until_its_peer_closes() {
     let from = a.pd.alloc_mr(LEN, ALL).unwrap();
     from.write(0, &pattern(LEN, 9));
     // No receive at `b`: the Send is answered RNR and stays lent.
-    let naks = stats(&b).rc_rnr_naks;
-    post(&a, SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stats(&b).rc_rnr_naks == naks {
-        let _ = a.cq.poll(&mut []);
-        let _ = b.cq.poll(&mut []);
-        assert!(Instant::now() < deadline, "no RNR NAK within 10 s");
-        std::thread::yield_now();
-    }
+    post_until_rnr(
+        &a,
+        &b,
+        SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]),
+    );
     // A buffer per lent segment (1 MiB each), per attempt until it is taken.
     assert!(lent_held(&a) >= 2, "{} buffers lent", lent_held(&a));
     let Side {
