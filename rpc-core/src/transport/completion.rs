@@ -117,7 +117,7 @@ impl CqWaiter {
             let start = Instant::now();
             // A find by the first poll says nothing about spinning.
             let mut spun = false;
-            let mut polls = 0u32;
+            let mut turns = SpinTurns::default();
             loop {
                 let n = cq.poll(wc)?;
                 if n > 0 {
@@ -130,9 +130,7 @@ impl CqWaiter {
                     break 'wait Ok(0);
                 }
                 spun = true;
-                polls = polls.wrapping_add(1);
-                if !polls.is_multiple_of(POLLS_PER_YIELD) {
-                    std::hint::spin_loop();
+                if !turns.turn() {
                     continue;
                 }
                 match spin {
@@ -213,7 +211,24 @@ impl<'a, 'b> Kicks<'a, 'b> {
 /// polls 2.6, 2.5, 2.5, 2.6 µs (`rpc-bench --systems rdma-rpc,rdma-rpc-tcp --sizes
 /// 32 --concurrency 1`, four alternating rounds). The other tasks wait at most 16
 /// polls, a few microseconds.
-pub(crate) const POLLS_PER_YIELD: u32 = 16;
+const POLLS_PER_YIELD: u32 = 16;
+
+/// A spinning poller's count of its empty polls: one in [`POLLS_PER_YIELD`] is its
+/// turn to look at the clock and yield; the others only pause the core briefly.
+#[derive(Default)]
+pub(crate) struct SpinTurns(u32);
+
+impl SpinTurns {
+    /// Counts an empty poll; whether this one is a turn.
+    pub(crate) fn turn(&mut self) -> bool {
+        self.0 = self.0.wrapping_add(1);
+        let turn = self.0.is_multiple_of(POLLS_PER_YIELD);
+        if !turn {
+            std::hint::spin_loop();
+        }
+        turn
+    }
+}
 
 /// Lets the worker's other tasks run once, then continues, from the back of the
 /// worker's run queue. Not `tokio::task::yield_now`: that parks the task in the

@@ -60,7 +60,7 @@ impl HeldForPeer {
     /// this side's writing so that it does. Returns the socket's descriptor, for the
     /// caller to watch for readability.
     pub(crate) fn hold(&self, sock: TcpStream, bufs: Vec<Arc<MrBuffer>>) -> RawFd {
-        // Already shut down or reset: the read below tells.
+        // Already shut down or reset: `readable` finds it so.
         let _ = sock.shutdown(Shutdown::Write);
         let fd = sock.as_raw_fd();
         self.lock().push(Held { sock, bufs });

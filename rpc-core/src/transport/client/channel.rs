@@ -213,11 +213,7 @@ impl<L: Dial> LinkChannel<L> {
                             .await
                     });
                 }
-                Some(r) => Some(r.map(|region| Lend::Region {
-                    region,
-                    len,
-                    encoded: false,
-                })),
+                Some(r) => Some(r.map(|region| Lend::unencoded(region, len))),
                 None => {
                     // Regions come back when their windows' invalidations are
                     // reaped (`lend_windows`): someone must reap them.
@@ -260,14 +256,7 @@ impl<L: Dial> LinkChannel<L> {
                 };
                 (call, Ok(lend))
             }
-            r => (
-                call,
-                r.map(|region| Lend::Region {
-                    region,
-                    len,
-                    encoded: false,
-                }),
-            ),
+            r => (call, r.map(|region| Lend::unencoded(region, len))),
         };
         let conn = parked.0.take().expect("held until the body was ready");
         self.begin(conn, call, Some(region), retry).await

@@ -98,6 +98,17 @@ pub(crate) enum Lend {
     InPlace(Gathered),
 }
 
+impl Lend {
+    /// The first `len` bytes of `region`, for `Conn::start` to encode into.
+    pub(crate) fn unencoded(region: PooledRegion, len: usize) -> Lend {
+        Lend::Region {
+            region,
+            len,
+            encoded: false,
+        }
+    }
+}
+
 /// One transport's connection state under the connection's lock: its engine (RC
 /// credits and fragments, or UD retransmission), its send slots and how it posts.
 /// The shared driver (`conn.rs`) owns the lock, the CQ, the timer and the callers.

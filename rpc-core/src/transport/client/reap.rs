@@ -46,7 +46,7 @@ use super::conn::Conn;
 use super::link::Link;
 use crate::client::IncomingReply;
 use crate::status::Status;
-use crate::transport::completion::{yield_stealable, CompletionMode, POLLS_PER_YIELD};
+use crate::transport::completion::{yield_stealable, CompletionMode, SpinTurns};
 
 /// Where a caller's reply arrives.
 pub(super) type ReplyReceiver = oneshot::Receiver<Result<IncomingReply, Status>>;
@@ -81,7 +81,7 @@ pub(super) async fn reap_until_reply<L: Link>(
         }
     };
     let mut spinning_since = None;
-    let mut polls = 0u32;
+    let mut turns = SpinTurns::default();
     if spins {
         loop {
             // Not `poll`: a registered waker would make the reply's delivery (by this
@@ -101,9 +101,7 @@ pub(super) async fn reap_until_reply<L: Link>(
                 None => kick_once(),
             }
             let since = *spinning_since.get_or_insert_with(Instant::now);
-            polls = polls.wrapping_add(1);
-            if !polls.is_multiple_of(POLLS_PER_YIELD) {
-                std::hint::spin_loop();
+            if !turns.turn() {
                 continue;
             }
             if spin.is_some_and(|d| since.elapsed() >= d) {

@@ -75,7 +75,7 @@ impl Placing {
 
     /// Every buffer held, handed over (to be kept until the peer is gone:
     /// `held_for_peer`).
-    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = Arc<MrBuffer>> + '_ {
+    pub(crate) fn take_all(&mut self) -> impl ExactSizeIterator<Item = Arc<MrBuffer>> + '_ {
         self.held.drain(..).map(|(_, b)| b)
     }
 
@@ -87,9 +87,8 @@ impl Placing {
 
 impl Drop for Placing {
     fn drop(&mut self) {
-        let bufs = self.held.drain(..).map(|(_, b)| b);
         keep_mapped(
-            bufs,
+            self.take_all(),
             "soft RC QP gone while its peer (placing Read responses or taking lent bytes)",
         );
     }
