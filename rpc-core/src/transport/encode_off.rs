@@ -6,10 +6,7 @@
 //! which no other worker steals: tokio-rs/tokio#4941), such as the driver that
 //! delivers other calls' replies or a receive loop.
 
-use crate::client::OutgoingCall;
-use crate::server::EncodeMessage;
 use crate::status::Status;
-use rpc_transport::msg::PooledRegion;
 
 /// A server's response bodies from this size on are encoded off the worker: their
 /// encoding outlasts the hand-off (`block_in_place`: a few µs).
@@ -24,6 +21,17 @@ pub(crate) const HAND_OFF_ENCODING_FROM: usize = 512 * 1024;
 /// µs. From 4 MiB on (a millisecond of copying and more) the hop is lost in the
 /// noise; below, the copy holds the worker for less than a millisecond.
 pub(crate) const HAND_OFF_REQUEST_ENCODING_FROM: usize = 4 << 20;
+
+/// Stream messages from this size on are encoded off the worker, on both sides
+/// (the client's way or the server's below): the hop that costs a unary call about
+/// 0.1 ms here costs a stream its rate, since its messages follow each other.
+/// `rpc-bench --workloads server_stream,bidi_pingpong --stream-sizes 1M,4M`, three
+/// rounds alternating without and with a server hand-off from 512 KiB (msgs/s):
+/// server stream 1 MiB 2,445, 2,310, 2,313 → 2,340, 2,318, 2,204; 4 MiB 1,236,
+/// 1,170, 1,196 → 1,144, 1,140, 1,104; ping-pong 1 MiB 1,445, 1,461, 1,473 → 1,368,
+/// 1,376, 1,224. From 4 MiB on a message's copy takes about 0.35 ms and more, and
+/// holding the worker that long is what the hop is for.
+pub(crate) const HAND_OFF_STREAM_ENCODING_FROM: usize = HAND_OFF_REQUEST_ENCODING_FROM;
 
 /// The server's way: runs `encode`, a body of `len` bytes, so that however long it
 /// takes it holds no other task. On tokio's multi-thread runtime a large one runs
@@ -43,22 +51,18 @@ pub(crate) fn encode_off_worker(len: usize, encode: impl FnOnce()) {
     }
 }
 
-/// The client's way (from [`HAND_OFF_REQUEST_ENCODING_FROM`]): encodes `call`'s
-/// message into the first `len` bytes of `region` on tokio's blocking pool, and
-/// hands both back. Not `block_in_place`, which panics on a current-thread runtime
-/// and inside a `LocalSet`, where client calls also run; the message is the call's
-/// own, so it can move to that thread.
-pub(crate) async fn encode_on_blocking_pool<M>(
-    call: OutgoingCall<M>,
-    mut region: PooledRegion,
-    len: usize,
-) -> Result<(OutgoingCall<M>, PooledRegion), Status>
-where
-    M: prost::Message + Send + 'static,
-{
+/// The client's way (from [`HAND_OFF_REQUEST_ENCODING_FROM`]): runs `encode` on
+/// `owned` (a request and its region, a stream's source and its message's region)
+/// on tokio's blocking pool, and hands `owned` back. Not `block_in_place`, which
+/// panics on a current-thread runtime and inside a `LocalSet`, where client calls
+/// also run; what is encoded is the call's own, so it can move to that thread.
+pub(crate) async fn encode_on_blocking_pool<T: Send + 'static>(
+    mut owned: T,
+    encode: impl FnOnce(&mut T) + Send + 'static,
+) -> Result<T, Status> {
     tokio::task::spawn_blocking(move || {
-        call.message.encode_to(&mut region.buf_mut()[..len]);
-        (call, region)
+        encode(&mut owned);
+        owned
     })
     .await
     .map_err(|e| {

@@ -16,7 +16,7 @@ use super::link::Lend;
 use super::reap::{reap_until_reply, ReplyReceiver};
 use crate::client::{IncomingReply, OutgoingCall};
 use crate::engine::CallHead;
-use crate::server::BoxFuture;
+use crate::server::{BoxFuture, EncodeMessage};
 use crate::status::Status;
 use crate::transport::encode_off::{encode_on_blocking_pool, HAND_OFF_REQUEST_ENCODING_FROM};
 use crate::transport::endpoint::Endpoint;
@@ -248,7 +248,10 @@ impl<L: Dial> LinkChannel<L> {
         let (call, region) = match region {
             Ok(region) if len >= HAND_OFF_REQUEST_ENCODING_FROM => {
                 // The reservation stays parked meanwhile: an error returns it.
-                let (call, region) = encode_on_blocking_pool(call, region, len).await?;
+                let (call, region) = encode_on_blocking_pool((call, region), move |(c, r)| {
+                    c.message.encode_to(&mut r.buf_mut()[..len]);
+                })
+                .await?;
                 let lend = Lend::Region {
                     region,
                     len,

@@ -30,6 +30,7 @@ use crate::metadata::MetadataMap;
 use crate::payload::Payload;
 use crate::status::Status;
 use crate::stream::{BoxMessageSource, InboundMessages, MessageBytes};
+use crate::transport::encode_off::{encode_on_blocking_pool, HAND_OFF_STREAM_ENCODING_FROM};
 use crate::transport::lock;
 use crate::transport::stream_batch::{Next, Staged};
 use rpc_transport::msg::{PooledRegion, SendSlot};
@@ -316,9 +317,20 @@ async fn write_stream(
             },
         };
         if conn.by_ref_above.is_some_and(|t| len > t) {
-            if let Some(region) = lend_region(&conn, len).await {
-                let mut region = region;
-                source.as_mut().encode_current(&mut region.buf_mut()[..len]);
+            if let Some(mut region) = lend_region(&conn, len).await {
+                if len >= HAND_OFF_STREAM_ENCODING_FROM {
+                    // Moved to the blocking pool and back: the copy holds no other
+                    // task of this worker (`transport/encode_off.rs`).
+                    let encode = move |(s, r): &mut (BoxMessageSource, PooledRegion)| {
+                        s.as_mut().encode_current(&mut r.buf_mut()[..len]);
+                    };
+                    match encode_on_blocking_pool((source, region), encode).await {
+                        Ok(back) => (source, region) = back,
+                        Err(s) => return end_source(&conn, id, Err(s)),
+                    }
+                } else {
+                    source.as_mut().encode_current(&mut region.buf_mut()[..len]);
+                }
                 let send = |link: &mut RcLink| link.send_message_by_ref(id, region, len);
                 if !reserve_and_send(&conn, id, send).await {
                     return;

@@ -19,6 +19,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use super::handler::leave_inline;
 use super::rc_peer::{RcPeer, RcPeerState};
 use super::stream_inbound::InboundShared;
 use crate::engine::wire::{self, Descriptor, STREAM_GRANT_AT};
@@ -31,6 +32,7 @@ use crate::payload::Payload;
 use crate::server::{BoxMessage, ReplyBody, ServerReply};
 use crate::status::Status;
 use crate::stream::{BoxInbound, BoxMessageSource, InboundMessages, MessageSource};
+use crate::transport::encode_off::{encode_off_worker, HAND_OFF_STREAM_ENCODING_FROM};
 use crate::transport::lend_windows::Lent;
 use crate::transport::lock;
 use crate::transport::stream_batch::{Next, Staged};
@@ -207,7 +209,15 @@ impl RcPeer {
                 // chunks if the pool cannot ever hold it (or over the max message,
                 // which the engine refuses below).
                 if let Some(Ok(mut region)) = self.response_region(len).await {
-                    source.as_mut().encode_current(&mut region.buf_mut()[..len]);
+                    let out = &mut region.buf_mut()[..len];
+                    if len >= HAND_OFF_STREAM_ENCODING_FROM {
+                        // Not on the receive loop that may have started this call
+                        // inline, and not holding this worker's other tasks.
+                        leave_inline().await;
+                        encode_off_worker(len, || source.as_mut().encode_current(out));
+                    } else {
+                        source.as_mut().encode_current(out);
+                    }
                     if !self.send_by_ref(id, region, len).await {
                         return;
                     }
