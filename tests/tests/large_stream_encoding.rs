@@ -71,13 +71,7 @@ impl MessageSource for Probe {
 
 #[tokio::test]
 async fn a_clients_large_stream_message_is_encoded_off_the_callers_thread() {
-    let (addr, stop) = tests::serve_router(
-        Server::builder()
-            .max_message_size(MAX_MESSAGE)
-            .add_service(StreamService),
-    )
-    .await;
-    let mut ch = channel(addr).await;
+    let (mut ch, stop) = stream_service().await;
     let encoded_on = Arc::new(Mutex::new(Vec::<(usize, ThreadId)>::new()));
     let noted = encoded_on.clone();
     let on_encode: OnEncode = Arc::new(move |len| {
@@ -112,13 +106,7 @@ async fn a_clients_large_stream_message_is_encoded_off_the_callers_thread() {
 
 #[tokio::test]
 async fn a_client_source_that_panics_encoding_a_large_message_ends_its_call_internal() {
-    let (addr, stop) = tests::serve_router(
-        Server::builder()
-            .max_message_size(MAX_MESSAGE)
-            .add_service(StreamService),
-    )
-    .await;
-    let mut ch = channel(addr).await;
+    let (mut ch, stop) = stream_service().await;
     let on_encode: OnEncode = Arc::new(|_| panic!("a broken message"));
     let source = Probe::boxed(&[LARGE], on_encode);
     // Reset before or after the server's headers came: the call's opening or its
@@ -219,6 +207,17 @@ async fn a_servers_large_stream_message_leaves_its_worker_to_other_tasks() {
         "a task spawned while the 8 MiB message was encoded did not run meanwhile"
     );
     drop(stop);
+}
+
+/// `test.Stream` served with room for the large message, and a channel to it.
+async fn stream_service() -> (Channel, tokio::sync::oneshot::Sender<()>) {
+    let (addr, stop) = tests::serve_router(
+        Server::builder()
+            .max_message_size(MAX_MESSAGE)
+            .add_service(StreamService),
+    )
+    .await;
+    (channel(addr).await, stop)
 }
 
 async fn channel(addr: std::net::SocketAddr) -> Channel {
