@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::mr_buffer::MrBuffer;
 use crate::qp_state::rnr_timer_us;
 use crate::wc::{WcStatus, WorkCompletion};
-use crate::wr::{SendFlags, SendOp};
+use crate::wr::{SendFlags, SendOp, Sge};
 
 use crate::access::AccessFlags;
 
@@ -185,18 +185,20 @@ pub(super) fn read_placed(
 }
 
 /// The next segment of a Send or Write WQE `w` as a loan: at most a placed segment
-/// ([`PLACE_CHUNK`], what a message behind it waits for at the peer), from a WQE of
-/// one SGE that passes the local checks; with the buffer to hold until the message is
-/// acknowledged. `None`: the segment goes through the ring (where a bad lkey fails
-/// the WQE).
+/// ([`PLACE_CHUNK`], what a message behind it waits for at the peer), within the SGE
+/// it starts in, if that SGE is longer than a ring chunk and the range passes the
+/// local checks; with the buffer to hold until the message is acknowledged. `None`:
+/// the segment goes through the ring (where a bad lkey fails the WQE). So a header
+/// SGE before a large body goes through the ring with the body's first bytes, and
+/// the rest of the body is lent.
 fn lendable(cx: &FrameContext<'_>, w: &SendWqe) -> Option<(Lent, Arc<MrBuffer>)> {
-    let [sge] = w.sges() else { return None };
-    if u64::from(sge.length) != w.len {
+    let (sge, off) = sge_at(w.sges(), w.done_bytes)?;
+    if sge.length as usize <= CHUNK {
         return None;
     }
-    let seg = ((w.len - w.done_bytes) as usize).min(PLACE_CHUNK);
+    let seg = ((u64::from(sge.length) - off) as usize).min(PLACE_CHUNK);
     let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);
-    let at = sge.addr.checked_add(w.done_bytes)?;
+    let at = sge.addr.checked_add(off)?;
     let r = keys
         .resolve(sge.lkey, pd, at, seg as u64, AccessFlags::empty())
         .ok()?;
@@ -205,6 +207,18 @@ fn lendable(cx: &FrameContext<'_>, w: &SendWqe) -> Option<(Lent, Arc<MrBuffer>)>
         len: seg as u32,
     };
     Some((lent, r.buf))
+}
+
+/// The SGE that byte `at` of a WQE's payload lies in, and `at`'s offset into it.
+fn sge_at(sges: &[Sge], mut at: u64) -> Option<(&Sge, u64)> {
+    for sge in sges {
+        let len = u64::from(sge.length);
+        if at < len {
+            return Some((sge, at));
+        }
+        at -= len;
+    }
+    None
 }
 
 /// The Read WQE `i`'s destination, if the peer may place the response there: one

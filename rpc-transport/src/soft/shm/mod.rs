@@ -59,10 +59,11 @@
 //! Read takes about as long either way; with other work to do, the copy not made is
 //! time given back.
 //!
-//! Sends and RDMA Writes with one copy. A segment of a Send or Write longer than a
-//! ring chunk whose WQE has one SGE (checked against its lkey) is lent, not sent: its
+//! Sends and RDMA Writes with one copy. A segment of a Send or Write that starts in
+//! an SGE longer than a ring chunk (checked against its lkey) is lent, not sent: its
 //! frame (`SEND_LENT`, `WRITE_LENT`) names the range in the requester's process, up to
-//! `PLACE_CHUNK` of it, and the requester holds that memory until the message is
+//! `PLACE_CHUNK` of it and no further than that SGE's end (a shorter SGE, such as a
+//! header, goes through the ring with the first bytes of the SGE after it), and the requester holds that memory until the message is
 //! acknowledged (`rc::placed`). The responder makes every check it makes for the
 //! bytes on the ring (the receive's SGEs and length, or the rkey, bounds and rights of
 //! the Write) and only then copies them itself with `process_vm_readv`, straight into

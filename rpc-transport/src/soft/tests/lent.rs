@@ -3,6 +3,7 @@
 //! responder's checks still decide every access, and a responder that may not take
 //! them has the message sent again with its bytes.
 
+use super::super::rc::CHUNK;
 use super::shm::soft;
 use super::*;
 use crate::{RemoteMr, SendOp, WcOpcode, WcStatus};
@@ -255,24 +256,84 @@ fn without_the_right_to_take_the_bytes_come_through_the_ring() {
     }
 }
 
-/// A Send gathered from several SGEs is not lent (a loan is one contiguous range):
-/// it goes through the ring, byte for byte.
+/// A Send gathered from several SGEs lends what lies beyond a ring chunk in each SGE
+/// longer than one: a short SGE goes through the ring with the first bytes of the
+/// SGE after it, and the rest of that SGE is lent. Every byte lands in order.
 #[test]
-fn a_send_of_several_sges_goes_through_the_ring() {
+fn a_send_of_several_sges_lends_the_rest_of_each_large_one() {
     const PART: usize = 96 * 1024;
+    const HEAD: usize = 16;
+    const TAIL: usize = 5;
     let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
-    let from = a.pd.alloc_mr(3 * PART, ALL).unwrap();
-    let into = b.pd.alloc_mr(2 * PART, ALL).unwrap();
-    let data = pattern(3 * PART, 7);
+    let from = a.pd.alloc_mr(3 * PART + 64, ALL).unwrap();
+    let total = HEAD + PART + TAIL + PART;
+    let into = b.pd.alloc_mr(total, ALL).unwrap();
+    let data = pattern(3 * PART + 64, 7);
     from.write(0, &data);
-    post_recv_into(&b, &into, 1, 0, 2 * PART as u32);
-    let sges = [from.sge(0, PART as u32), from.sge(2 * PART, PART as u32)];
+    post_recv_into(&b, &into, 1, 0, total as u32);
+    // Out of order in `from`, so that a gather in place would be wrong.
+    let (head, one, tail, two) = (3 * PART + 8, 2 * PART, 3 * PART + 40, 0);
+    let sges = [
+        from.sge(head, HEAD as u32),
+        from.sge(one, PART as u32),
+        from.sge(tail, TAIL as u32),
+        from.sge(two, PART as u32),
+    ];
     post(&a, SendWr::new(1, SendOp::Send, &sges));
-    assert_eq!(wait(&b.cq, &[&a.cq]).status, WcStatus::Success);
+    let wc = wait(&b.cq, &[&a.cq]);
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, total as u32));
     assert_eq!(wait(&a.cq, &[&b.cq]).status, WcStatus::Success);
-    assert!(into.to_vec(0, PART) == data[..PART]);
-    assert!(into.to_vec(PART, PART) == data[2 * PART..]);
-    assert_eq!(stats(&b).rc_lent_bytes_taken, 0);
+    let mut want = Vec::new();
+    for (at, len) in [(head, HEAD), (one, PART), (tail, TAIL), (two, PART)] {
+        want.extend_from_slice(&data[at..at + len]);
+    }
+    assert!(into.to_vec(0, total) == want, "the gathered bytes differ");
+    // Each large SGE's first bytes rode the ring behind the short one before it: at
+    // most a chunk with it (less when the ring had less room), the rest was lent.
+    let at_least = (PART - (CHUNK - HEAD)) + (PART - (CHUNK - TAIL));
+    let taken = stats(&b).rc_lent_bytes_taken as usize;
+    assert!(
+        (at_least..=2 * PART).contains(&taken),
+        "{taken} bytes lent, not between {at_least} and {}",
+        2 * PART
+    );
+    assert_eq!(lent_held(&a), 0, "the requester still holds what it lent");
+    small_send_flows(&a, &b);
+}
+
+/// An RDMA Write of two large SGEs lends both: no ring chunk is needed before the
+/// first, and the second starts where the first ends.
+#[test]
+fn a_write_of_several_large_sges_is_lent_whole() {
+    const PART: usize = (1 << 20) + 333;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = a.pd.alloc_mr(2 * PART + 16, ALL).unwrap();
+    let target = b.pd.alloc_mr(2 * PART + 16, ALL).unwrap();
+    let data = pattern(2 * PART + 16, 9);
+    from.write(0, &data);
+    target.write(0, &vec![0xee; 2 * PART + 16]);
+    let to = target.remote();
+    let sges = [from.sge(PART + 16, PART as u32), from.sge(0, PART as u32)];
+    post(&a, SendWr::new(3, write_imm(to, 8, 5), &sges));
+    post_recv(&b, 2, 0, 0);
+    let wc = wait(&b.cq, &[&a.cq]);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.imm_data),
+        (2, WcStatus::Success, Some(5))
+    );
+    assert_eq!(wait(&a.cq, &[&b.cq]).status, WcStatus::Success);
+    assert!(
+        target.to_vec(8, PART) == data[PART + 16..],
+        "the first SGE differs"
+    );
+    assert!(
+        target.to_vec(8 + PART, PART) == data[..PART],
+        "the second SGE differs"
+    );
+    assert_eq!(target.to_vec(0, 8), [0xee; 8]);
+    assert_eq!(target.to_vec(8 + 2 * PART, 8), [0xee; 8]);
+    assert_eq!(stats(&b).rc_lent_bytes_taken, 2 * PART as u64);
+    assert_eq!(lent_held(&a), 0);
 }
 
 /// A QP destroyed while its peer may still take the bytes it lent keeps them, even
