@@ -11,8 +11,9 @@
 //! drops its connection under the same lock). That close, or the peer process's
 //! exit, which closes the socket too, makes the socket readable at end of stream:
 //! the helper thread sees it and lets the buffers go. A peer that never closes its
-//! end keeps them for as long as it keeps its connection; a device dropped meanwhile
-//! keeps them for the life of the process (logged), as before this existed.
+//! end keeps them for as long as it keeps its connection. A device dropped meanwhile
+//! leaves its helper thread waiting for those peers alone, until none is held
+//! (`helper::release_held`).
 
 use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};

@@ -236,10 +236,12 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
         }
         let n = sh.epoll.wait(&mut evs, timeout).len();
         sh.sleeping.store(false, Ordering::SeqCst);
-        if sh.stop.load(Ordering::Acquire) {
-            return;
-        }
-        let Some(dev) = weak.upgrade() else { return };
+        let dev = weak.upgrade();
+        let Some(dev) = dev.filter(|_| !sh.stop.load(Ordering::Acquire)) else {
+            // Connections still saying hello close now, out of the watch set.
+            drop(l);
+            return release_held(&sh);
+        };
         let mut hellos = false;
         for ev in &evs[..n] {
             let t = ev.u64;
@@ -295,6 +297,31 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
             || !l.disarmed.is_empty()
             || l.ud_disarmed
             || dev.ud_held();
+    }
+}
+
+/// The device is gone: waits for the peers of the destroyed QPs whose buffers are
+/// still held to close their ends, lets each QP's buffers go as its peer does, and
+/// returns once none is held (at once if none is). Freed only by the peer's close,
+/// as while the device lived, not kept mapped for the life of the process.
+fn release_held(sh: &Shared) {
+    let mut evs = sys::events::<16>();
+    while sh.held.buffers() > 0 {
+        let n = sh.epoll.wait(&mut evs, -1).len();
+        for ev in &evs[..n] {
+            let t = ev.u64;
+            match t & KIND {
+                T_HELD => {
+                    let fd = (t & !KIND) as RawFd;
+                    if sh.held.readable(fd) {
+                        sh.epoll.rearm(fd, t);
+                    }
+                }
+                // The device's last signals; its other descriptors are closed.
+                T_WAKE => sh.wake.drain(),
+                _ => {}
+            }
+        }
     }
 }
 

@@ -13,8 +13,8 @@
 //! (its connection ended). A QP destroyed while a peer may still be writing keeps
 //! those buffers until that peer closes its end of the connection
 //! (`soft::held_for_peer`) rather than let a later mapping at the same address
-//! receive the peer's bytes; only one destroyed without a connection, or whose
-//! device goes first, keeps them for the life of the process (logged). That protects
+//! receive the peer's bytes, even past its device's drop; only one destroyed without
+//! a connection keeps them for the life of the process (logged). That protects
 //! against an honest peer finishing a transfer this side gave up on; a hostile peer
 //! that passed the probe may write anywhere in this process anyway (same user,
 //! ptrace access), which is why the probe is the gate.
@@ -43,6 +43,12 @@ impl Placing {
             self.held.pop_back();
         }
         self.held.push_back((seq, buf));
+    }
+
+    /// The buffers held now.
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> impl Iterator<Item = &Arc<MrBuffer>> {
+        self.held.iter().map(|h| &h.1)
     }
 
     /// Whether the Read `seq` offered its destination.

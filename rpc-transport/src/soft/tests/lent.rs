@@ -3,9 +3,13 @@
 //! responder's checks still decide every access, and a responder that may not take
 //! them has the message sent again with its bytes.
 
+use std::sync::{Arc, Weak};
+
 use super::super::rc::CHUNK;
 use super::shm::soft;
 use super::*;
+use crate::device::DeviceImp;
+use crate::mr_buffer::MrBuffer;
 use crate::{RemoteMr, SendOp, WcOpcode, WcStatus};
 
 /// Bytes lent by `a` and not yet let go (held until their message is acknowledged).
@@ -386,6 +390,62 @@ fn a_destroyed_qps_loan_is_kept_until_its_peer_closes() {
         assert!(
             Instant::now() < deadline,
             "the loan was still held 10 s after its peer could close"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(b.qp.state(), QpState::Err, "the peer did not end its QP");
+}
+
+/// A soft device dropped while it holds a destroyed QP's loan keeps the loan, as the
+/// device did, until the peer closes its end of the connection, and then lets it go:
+/// not at its own drop (the peer may still be taking the bytes), and not never.
+#[test]
+fn a_dropped_devices_held_loan_goes_when_its_peer_closes() {
+    const LEN: usize = (1 << 20) + 3;
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = a.pd.alloc_mr(LEN, ALL).unwrap();
+    from.write(0, &pattern(LEN, 9));
+    post_until_rnr(
+        &a,
+        &b,
+        SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]),
+    );
+    let lent: Vec<Weak<MrBuffer>> = {
+        let q = soft(&a).lock();
+        let st = &q.rc.as_ref().unwrap().st;
+        st.lending.buffers().map(Arc::downgrade).collect()
+    };
+    assert!(!lent.is_empty(), "nothing lent");
+    let alive = || lent.iter().filter(|w| w.strong_count() > 0).count();
+    let DeviceImp::Soft(a_dev) = &a.dev.imp else {
+        panic!("not a soft device")
+    };
+    let a_dev = Arc::downgrade(a_dev);
+    {
+        // `b` can neither take nor close while this is held.
+        let b_qp = soft(&b).lock();
+        drop(a);
+        drop(from);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while a_dev.strong_count() > 0 {
+            assert!(Instant::now() < deadline, "the device was not dropped");
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            alive(),
+            lent.len(),
+            "the loan was let go while its peer could still take it"
+        );
+        drop(b_qp);
+    }
+    // `b` reads the end of the connection, fails, and closes its end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive() > 0 {
+        let _ = b.cq.poll(&mut []);
+        assert!(
+            Instant::now() < deadline,
+            "{} lent buffers still held 10 s after the peer could close",
+            alive()
         );
         std::thread::yield_now();
     }
