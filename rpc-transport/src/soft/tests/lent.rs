@@ -417,10 +417,11 @@ fn a_dropped_devices_held_loan_goes_when_its_peer_closes() {
     };
     assert!(!lent.is_empty(), "nothing lent");
     let alive = || lent.iter().filter(|w| w.strong_count() > 0).count();
-    let DeviceImp::Soft(a_dev) = &a.dev.imp else {
-        panic!("not a soft device")
+    let a_dev = match &a.dev.imp {
+        DeviceImp::Soft(d) => Arc::downgrade(d),
+        #[allow(unreachable_patterns)]
+        _ => panic!("not a soft device"),
     };
-    let a_dev = Arc::downgrade(a_dev);
     {
         // `b` can neither take nor close while this is held.
         let b_qp = soft(&b).lock();
