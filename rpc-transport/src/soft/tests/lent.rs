@@ -30,6 +30,20 @@ fn post_until_rnr(a: &Side, b: &Side, wr: SendWr<'_>) {
     }
 }
 
+/// A Send of a little over 1 MiB from `a`, lent and answered RNR by `b` (which has
+/// no receive), so that `a` holds the loan; the region it is lent from.
+fn lent_and_refused(a: &Side, b: &Side) -> MemoryRegion {
+    const LEN: usize = (1 << 20) + 3;
+    let from = a.pd.alloc_mr(LEN, ALL).unwrap();
+    from.write(0, &pattern(LEN, 9));
+    post_until_rnr(
+        a,
+        b,
+        SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]),
+    );
+    from
+}
+
 fn write_imm(to: RemoteMr, off: u64, imm: u32) -> SendOp {
     SendOp::RdmaWriteWithImm {
         remote_addr: to.addr + off,
@@ -345,16 +359,8 @@ fn a_write_of_several_large_sges_is_lent_whole() {
 /// (it does once the destroyed side's end closes), and then lets them go.
 #[test]
 fn a_destroyed_qps_loan_is_kept_until_its_peer_closes() {
-    const LEN: usize = (1 << 20) + 3;
     let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
-    let from = a.pd.alloc_mr(LEN, ALL).unwrap();
-    from.write(0, &pattern(LEN, 9));
-    // No receive at `b`: the Send is answered RNR and stays lent.
-    post_until_rnr(
-        &a,
-        &b,
-        SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]),
-    );
+    let from = lent_and_refused(&a, &b);
     // A buffer per lent segment (1 MiB each), per attempt until it is taken.
     assert!(lent_held(&a) >= 2, "{} buffers lent", lent_held(&a));
     let Side {
@@ -401,15 +407,8 @@ fn a_destroyed_qps_loan_is_kept_until_its_peer_closes() {
 /// not at its own drop (the peer may still be taking the bytes), and not never.
 #[test]
 fn a_dropped_devices_held_loan_goes_when_its_peer_closes() {
-    const LEN: usize = (1 << 20) + 3;
     let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
-    let from = a.pd.alloc_mr(LEN, ALL).unwrap();
-    from.write(0, &pattern(LEN, 9));
-    post_until_rnr(
-        &a,
-        &b,
-        SendWr::new(5, SendOp::Send, &[from.sge(0, LEN as u32)]),
-    );
+    let from = lent_and_refused(&a, &b);
     let lent: Vec<Weak<MrBuffer>> = {
         let q = soft(&a).lock();
         let st = &q.rc.as_ref().unwrap().st;
