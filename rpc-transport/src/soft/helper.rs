@@ -240,7 +240,7 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
         let Some(dev) = dev.filter(|_| !sh.stop.load(Ordering::Acquire)) else {
             // Connections still saying hello close now, out of the watch set.
             drop(l);
-            return release_held(&sh);
+            return release_held(&sh, &evs[..n]);
         };
         let mut hellos = false;
         for ev in &evs[..n] {
@@ -303,12 +303,12 @@ fn run(weak: Weak<Device>, sh: Arc<Shared>) {
 /// The device is gone: waits for the peers of the destroyed QPs whose buffers are
 /// still held to close their ends, lets each QP's buffers go as its peer does, and
 /// returns once none is held (at once if none is). Freed only by the peer's close,
-/// as while the device lived, not kept mapped for the life of the process.
-fn release_held(sh: &Shared) {
-    let mut evs = sys::events::<16>();
-    while sh.held.buffers() > 0 {
-        let n = sh.epoll.wait(&mut evs, -1).len();
-        for ev in &evs[..n] {
+/// as while the device lived, not kept mapped for the life of the process. `first`:
+/// the events of the wait that found the device gone, handled first (a one-shot
+/// watch they report is off until handled).
+fn release_held(sh: &Shared, first: &[libc::epoll_event]) {
+    let on_held = |evs: &[libc::epoll_event]| {
+        for ev in evs {
             let t = ev.u64;
             match t & KIND {
                 T_HELD => {
@@ -322,6 +322,12 @@ fn release_held(sh: &Shared) {
                 _ => {}
             }
         }
+    };
+    on_held(first);
+    let mut evs = sys::events::<16>();
+    while sh.held.buffers() > 0 {
+        let n = sh.epoll.wait(&mut evs, -1).len();
+        on_held(&evs[..n]);
     }
 }
 
