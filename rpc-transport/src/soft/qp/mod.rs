@@ -259,7 +259,8 @@ impl Qp {
         let from = g.state;
         match to {
             QpState::Reset => {
-                g.rc = None;
+                // As at destruction: what the peer may still access is kept for it.
+                self.let_go_of(g.rc.take());
                 g.sq.clear();
                 g.rq.clear();
                 self.set_busy(false);
@@ -295,6 +296,20 @@ impl Qp {
         g.attr = attrs;
         self.set_state(&mut g, to);
         Ok(())
+    }
+
+    /// Ends an RC connection (`None`: none). Its peer may still copy into or out of
+    /// the buffers it holds (placed Reads, lent segments): those and its socket go to
+    /// the helper, kept until the peer closes its end (`held_for_peer`); a connection
+    /// holding none just closes.
+    fn let_go_of(&self, rc: Option<RcConn>) {
+        if let Some((sock, bufs)) = rc.and_then(RcConn::into_held) {
+            let fd = sock.as_raw_fd();
+            for cq in self.cqs() {
+                cq.unwatch(fd);
+            }
+            self.dev.helper.hold_for_peer(sock, bufs);
+        }
     }
 
     /// Completes a send-queue WR.
@@ -494,15 +509,7 @@ impl Drop for Qp {
             .unwrap_or_else(|e| e.into_inner())
             .rc
             .take();
-        if let Some((sock, bufs)) = rc.and_then(RcConn::into_held) {
-            // Its peer may still copy into or out of these (placed Reads, lent
-            // segments): kept until it closes its end (`held_for_peer`).
-            let fd = sock.as_raw_fd();
-            for cq in self.cqs() {
-                cq.unwatch(fd);
-            }
-            self.dev.helper.hold_for_peer(sock, bufs);
-        }
+        self.let_go_of(rc);
         if self.qp_type == QpType::Ud {
             self.send_cq.ud_detach();
             if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {

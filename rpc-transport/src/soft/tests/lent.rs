@@ -44,6 +44,15 @@ fn lent_and_refused(a: &Side, b: &Side) -> MemoryRegion {
     from
 }
 
+/// The buffers `a` holds lent now (at least one), watched without keeping them.
+fn lent_buffers(a: &Side) -> Vec<Weak<MrBuffer>> {
+    let q = soft(a).lock();
+    let st = &q.rc.as_ref().unwrap().st;
+    let lent: Vec<_> = st.lending.buffers().map(Arc::downgrade).collect();
+    assert!(!lent.is_empty(), "nothing lent");
+    lent
+}
+
 fn write_imm(to: RemoteMr, off: u64, imm: u32) -> SendOp {
     SendOp::RdmaWriteWithImm {
         remote_addr: to.addr + off,
@@ -409,12 +418,7 @@ fn a_destroyed_qps_loan_is_kept_until_its_peer_closes() {
 fn a_dropped_devices_held_loan_goes_when_its_peer_closes() {
     let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
     let from = lent_and_refused(&a, &b);
-    let lent: Vec<Weak<MrBuffer>> = {
-        let q = soft(&a).lock();
-        let st = &q.rc.as_ref().unwrap().st;
-        st.lending.buffers().map(Arc::downgrade).collect()
-    };
-    assert!(!lent.is_empty(), "nothing lent");
+    let lent = lent_buffers(&a);
     let alive = || lent.iter().filter(|w| w.strong_count() > 0).count();
     let a_dev = match &a.dev.imp {
         DeviceImp::Soft(d) => Arc::downgrade(d),
@@ -449,5 +453,42 @@ fn a_dropped_devices_held_loan_goes_when_its_peer_closes() {
         );
         std::thread::yield_now();
     }
+    assert_eq!(b.qp.state(), QpState::Err, "the peer did not end its QP");
+}
+
+/// A QP moved to RESET while its peer may still take the bytes it lent keeps them
+/// for that peer, as a destroyed one does, and lets them go once the peer closes.
+#[test]
+fn a_reset_qps_loan_is_kept_until_its_peer_closes() {
+    let (a, b) = pair_on_rings(SoftLink::Auto, SoftLink::Auto);
+    let from = lent_and_refused(&a, &b);
+    let lent = lent_buffers(&a);
+    let alive = || lent.iter().filter(|w| w.strong_count() > 0).count();
+    {
+        // `b` can neither take nor close while this is held.
+        let b_qp = soft(&b).lock();
+        a.qp.modify(QpState::Reset, &QpAttr::default()).unwrap();
+        drop(from);
+        assert_eq!(a.qp.state(), QpState::Reset);
+        assert_eq!(
+            alive(),
+            lent.len(),
+            "the loan was let go while its peer could still take it"
+        );
+        assert!(a.dev.soft_stats().unwrap().held_for_peers >= 1);
+        drop(b_qp);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive() > 0 {
+        let _ = b.cq.poll(&mut []);
+        let _ = a.cq.poll(&mut []);
+        assert!(
+            Instant::now() < deadline,
+            "{} lent buffers still held 10 s after the peer could close",
+            alive()
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(a.dev.soft_stats().unwrap().held_for_peers, 0);
     assert_eq!(b.qp.state(), QpState::Err, "the peer did not end its QP");
 }
