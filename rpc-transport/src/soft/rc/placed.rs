@@ -13,8 +13,10 @@
 //! (its connection ended). A QP destroyed while a peer may still be writing keeps
 //! those buffers until that peer closes its end of the connection
 //! (`soft::held_for_peer`) rather than let a later mapping at the same address
-//! receive the peer's bytes, even past its device's drop; only one destroyed without
-//! a connection keeps them for the life of the process (logged). That protects
+//! receive the peer's bytes, even past its device's drop; so does a QP moved to
+//! RESET. A connection this side ends on a fault lets them go (its peer broke the
+//! protocol or closed). A holder dropped any other way keeps them mapped for the
+//! life of the process (logged): no path is known to do so; it is the safe default. That protects
 //! against an honest peer finishing a transfer this side gave up on; a hostile peer
 //! that passed the probe may write anywhere in this process anyway (same user,
 //! ptrace access), which is why the probe is the gate.
