@@ -21,13 +21,11 @@ fn lent_held(a: &Side) -> usize {
 fn post_until_rnr(a: &Side, b: &Side, wr: SendWr<'_>) {
     let naks = stats(b).rc_rnr_naks;
     post(a, wr);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stats(b).rc_rnr_naks == naks {
-        let _ = a.cq.poll(&mut []);
-        let _ = b.cq.poll(&mut []);
-        assert!(Instant::now() < deadline, "no RNR NAK within 10 s");
-        std::thread::yield_now();
-    }
+    poll_until(
+        &[&a.cq, &b.cq],
+        || stats(b).rc_rnr_naks != naks,
+        || "no RNR NAK within 10 s".into(),
+    );
 }
 
 /// A Send of a little over 1 MiB from `a`, lent and answered RNR by `b` (which has
@@ -51,6 +49,10 @@ fn lent_buffers(a: &Side) -> Vec<Weak<MrBuffer>> {
     let lent: Vec<_> = st.lending.buffers().map(Arc::downgrade).collect();
     assert!(!lent.is_empty(), "nothing lent");
     lent
+}
+
+fn still_held(alive: usize) -> String {
+    format!("{alive} lent buffers still held 10 s after the peer could close")
 }
 
 fn write_imm(to: RemoteMr, off: u64, imm: u32) -> SendOp {
@@ -386,28 +388,20 @@ fn a_destroyed_qps_loan_is_kept_until_its_peer_closes() {
         drop(a_qp);
         drop(from);
         // The QP is gone once nothing else (`a`'s helper, briefly) holds it.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while held() == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "the destroyed QP's loan is not held for its live peer"
-            );
-            std::thread::yield_now();
-        }
+        poll_until(
+            &[],
+            || held() != 0,
+            || "the destroyed QP's loan is not held for its live peer".into(),
+        );
         assert!(held() >= 2);
         drop(b_qp);
     }
     // `b` reads the end of the connection, fails, and closes its end.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while held() != 0 {
-        let _ = b.cq.poll(&mut []);
-        let _ = a_cq.poll(&mut []);
-        assert!(
-            Instant::now() < deadline,
-            "the loan was still held 10 s after its peer could close"
-        );
-        std::thread::yield_now();
-    }
+    poll_until(
+        &[&b.cq, &a_cq],
+        || held() == 0,
+        || "the loan was still held 10 s after its peer could close".into(),
+    );
     assert_eq!(b.qp.state(), QpState::Err, "the peer did not end its QP");
 }
 
@@ -430,11 +424,11 @@ fn a_dropped_devices_held_loan_goes_when_its_peer_closes() {
         let b_qp = soft(&b).lock();
         drop(a);
         drop(from);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while a_dev.strong_count() > 0 {
-            assert!(Instant::now() < deadline, "the device was not dropped");
-            std::thread::yield_now();
-        }
+        poll_until(
+            &[],
+            || a_dev.strong_count() == 0,
+            || "the device was not dropped".into(),
+        );
         assert_eq!(
             alive(),
             lent.len(),
@@ -443,16 +437,7 @@ fn a_dropped_devices_held_loan_goes_when_its_peer_closes() {
         drop(b_qp);
     }
     // `b` reads the end of the connection, fails, and closes its end.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive() > 0 {
-        let _ = b.cq.poll(&mut []);
-        assert!(
-            Instant::now() < deadline,
-            "{} lent buffers still held 10 s after the peer could close",
-            alive()
-        );
-        std::thread::yield_now();
-    }
+    poll_until(&[&b.cq], || alive() == 0, || still_held(alive()));
     assert_eq!(b.qp.state(), QpState::Err, "the peer did not end its QP");
 }
 
@@ -478,17 +463,7 @@ fn a_reset_qps_loan_is_kept_until_its_peer_closes() {
         assert!(a.dev.soft_stats().unwrap().held_for_peers >= 1);
         drop(b_qp);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive() > 0 {
-        let _ = b.cq.poll(&mut []);
-        let _ = a.cq.poll(&mut []);
-        assert!(
-            Instant::now() < deadline,
-            "{} lent buffers still held 10 s after the peer could close",
-            alive()
-        );
-        std::thread::yield_now();
-    }
+    poll_until(&[&b.cq, &a.cq], || alive() == 0, || still_held(alive()));
     assert_eq!(a.dev.soft_stats().unwrap().held_for_peers, 0);
     assert_eq!(b.qp.state(), QpState::Err, "the peer did not end its QP");
 }

@@ -168,6 +168,18 @@ fn wait(cq: &CompletionQueue, others: &[&CompletionQueue]) -> WorkCompletion {
     }
 }
 
+/// Drives `cqs` (popping nothing) until `done`; fails with `what()` after 10 s.
+fn poll_until(cqs: &[&CompletionQueue], mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        for cq in cqs {
+            let _ = cq.poll(&mut []);
+        }
+        assert!(Instant::now() < deadline, "{}", what());
+        std::thread::yield_now();
+    }
+}
+
 fn post_recv(s: &Side, wr_id: u64, off: usize, len: u32) {
     post_recv_into(s, &s.mr, wr_id, off, len);
 }

@@ -384,17 +384,16 @@ fn a_quiet_connection_gives_its_bulk_ring_pages_back() {
     let resident = || with_link(&b, |l| l.inbox().unwrap().resident_pages());
     assert!(resident() > 16, "the Send did not go through the ring");
     let keep = crate::soft::shm::ring::KEEP_BYTES / 4096;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while resident() > keep {
-        let _ = a.cq.poll(&mut []);
-        let _ = b.cq.poll(&mut []);
-        assert!(
-            Instant::now() < deadline,
-            "{} ring pages still resident, expected at most {keep}",
-            resident()
-        );
-        std::thread::yield_now();
-    }
+    poll_until(
+        &[&a.cq, &b.cq],
+        || resident() <= keep,
+        || {
+            format!(
+                "{} ring pages still resident, expected at most {keep}",
+                resident()
+            )
+        },
+    );
 }
 
 /// Messages of many sizes queued in the ring before the reader looks, more than the
