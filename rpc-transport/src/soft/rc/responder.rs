@@ -43,6 +43,22 @@ pub(crate) const PLACE_CHUNK: usize = 1024 * 1024;
 /// rounds, at twice the wait for what queues behind.
 pub(crate) const SPLIT_PLACE_CHUNK: usize = 2 * PLACE_CHUNK;
 
+/// The next placed segment of a Read with `rest` bytes to go: at most `chunk`, except
+/// that a tail of up to a ring [`CHUNK`] after it rides with it. Messages are often
+/// a round size plus a few bytes of framing (a protobuf `bytes` field of 1 MiB
+/// encodes to 1 MiB + 4 B): as a segment of its own, such a tail cost a pass, a
+/// frame and often a wake-up of the requester, for a few bytes. (A requester checks
+/// only that the segments add up to the Read, so this needs no change of the wire;
+/// lent Send and Write segments are bounded by the wire's `MAX_SEG`, and keep
+/// `PLACE_CHUNK`.)
+fn segment(rest: usize, chunk: usize) -> usize {
+    if rest <= chunk + CHUNK {
+        rest
+    } else {
+        chunk
+    }
+}
+
 /// A message being received into a receive WQE (Send, or Write with immediate); the
 /// WQE itself is `RcProtocol::in_wqe`.
 pub(crate) struct InMsg {
@@ -491,7 +507,7 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> Result<bool, Fault> {
                     } else {
                         PLACE_CHUNK
                     };
-                    let seg = ((len - start) as usize).min(chunk);
+                    let seg = segment((len - start) as usize, chunk);
                     // SAFETY: `[ptr + start, + seg)` is inside the range checked at
                     // request time, in the buffer `buf` holds.
                     match unsafe { w.write(ptr.add(start as usize), seg, at + start, split) } {
@@ -571,4 +587,26 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> Result<bool, Fault> {
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_tail_rides_with_the_segment_before_it() {
+        // A protobuf `bytes` field of 1 MiB: one segment, not 1 MiB and then 4 B.
+        assert_eq!(segment(PLACE_CHUNK + 4, PLACE_CHUNK), PLACE_CHUNK + 4);
+        assert_eq!(
+            segment(PLACE_CHUNK + CHUNK, PLACE_CHUNK),
+            PLACE_CHUNK + CHUNK
+        );
+        assert_eq!(segment(PLACE_CHUNK + CHUNK + 1, PLACE_CHUNK), PLACE_CHUNK);
+        assert_eq!(
+            segment(SPLIT_PLACE_CHUNK + 5, SPLIT_PLACE_CHUNK),
+            SPLIT_PLACE_CHUNK + 5
+        );
+        assert_eq!(segment(3 * PLACE_CHUNK, PLACE_CHUNK), PLACE_CHUNK);
+        assert_eq!(segment(17, PLACE_CHUNK), 17);
+    }
 }
