@@ -116,6 +116,8 @@ pub(crate) struct Cq {
     armed_at: AtomicU64,
     /// Member QPs whose output waits for their socket (see `Qp::set_stalled`).
     pub(crate) stalled: AtomicU32,
+    /// Member QPs that owe ACKs of several messages (see `Qp::set_owes_acks`).
+    pub(crate) owing_acks: AtomicU32,
 }
 
 impl Cq {
@@ -149,6 +151,7 @@ impl Cq {
             polls: AtomicU64::new(0),
             armed_at: AtomicU64::new(0),
             stalled: AtomicU32::new(0),
+            owing_acks: AtomicU32::new(0),
         })
     }
 
@@ -388,8 +391,9 @@ impl Cq {
     /// spun since): asks the peers of its shared-memory QPs to ring for their next
     /// bytes, and counts as asleep (see [`Cq::asleep`]). Returns whether bytes
     /// already wait in one of their inboxes: then the caller polls instead (ringing
-    /// its own bell for them would cost a write, a read and a wake-up). Unarmed, an
-    /// event is already on its way.
+    /// its own bell for them would cost a write, a read and a wake-up); likewise when
+    /// a member owes ACKs, which that poll sends. Unarmed, an event is already on its
+    /// way.
     pub(crate) fn prepare_sleep(&self) -> bool {
         if self.armed.load(Ordering::SeqCst) == ARM_NONE {
             return false;
@@ -409,7 +413,10 @@ impl Cq {
         if self.stalled.load(Ordering::SeqCst) > 0 {
             self.dev.helper.poke();
         }
-        input
+        // A member owes ACKs that would otherwise wait for the helper's tick while its
+        // peer's sends stay incomplete: poll instead, a pass that sends them (in it the
+        // CQ counts as asleep, see `rc::acks_owed`).
+        input || self.owing_acks.load(Ordering::SeqCst) > 0
     }
 
     /// Whether the poller sleeps on the event descriptor: the CQ is armed and was

@@ -7,7 +7,7 @@ pub(crate) mod wqe;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::access::AccessFlags;
@@ -108,6 +108,9 @@ pub(crate) struct Qp {
     busy: AtomicBool,
     /// Output waits for the socket (`rc::output_waits`); counted in the CQs' `stalled`.
     stalled: AtomicBool,
+    /// ACKs of several messages are owed (`rc::acks_owed`); counted in the CQs'
+    /// `owing_acks`.
+    owes_acks: AtomicBool,
     // One lock per QP: taken by the thread posting to it and by whoever makes progress
     // on it (the poller of one of its CQs, or the helper when nobody polls); in the
     // common case both are the same thread, so it is uncontended.
@@ -177,6 +180,7 @@ impl Pd {
             state: AtomicU8::new(QpState::Reset as u8),
             busy: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
+            owes_acks: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 state: QpState::Reset,
                 attr: Attrs::default(),
@@ -265,6 +269,7 @@ impl Qp {
                 g.rq.clear();
                 self.set_busy(false);
                 self.set_stalled(false);
+                self.set_owes_acks(false);
             }
             QpState::Err => {
                 g.attr = attrs;
@@ -400,6 +405,7 @@ impl Qp {
     pub(crate) fn after_rc_pass(&self, g: &Inner, needs: bool) {
         self.set_busy(needs || g.sq.len() > 0);
         self.set_stalled(rc::output_waits(g));
+        self.set_owes_acks(rc::acks_owed(g));
     }
 
     /// Records whether output waits for the socket. A QP that stalls while nobody
@@ -407,22 +413,41 @@ impl Qp {
     /// helper at once, which then writes whenever the socket has room; a poller that
     /// arms its CQ later does the same (`Cq::req_notify`).
     fn set_stalled(&self, stalled: bool) {
-        // A plain load first: this runs after every progress pass, and rarely changes.
-        if self.stalled.load(Ordering::Relaxed) == stalled
-            || self.stalled.swap(stalled, Ordering::SeqCst) == stalled
+        if self.count_in_cqs(&self.stalled, stalled, |cq| &cq.stalled)
+            && stalled
+            && self.neglected(self.dev.now_ns())
         {
-            return;
-        }
-        for cq in self.cqs() {
-            if stalled {
-                cq.stalled.fetch_add(1, Ordering::SeqCst);
-            } else {
-                cq.stalled.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
-        if stalled && self.neglected(self.dev.now_ns()) {
             self.dev.helper.poke();
         }
+    }
+
+    /// Records whether ACKs of several messages are owed, for a poller about to
+    /// sleep (`Cq::prepare_sleep`).
+    fn set_owes_acks(&self, owes: bool) {
+        self.count_in_cqs(&self.owes_acks, owes, |cq| &cq.owing_acks);
+    }
+
+    /// Sets `flag` to `on` and, if that changed it, counts the change in `count` of
+    /// each of this QP's CQs; whether it changed.
+    fn count_in_cqs(&self, flag: &AtomicBool, on: bool, count: fn(&Cq) -> &AtomicU32) -> bool {
+        // A plain load first: this runs after every progress pass, and rarely changes.
+        if flag.load(Ordering::Relaxed) == on || flag.swap(on, Ordering::SeqCst) == on {
+            return false;
+        }
+        for cq in self.cqs() {
+            if on {
+                count(cq).fetch_add(1, Ordering::SeqCst);
+            } else {
+                count(cq).fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        true
+    }
+
+    /// Every poller of its CQs is about to sleep or sleeps (see `Cq::asleep`): no
+    /// pass will run for it until a wake-up.
+    pub(crate) fn cqs_asleep(&self) -> bool {
+        self.cqs().all(|cq| cq.asleep())
     }
 
     pub(crate) fn is_stalled(&self) -> bool {
@@ -503,6 +528,7 @@ impl Drop for Qp {
             self.dev.helper.set_busy(false);
         }
         self.set_stalled(false);
+        self.set_owes_acks(false);
         let rc = self
             .inner
             .get_mut()

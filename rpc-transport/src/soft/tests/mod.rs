@@ -9,6 +9,7 @@ use crate::{
     WorkCompletion,
 };
 
+mod acks;
 mod alloc;
 mod bulk;
 mod compact;
