@@ -1,6 +1,6 @@
 //! The slow-consumer bound, end to end: a reader that takes 64 KiB messages one at
-//! a time never has more than a window (`STREAM_WINDOW`, 1 MiB: 16 such messages) produced
-//! ahead of it, whichever side reads, while another stream on the same channel
+//! a time never has more than a window (`STREAM_WINDOW`, 1 MiB: 16 such messages,
+//! or what `initial_stream_window_size` sets) produced ahead of it, whichever side reads, while another stream on the same channel
 //! (the same connection) keeps moving. The producers count what they were asked
 //! for, so the bound is checked on counts, not on time. Each test runs twice: with
 //! the messages by reference (above the rendezvous threshold, the default) and in
@@ -21,6 +21,15 @@ const KIB: u64 = 64;
 /// A channel to a `StreamService` whose messages of 64 KiB go `by_ref` or in
 /// chunks, both ways, and the client's pool occupancy.
 async fn channel(by_ref: bool) -> (Channel, RendezvousStats, tokio::sync::oneshot::Sender<()>) {
+    channel_with_windows(by_ref, None, None).await
+}
+
+/// [`channel`] with the client's and the server's `initial_stream_window_size`.
+async fn channel_with_windows(
+    by_ref: bool,
+    client_window: Option<u32>,
+    server_window: Option<u32>,
+) -> (Channel, RendezvousStats, tokio::sync::oneshot::Sender<()>) {
     let threshold = if by_ref {
         rpc_core::transport::DEFAULT_RENDEZVOUS_THRESHOLD
     } else {
@@ -29,6 +38,7 @@ async fn channel(by_ref: bool) -> (Channel, RendezvousStats, tokio::sync::onesho
     let (addr, stop) = tests::serve_router(
         Server::builder()
             .rendezvous_threshold(threshold)
+            .initial_stream_window_size(server_window)
             .add_service(StreamService),
     )
     .await;
@@ -37,6 +47,7 @@ async fn channel(by_ref: bool) -> (Channel, RendezvousStats, tokio::sync::onesho
         .unwrap()
         .rendezvous_threshold(threshold)
         .rendezvous_stats(stats.clone())
+        .initial_stream_window_size(client_window)
         .connect()
         .await
         .unwrap();
@@ -93,23 +104,53 @@ async fn a_slow_client_reader_holds_the_server_producer_to_a_window_in_chunks() 
     slow_client_reader(false).await;
 }
 
+/// `Endpoint::initial_stream_window_size(4 MiB)`: the server's producer runs four
+/// windows of the default ahead of a reader that takes nothing, and no further.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_window_of_4_mib_lets_the_server_producer_run_64_messages_ahead() {
+    let (mut ch, stats, _stop) = channel_with_windows(true, Some(LARGE_WINDOW), None).await;
+    slow_reader_on(&mut ch, 721, LARGE).await;
+    went(true, &stats);
+}
+
+/// `Server::initial_stream_window_size(4 MiB)`: a client's producer runs four
+/// windows of the default ahead of a handler that reads nothing, and no further.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_window_of_4_mib_lets_the_client_producer_run_64_messages_ahead() {
+    let (mut ch, stats, _stop) = channel_with_windows(true, None, Some(LARGE_WINDOW)).await;
+    reading_nothing_on(&mut ch, 723, LARGE).await;
+    went(true, &stats);
+}
+
+/// `initial_stream_window_size` of the tests above, and the 64 KiB messages it
+/// lets a producer begin: 4 MiB / (64 KiB + 32 B), rounded up.
+const LARGE_WINDOW: u32 = 4 << 20;
+const LARGE: u64 = 64;
+
 async fn slow_client_reader(by_ref: bool) {
-    let t = tags(by_ref);
     let (mut ch, stats, _stop) = channel(by_ref).await;
-    let mut w = Witness::new(701 + t);
+    slow_reader_on(&mut ch, 701 + tags(by_ref), WINDOW).await;
+    went(by_ref, &stats);
+}
+
+/// A stream from "Endless" (tag `tag`, another stream `tag + 1`) whose reader takes
+/// nothing, then one message at a time: `window` messages produced ahead of it, and
+/// never more.
+async fn slow_reader_on(ch: &mut Channel, tag: u64, window: u64) {
+    let mut w = Witness::new(tag);
     let nothing = CountSource::boxed(0, 0, 0, None);
-    let r = open(&mut ch, "Endless", 701 + t, &[KIB], None, nothing)
+    let r = open(ch, "Endless", tag, &[KIB], None, nothing)
         .await
         .unwrap();
     let mut slow = r.messages;
-    w.wait_for("a window's worth produced", |s| *s == Seen::Polled(WINDOW))
+    w.wait_for("a window's worth produced", |s| *s == Seen::Polled(window))
         .await;
     // Ten windows' worth on another stream of the connection while this one is
     // not read at all: that one moves, and this producer stays where it was.
-    others_move(&mut ch, 702 + t, 10 * WINDOW).await;
+    others_move(ch, tag + 1, 10 * WINDOW).await;
     let ahead = most_polled(&w.drain());
     assert!(
-        ahead <= WINDOW,
+        ahead <= window,
         "{ahead} messages produced for a reader that took none"
     );
     // Read one at a time: never more than a window produced ahead of the reader.
@@ -119,7 +160,7 @@ async fn slow_client_reader(by_ref: bool) {
         assert_eq!(m.data.len() as u64, KIB * 1024);
         let produced = most_polled(&w.drain());
         assert!(
-            produced <= read + WINDOW,
+            produced <= read + window,
             "{produced} produced when the reader had taken {read}"
         );
     }
@@ -128,7 +169,6 @@ async fn slow_client_reader(by_ref: bool) {
         *s == Seen::ProducerDropped
     })
     .await;
-    went(by_ref, &stats);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,23 +182,28 @@ async fn a_server_handler_that_reads_nothing_holds_the_client_producer_to_a_wind
 }
 
 async fn handler_reading_nothing(by_ref: bool) {
-    let t = tags(by_ref);
     let (mut ch, stats, _stop) = channel(by_ref).await;
-    let mut w = Witness::new(703 + t);
+    reading_nothing_on(&mut ch, 703 + tags(by_ref), WINDOW).await;
+    went(by_ref, &stats);
+}
+
+/// A client stream to "Block" (tag `tag`, another stream `tag + 1`), whose handler
+/// never reads: `window` messages produced, and no more.
+async fn reading_nothing_on(ch: &mut Channel, tag: u64, window: u64) {
+    let mut w = Witness::new(tag);
     // `Block` never reads its inbound: the client's writer stops at the window.
     let mut ch2 = ch.clone();
     let blocked = tokio::spawn(async move {
-        let source = CountSource::boxed(703 + t, u64::MAX, (KIB * 1024) as usize, None);
-        open(&mut ch2, "Block", 703 + t, &[], None, source).await
+        let source = CountSource::boxed(tag, u64::MAX, (KIB * 1024) as usize, None);
+        open(&mut ch2, "Block", tag, &[], None, source).await
     });
-    w.wait_for("a window's worth sent", |s| *s == Seen::Polled(WINDOW))
+    w.wait_for("a window's worth sent", |s| *s == Seen::Polled(window))
         .await;
-    others_move(&mut ch, 704 + t, 10 * WINDOW).await;
+    others_move(ch, tag + 1, 10 * WINDOW).await;
     let ahead = most_polled(&w.drain());
     assert!(
-        ahead <= WINDOW,
+        ahead <= window,
         "{ahead} messages produced for a handler that took none"
     );
     blocked.abort();
-    went(by_ref, &stats);
 }

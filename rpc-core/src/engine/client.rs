@@ -216,6 +216,14 @@ impl<W> ClientConn<W> {
         }
     }
 
+    /// Each streaming call lets the server send up to `size` bytes of messages
+    /// (their charges) ahead of its reader: at least the wire's `STREAM_WINDOW`,
+    /// granted beyond it once the call's headers arrive.
+    pub fn with_stream_window(mut self, size: u32) -> Self {
+        self.streams.set_window(size);
+        self
+    }
+
     /// Lets bodies travel by reference (both sides offered RDMA Read): requests
     /// longer than `threshold` go by [`ClientConn::start_call_by_ref`], and
     /// responses by reference are read ([`ClientConn::poll_read`]).

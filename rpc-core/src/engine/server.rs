@@ -187,6 +187,13 @@ impl ServerConn {
         }
     }
 
+    /// Each streaming call lets the client send up to `size` bytes of messages
+    /// (their charges) ahead of its handler: at least the wire's `STREAM_WINDOW`,
+    /// granted beyond it as the call opens.
+    pub fn set_stream_window(&mut self, size: u32) {
+        self.streams.set_window(size);
+    }
+
     /// Lets bodies travel by reference (both sides offered RDMA Read): responses
     /// longer than `threshold` bytes are lent ([`ServerConn::respond_by_ref`]), and
     /// requests by reference are read ([`ServerConn::poll_read`]).

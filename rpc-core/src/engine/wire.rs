@@ -321,18 +321,22 @@
 //! * **Message credits (per call, each way), in bytes.** A side may begin a
 //!   call's message only while the credit its peer granted is above zero:
 //!   [`STREAM_WINDOW`] bytes at open, plus the `n` of every `CREDIT` for the call.
+//!   A receiver whose window is larger (`initial_stream_window_size`) grants the
+//!   difference by a `CREDIT` of its own: the server as the call opens, the client
+//!   once the call's headers (`RESP`) arrived, when the server surely knows the
+//!   call. A window is never smaller than [`STREAM_WINDOW`].
 //!   Each message costs its *charge*, its length plus [`MESSAGE_CHARGE`] (what the
 //!   receiver spends holding it beside its bytes), taken when it begins, so the
 //!   credit may go below zero by up to one charge; both sides count it alike
 //!   (signed). Counting bytes, not messages, lets thousands of small messages
 //!   stream ahead of their reader while large ones are held to a few. A receiver
 //!   grants back the charges of the messages its reader took, once they add up to
-//!   [`STREAM_GRANT_AT`] (a quarter of the window: few `CREDIT` frames), so a slow
-//!   reader stops only its own producer. A message counts once, however many
+//!   a quarter of its window ([`STREAM_GRANT_AT`] by default: few `CREDIT`
+//!   frames), so a slow reader stops only its own producer. A message counts once, however many
 //!   `MSG`s carry it. **Bound:** per call and direction, a receiver buffers
-//!   charges of less than `STREAM_WINDOW` + one charge (a message begins only with
-//!   credit left), i.e. under 1 MiB + one max message of bytes: 16 messages of
-//!   64 KiB, 16,384 of 32 B, whether they came inline or by reference. Stream
+//!   charges of less than its window + one charge (a message begins only with
+//!   credit left), by default under 1 MiB + one max message of bytes: 16 messages
+//!   of 64 KiB, 16,384 of 32 B, whether they came inline or by reference. Stream
 //!   messages are copied out of their receive slot (or read into the receiver's
 //!   pool), which is reposted at once: a slow reader never holds the connection's
 //!   receives.
@@ -570,7 +574,9 @@ pub const STREAM_WINDOW: u32 = 1 << 20;
 /// header and queue entry), charged to the window with each message so that a
 /// window of tiny messages stays bounded in memory too.
 pub const MESSAGE_CHARGE: u32 = 32;
-/// Charges a reader takes before the receiver grants them back (one `CREDIT`).
+/// Charges a reader takes before the receiver grants them back (one `CREDIT`) in
+/// the default window (a quarter of a window); also what a reader's side gathers
+/// before it tells the engine (one connection lock per grant at most).
 pub const STREAM_GRANT_AT: u32 = STREAM_WINDOW / 4;
 /// Connection credits a client grants the server on its first streaming call:
 /// receives it posts for server frames that answer nothing (`MSG`, `TRAILERS`,

@@ -55,6 +55,9 @@ pub(crate) struct Settings {
     pub(crate) user_agent: Option<crate::metadata::AsciiMetadataValue>,
     /// `Endpoint::local_address`: the handshake connection binds it before dialling.
     pub(crate) local_address: Option<std::net::IpAddr>,
+    /// `Endpoint::initial_stream_window_size`: what each streaming call lets the
+    /// server send ahead of its reader.
+    pub(crate) stream_window: u32,
 }
 
 impl Settings {
@@ -92,6 +95,7 @@ impl Default for Settings {
             rendezvous_stats: None,
             user_agent: None,
             local_address: None,
+            stream_window: crate::engine::wire::STREAM_WINDOW,
         }
     }
 }

@@ -217,6 +217,14 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A stream window as `initial_stream_window_size` sets it: `None` is the default
+/// (the wire's window at open, 1 MiB); a size is kept within what a window can be
+/// (the engine raises it to that minimum, caps it at 2^31 - 1).
+pub(crate) fn stream_window_setting(size: Option<u32>) -> u32 {
+    let size = size.unwrap_or(crate::engine::wire::STREAM_WINDOW);
+    crate::engine::stream_window(size)
+}
+
 /// Default frame (slot) size: one slot holds small calls whole.
 pub(crate) const DEFAULT_SLOT_SIZE: usize = 8 * 1024;
 /// Default calls in flight per connection. The handshake asks for one credit more:

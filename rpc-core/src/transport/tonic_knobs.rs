@@ -1,7 +1,8 @@
 //! tonic's `Endpoint` knobs for the TCP connection and HTTP/2, so that a tonic
 //! client's builder chain compiles unchanged. The TCP ones set the handshake
 //! connection, which stays open as the RDMA connection's liveness channel
-//! ([`super::tcp_options`]). The HTTP/2 ones have nothing to set: there is no HTTP/2
+//! ([`super::tcp_options`]). `initial_stream_window_size` sets each streaming call's
+//! message window. The other HTTP/2 ones have nothing to set: there is no HTTP/2
 //! here, and flow control is the connection's credits and each stream's message
 //! credits. They are accepted and change nothing, as the porting guide says.
 
@@ -36,8 +37,15 @@ impl Endpoint {
         self
     }
 
-    /// HTTP/2's stream window: accepted, no effect (no HTTP/2 here).
-    pub fn initial_stream_window_size(self, _size: impl Into<Option<u32>>) -> Self {
+    /// How many bytes of messages each streaming call lets the server send ahead of
+    /// its reader, as HTTP/2's stream window (`None`: the default, 1 MiB; hyper's
+    /// client default is 2 MiB, within a 5 MiB connection window, which has no
+    /// counterpart here). Counted as each message's length plus 32 B; at least
+    /// 1 MiB (the window every sender starts a call with: a smaller size is raised
+    /// to it), at most 2^31 - 1. What a call buffers is bounded by it and one
+    /// message.
+    pub fn initial_stream_window_size(mut self, size: impl Into<Option<u32>>) -> Self {
+        self.settings.stream_window = super::stream_window_setting(size.into());
         self
     }
 

@@ -10,7 +10,7 @@ use super::{write_message, Arrived, Incoming, Outgoing, Received, SendCredit, Wi
 use crate::code::Code;
 use crate::engine::codec::{self, Outcome};
 use crate::engine::rendezvous::ReadOp;
-use crate::engine::wire::{self, Descriptor, Kind, SERVER_CREDITS, STREAM_ID_BIT};
+use crate::engine::wire::{self, Descriptor, Kind, SERVER_CREDITS, STREAM_ID_BIT, STREAM_WINDOW};
 use crate::engine::Transmit;
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -115,6 +115,8 @@ pub struct ClientStreams {
     by_ref: ByRef,
     /// Both sides agreed on RDMA Read: a message by reference may be read here.
     by_ref_agreed: bool,
+    /// The window each call grants the server (see [`Window::new`]).
+    window: u32,
     /// Frames that did not fit the protocol.
     pub(crate) malformed: u64,
 }
@@ -132,6 +134,7 @@ impl ClientStreams {
             owed: 0,
             conn_awaiting: 0,
             receives: ServerReceives::None,
+            window: STREAM_WINDOW,
             by_ref: ByRef::default(),
             by_ref_agreed: false,
             malformed: 0,
@@ -185,7 +188,7 @@ impl ClientStreams {
                 reset: None,
                 grant: 0,
                 recv: Incoming::default(),
-                window: Window::default(),
+                window: Window::new(self.window),
                 deferred_end: None,
             },
         );
@@ -283,6 +286,12 @@ impl ClientStreams {
     /// as malformed.
     pub(crate) fn agree_by_ref(&mut self) {
         self.by_ref_agreed = true;
+    }
+
+    /// Each later call lets the server send up to `size` bytes of messages ahead
+    /// of its reader (see [`Window::new`]).
+    pub(crate) fn set_window(&mut self, size: u32) {
+        self.window = size;
     }
 
     /// The next stream message to read by RDMA Read (then
@@ -595,7 +604,15 @@ impl ClientStreams {
         };
         match (start.outcome, streaming) {
             (Outcome::Ok(md), true) => {
-                self.streams.get_mut(&id).expect("present").headers = true;
+                let s = self.streams.get_mut(&id).expect("present");
+                s.headers = true;
+                // The window beyond the wire's at open, once the server surely knows
+                // the call (a `CREDIT` before it opened the call would find nothing).
+                let beyond = s.window.beyond_open();
+                if beyond > 0 {
+                    s.grant += beyond;
+                    self.queue(id);
+                }
                 self.events.push_back((id, StreamEvent::Headers(md)));
             }
             (Outcome::Status(mut s), _) => {

@@ -13,7 +13,7 @@ pub(crate) mod server;
 
 use std::collections::VecDeque;
 
-use crate::engine::wire::{self, Descriptor, MsgFrame, STREAM_GRANT_AT, STREAM_WINDOW};
+use crate::engine::wire::{self, Descriptor, MsgFrame, STREAM_WINDOW};
 use crate::status::Status;
 use bytes::Bytes;
 
@@ -298,18 +298,48 @@ pub(crate) struct Window {
     open: i64,
     /// Charges taken by the reader and not yet granted back.
     taken: u64,
+    /// Taken charges that make a grant: a quarter of the window.
+    grant_at: u64,
+    /// What this window grants beyond the wire's [`STREAM_WINDOW`].
+    beyond_open: u32,
 }
 
 impl Default for Window {
     fn default() -> Self {
-        Window {
-            open: i64::from(STREAM_WINDOW),
-            taken: 0,
-        }
+        Window::new(STREAM_WINDOW)
     }
 }
 
+/// The largest stream window a receiver grants: HTTP/2's largest, 2^31 - 1.
+pub(crate) const MAX_STREAM_WINDOW: u32 = i32::MAX as u32;
+
+/// A receiver's stream window of `size` bytes as it applies: at least the wire's
+/// [`STREAM_WINDOW`] (every sender counts from it at open), at most
+/// [`MAX_STREAM_WINDOW`].
+pub(crate) fn stream_window(size: u32) -> u32 {
+    size.clamp(STREAM_WINDOW, MAX_STREAM_WINDOW)
+}
+
 impl Window {
+    /// A window of `size` bytes of charges (see [`stream_window`]). The peer counts
+    /// [`STREAM_WINDOW`] at open: the receiver grants the rest
+    /// ([`Window::beyond_open`]) with a `CREDIT` as soon as it may.
+    pub(crate) fn new(size: u32) -> Window {
+        let size = stream_window(size);
+        Window {
+            open: i64::from(size),
+            taken: 0,
+            grant_at: u64::from(size / 4),
+            beyond_open: size - STREAM_WINDOW,
+        }
+    }
+
+    /// What this window grants beyond the wire's [`STREAM_WINDOW`], which the
+    /// peer counts from at open: the first `CREDIT` of the call.
+    pub(crate) fn beyond_open(&self) -> u32 {
+        self.beyond_open
+    }
+
     /// A message of `charge` began; `false` if the peer had no credit for it (a
     /// protocol violation).
     pub(crate) fn arrived(&mut self, charge: u64) -> bool {
@@ -324,7 +354,7 @@ impl Window {
     /// a quarter of the window was taken (few `CREDIT` frames).
     pub(crate) fn taken(&mut self, charge: u64) -> Option<u32> {
         self.taken += charge;
-        if self.taken < u64::from(STREAM_GRANT_AT) {
+        if self.taken < self.grant_at {
             return None;
         }
         let n = std::mem::take(&mut self.taken).min(u64::from(u32::MAX));

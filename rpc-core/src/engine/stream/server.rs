@@ -9,7 +9,7 @@ use super::by_ref::ByRef;
 use super::{write_message, Incoming, Outgoing, Received, SendCredit, Window};
 use crate::engine::codec::{self, StatusCuts};
 use crate::engine::rendezvous::ReadOp;
-use crate::engine::wire::{self, Descriptor, Kind, SERVER_CREDITS};
+use crate::engine::wire::{self, Descriptor, Kind, SERVER_CREDITS, STREAM_WINDOW};
 use crate::engine::Transmit;
 use crate::id_map::IdMap;
 use crate::metadata::MetadataMap;
@@ -77,6 +77,8 @@ pub struct ServerStreams {
     by_ref: ByRef,
     /// Both sides agreed on RDMA Read: a message by reference may be read here.
     by_ref_agreed: bool,
+    /// The window each call grants the client (see [`Window::new`]).
+    window: u32,
     pub(crate) malformed: u64,
 }
 
@@ -93,6 +95,7 @@ impl ServerStreams {
             events: VecDeque::new(),
             by_ref: ByRef::default(),
             by_ref_agreed: false,
+            window: STREAM_WINDOW,
             malformed: 0,
         }
     }
@@ -114,6 +117,10 @@ impl ServerStreams {
     /// client's, from the `REQ`) if any.
     pub(crate) fn open(&mut self, id: u32, now: Instant, timeout: Option<Duration>) {
         let deadline = timeout.and_then(|t| Some((now.checked_add(t)?, t)));
+        let window = Window::new(self.window);
+        // The window beyond the wire's at open goes at once (the client knows the
+        // call), as soon as the connection has a credit for it.
+        let grant = window.beyond_open();
         self.streams.insert(
             id,
             Stream {
@@ -123,13 +130,16 @@ impl ServerStreams {
                 send_credit: SendCredit::default(),
                 sending: None,
                 trailers: None,
-                grant: 0,
+                grant,
                 recv: Incoming::default(),
-                window: Window::default(),
+                window,
                 deadline,
                 deferred_half_close: false,
             },
         );
+        if grant > 0 {
+            self.queue(id);
+        }
     }
 
     /// Brings call `id`'s deadline here forward to `now + timeout` (the server's
@@ -331,6 +341,12 @@ impl ServerStreams {
     /// as malformed.
     pub(crate) fn agree_by_ref(&mut self) {
         self.by_ref_agreed = true;
+    }
+
+    /// Each later call lets the client send up to `size` bytes of messages ahead
+    /// of its handler (see [`Window::new`]).
+    pub(crate) fn set_window(&mut self, size: u32) {
+        self.window = size;
     }
 
     /// The next stream message to read by RDMA Read (then

@@ -88,6 +88,20 @@ impl StreamSim {
         StreamSim::new((1 << 20, 1 << 20), (1 << 20, 1 << 20))
     }
 
+    /// Plain, with each side's stream window set (what it lets its peer send ahead).
+    fn with_windows(client: u32, server: u32) -> StreamSim {
+        let mut sim = StreamSim::plain();
+        sim.c = ClientConn::new(ClientConfig {
+            credits: CREDITS,
+            frame_size: FRAME,
+            max_send_message: 1 << 20,
+            max_recv_message: 1 << 20,
+        })
+        .with_stream_window(client);
+        sim.s.set_stream_window(server);
+        sim
+    }
+
     fn now(&self) -> Instant {
         self.epoch + Duration::from_millis(self.tick)
     }
@@ -473,7 +487,117 @@ fn a_reset_in_every_state_ends_both_sides_and_frees_everything() {
 
 /// Messages of `len` bytes that begin within one window.
 fn per_window(len: usize) -> usize {
-    (u64::from(STREAM_WINDOW).div_ceil(wire::charge(len))) as usize
+    per_window_of(STREAM_WINDOW, len)
+}
+
+/// Messages of `len` bytes that begin within a window of `size` bytes.
+fn per_window_of(size: u32, len: usize) -> usize {
+    (u64::from(size).div_ceil(wire::charge(len))) as usize
+}
+
+/// A window of four times the wire's, as `initial_stream_window_size(4 MiB)` sets.
+const LARGE: u32 = 4 * STREAM_WINDOW;
+
+#[test]
+fn a_larger_client_window_comes_with_the_headers_and_bounds_the_server() {
+    let mut sim = StreamSim::with_windows(LARGE, STREAM_WINDOW);
+    sim.c_auto = false;
+    let id = sim.open(None);
+    sim.run(2);
+    assert_eq!(
+        sim.s.streams().send_credit(id),
+        i64::from(STREAM_WINDOW),
+        "before its headers the call has the wire's window"
+    );
+    sim.server_answer(id, Ok(()));
+    sim.run(3);
+    assert_eq!(sim.s.streams().send_credit(id), i64::from(LARGE));
+    let sent = sim.fill_window(id, 100);
+    assert_eq!(
+        sent,
+        per_window_of(LARGE, 100),
+        "the larger window of bytes"
+    );
+    sim.run(5);
+    assert!(!sim.s.streams().can_send(id), "the reader took nothing");
+    assert_eq!(
+        sim.client[&id].unread.len(),
+        sent,
+        "every message, none refused"
+    );
+    assert!(sim.client[&id].end.is_none());
+    // The grant back is a quarter of this window, not of the wire's.
+    for _ in 0..per_window_of(LARGE / 4, 100) - 1 {
+        sim.client_take(id);
+    }
+    sim.run(3);
+    assert!(
+        !sim.s.streams().can_send(id),
+        "not a quarter of the window yet"
+    );
+    sim.client_take(id);
+    sim.client_take(id);
+    sim.run(3);
+    assert!(sim.s.streams().can_send(id), "credit came back");
+    sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    sim.c_auto = true;
+    sim.run(5);
+    assert_eq!(sim.end(id), Some(Code::Ok));
+    sim.assert_quiescent();
+}
+
+#[test]
+fn a_larger_server_window_is_granted_as_the_call_opens_and_bounds_the_client() {
+    let mut sim = StreamSim::with_windows(STREAM_WINDOW, LARGE);
+    sim.s_auto = false;
+    let id = sim.open(None);
+    sim.run(3);
+    // Before the handler answers (a client stream's handler reads first).
+    assert_eq!(sim.c.streams().send_credit(id), i64::from(LARGE));
+    let mut sent = 0;
+    while sim.c.streams().can_send(id) {
+        if !sim.client_send(id, &msg(id, sent, 100)) {
+            sim.step();
+            continue;
+        }
+        sent += 1;
+    }
+    assert_eq!(
+        sent,
+        per_window_of(LARGE, 100),
+        "the larger window of bytes"
+    );
+    sim.run(5);
+    assert_eq!(
+        sim.server[&id].unread.len(),
+        sent,
+        "every message, none refused"
+    );
+    assert!(sim.server[&id].end.is_none());
+    sim.s_auto = true;
+    sim.run(3);
+    assert!(sim.c.streams().can_send(id), "credit came back once read");
+    sim.server_answer(id, Ok(()));
+    sim.s.streams().finish(id, Ok(MetadataMap::new()));
+    sim.run(5);
+    assert_eq!(sim.end(id), Some(Code::Ok));
+    sim.assert_quiescent();
+}
+
+#[test]
+fn a_window_is_at_least_the_wires_and_at_most_http2s_largest() {
+    use crate::engine::stream_window;
+    assert_eq!(stream_window(64 << 10), STREAM_WINDOW);
+    assert_eq!(stream_window(LARGE), LARGE);
+    assert_eq!(stream_window(u32::MAX), i32::MAX as u32);
+    // A window below the wire's grants nothing at open: the peer keeps the wire's.
+    let mut sim = StreamSim::with_windows(64 << 10, 64 << 10);
+    let id = sim.open(None);
+    sim.run(2);
+    sim.server_answer(id, Ok(()));
+    sim.run(3);
+    assert_eq!(sim.s.streams().send_credit(id), i64::from(STREAM_WINDOW));
+    assert_eq!(sim.c.streams().send_credit(id), i64::from(STREAM_WINDOW));
 }
 
 #[test]

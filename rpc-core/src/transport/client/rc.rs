@@ -188,6 +188,7 @@ async fn connect(ep: &Endpoint) -> Result<Arc<Conn<RcLink>>, Error> {
         // Receives and send slots start at the granted window and follow it.
         engine = engine.with_credit_windows(ask);
     }
+    engine = engine.with_stream_window(s.stream_window);
     if by_ref {
         engine = engine.with_rendezvous(s.rendezvous_threshold);
     }

@@ -46,6 +46,9 @@ pub(super) struct ServerSettings {
     pub(super) rendezvous_stats: Option<crate::transport::RendezvousStats>,
     /// Accepted handshake connections' TCP options.
     pub(super) tcp: crate::transport::tcp_options::TcpOptions,
+    /// `Server::initial_stream_window_size`: what each streaming call lets the
+    /// client send ahead of its handler.
+    pub(super) stream_window: u32,
 }
 
 /// gRPC's server defaults: a PING every 2 hours, answered within 20 s.
@@ -100,6 +103,7 @@ impl Default for ServerSettings {
             rendezvous_pool_bytes: crate::transport::rendezvous::DEFAULT_SERVER_POOL_BYTES,
             rendezvous_stats: None,
             tcp: Default::default(),
+            stream_window: crate::engine::wire::STREAM_WINDOW,
         }
     }
 }

@@ -340,6 +340,7 @@ pub(super) async fn accept(
             buffer_cap: 2 * s.max_message + s.slot_size,
         });
         engine.set_credit(window);
+        engine.set_stream_window(s.stream_window);
         let credit = PeerCredit {
             pool: sh.credits.clone(),
             pd: sh.pd.clone(),

@@ -2,8 +2,9 @@
 //! chain compiles unchanged. The TCP ones set each accepted handshake connection,
 //! which stays open as its RDMA connection's liveness channel. `max_concurrent_streams`
 //! is HTTP/2's cap on a connection's calls in flight, which here is the connection's
-//! credit window. The other HTTP/2 ones have nothing to set and are accepted
-//! without effect, as the porting guide says.
+//! credit window, and `initial_stream_window_size` each streaming call's message
+//! window. The other HTTP/2 ones have nothing to set and are accepted without effect,
+//! as the porting guide says.
 
 use std::time::Duration;
 
@@ -45,8 +46,14 @@ impl<L> Server<L> {
         self.credits_per_connection(n)
     }
 
-    /// HTTP/2's stream window: accepted, no effect (no HTTP/2 here).
-    pub fn initial_stream_window_size(self, _size: impl Into<Option<u32>>) -> Self {
+    /// How many bytes of messages each streaming call lets its client send ahead of
+    /// the handler, as HTTP/2's stream window (`None`: the default, 1 MiB, hyper's
+    /// server default). Counted as each message's length plus 32 B; at least 1 MiB
+    /// (the window every sender starts a call with: a smaller size is raised to it),
+    /// at most 2^31 - 1. What a call buffers is bounded by it and one message; there
+    /// is no connection window beside it.
+    pub fn initial_stream_window_size(mut self, size: impl Into<Option<u32>>) -> Self {
+        self.settings.stream_window = crate::transport::stream_window_setting(size.into());
         self
     }
 
