@@ -98,6 +98,11 @@ pub(crate) struct ProviderArgs {
     /// completion), `busy` (spin: a core per poller), or `adaptive` (spin 200 µs).
     #[arg(long, value_enum, default_value = "default")]
     pub(crate) completion: CompletionArg,
+    /// rdma-rpc's `initial_stream_window_size` on both ends, in bytes (default
+    /// rdma-rpc's, 1 MiB; at least 1 MiB). tonic keeps its own (hyper's: 2 MiB on
+    /// the client, 1 MiB on the server).
+    #[arg(long)]
+    pub(crate) stream_window: Option<u32>,
 }
 
 /// `--completion` on the command line.

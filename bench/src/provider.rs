@@ -14,6 +14,7 @@ pub(crate) struct Provider {
     kind: ProviderKind,
     device: String,
     completion: CompletionArg,
+    stream_window: Option<u32>,
 }
 
 /// `--provider` on the command line.
@@ -30,6 +31,7 @@ impl Provider {
     pub(crate) fn from_args(args: &ProviderArgs) -> Result<Provider, String> {
         let mut p = Provider::resolve(args.provider, args.device.as_deref())?;
         p.completion = args.completion;
+        p.stream_window = args.stream_window;
         Ok(p)
     }
 
@@ -48,6 +50,7 @@ impl Provider {
                 kind: d.provider,
                 device: d.name,
                 completion: CompletionArg::Default,
+                stream_window: None,
             }),
             (None, ProviderArg::Verbs) if !cfg!(feature = "rdma") => {
                 Err("--provider verbs needs rpc-bench built with `--features rdma`".to_string())
@@ -80,12 +83,20 @@ impl Provider {
     }
 
     /// Command-line arguments that select this provider in a child process.
+    /// rdma-rpc's stream window (`None`: its default).
+    pub(crate) fn stream_window(&self) -> Option<u32> {
+        self.stream_window
+    }
+
     pub(crate) fn args(&self) -> Vec<String> {
         let p = match self.kind {
             ProviderKind::Verbs => "verbs",
             ProviderKind::Soft => "soft",
         };
-        vec![
+        let window = self
+            .stream_window
+            .map(|w| vec!["--stream-window".to_string(), w.to_string()]);
+        let mut args = vec![
             "--provider".into(),
             p.into(),
             "--device".into(),
@@ -98,6 +109,8 @@ impl Provider {
                 CompletionArg::Adaptive => "adaptive",
             }
             .into(),
-        ]
+        ];
+        args.extend(window.into_iter().flatten());
+        args
     }
 }

@@ -128,8 +128,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
         workers: tokio::runtime::Handle::current().metrics().num_workers(),
         wall_s: started.elapsed().as_secs_f64(),
     };
+    let window = provider
+        .stream_window()
+        .map(|w| format!("; stream window {w} B"))
+        .unwrap_or_default();
     println!(
-        "rdma-rpc on {}, link {}; tokio workers per process: {}; wall time {:.1} s",
+        "rdma-rpc on {}, link {}{window}; tokio workers per process: {}; wall time {:.1} s",
         report.provider, report.link, report.workers, report.wall_s
     );
     if let Some(path) = &args.json {

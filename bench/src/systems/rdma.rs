@@ -49,6 +49,7 @@ pub(crate) async fn channel(
         None => ep.device(provider.device()),
     };
     ep.completion_mode(provider.completion())
+        .initial_stream_window_size(provider.stream_window())
         .connect()
         .await
         .map_err(|e| e.to_string())
@@ -84,6 +85,7 @@ pub(crate) async fn serve(
     };
     builder
         .completion_mode(provider.completion())
+        .initial_stream_window_size(provider.stream_window())
         .add_service(EchoServer::new(EchoService))
         .add_service(super::rdma_stream::server())
         .add_service(super::rdma_upload::server())
