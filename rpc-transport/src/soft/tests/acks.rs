@@ -18,11 +18,7 @@ use crate::{SendOp, WcStatus};
 fn a_poller_about_to_sleep_acknowledges_the_sends_it_received() {
     const SENDS: u64 = 3;
     let (a, b) = ring_pair();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         for i in 0..SENDS {
             post_recv(&b, i, 0, 64);
         }

@@ -84,11 +84,7 @@ fn a_sleeping_requester_wakes_for_a_placed_read_of_several_segments() {
     let data = pattern(LEN, 9);
     remote.write(0, &data);
     let before = stats(&b).rc_read_bytes_placed;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let wc = rt.block_on(async {
+    let wc = block_on(async {
         let r = remote.remote();
         let op = SendOp::RdmaRead {
             remote_addr: r.addr,

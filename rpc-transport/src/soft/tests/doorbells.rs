@@ -58,11 +58,7 @@ fn spinning_pollers_ring_no_doorbell_per_message() {
 #[test]
 fn a_poller_that_spun_asks_to_be_rung_when_it_sleeps() {
     let (a, b) = ring_pair();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         let mut wc = [WorkCompletion::default(); 4];
         post_recv(&b, 1, 0, 64);
         post(&a, SendWr::new(1, SendOp::Send, &[a.mr.sge(0, 8)]));

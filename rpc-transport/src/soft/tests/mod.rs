@@ -181,6 +181,16 @@ fn poll_until(cqs: &[&CompletionQueue], mut done: impl FnMut() -> bool, what: im
     }
 }
 
+/// Runs `f` to its end on a current-thread tokio runtime (timers and I/O on): the
+/// async waits of a CQ (`poll_async`, `wait_async`) under test.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 fn post_recv(s: &Side, wr_id: u64, off: usize, len: u32) {
     post_recv_into(s, &s.mr, wr_id, off, len);
 }

@@ -62,21 +62,16 @@ fn srq_feeds_many_qps_in_epoll_mode_and_raises_its_limit() {
 fn poll_async_wakes_on_a_completion_from_another_thread() {
     let (a, b) = rc_pair();
     post_recv(&b, 1, 0, 64);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let sender = std::thread::spawn(move || {
         post(&a, SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 8)]));
         assert!(wait(&a.cq, &[]).is_ok());
     });
     let mut wc = [WorkCompletion::default(); 4];
-    let n = rt
-        .block_on(async {
-            tokio::time::timeout(Duration::from_secs(10), b.cq.poll_async(&mut wc)).await
-        })
-        .expect("woken within 10 s")
-        .unwrap();
+    let n = block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), b.cq.poll_async(&mut wc)).await
+    })
+    .expect("woken within 10 s")
+    .unwrap();
     assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 1, WcStatus::Success));
     sender.join().unwrap();
 }
@@ -89,11 +84,7 @@ fn event_driven_ping_pong_loses_no_wakeup() {
     let (a, b) = rc_pair();
     let run = |s: Side, first: bool| {
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
+            block_on(async {
                 let mut wc = [WorkCompletion::default(); 8];
                 let mut recvs = 0;
                 post_recv(&s, 0, 0, 64);
