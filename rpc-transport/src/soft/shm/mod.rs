@@ -39,9 +39,10 @@
 //! request (`READ_REQ_PLACE`); the responder checks rkey, bounds and rights exactly as
 //! for any Read, then copies from its region straight into the requester's memory
 //! with `process_vm_writev`, 1 MiB at a time (`rc::responder::PLACE_CHUNK`: what a
-//! message queued behind it waits for), and publishes a payload-less `READ_PLACED`
-//! frame per segment once its bytes are in place. The segments of a lone Read of
-//! 2 MiB or more are 2 MiB each and copied by two threads at once ([`split_copy`]). The right to do so is agreed per QP
+//! message queued behind it waits for; a last tail of up to a ring chunk joins the
+//! segment before it), and publishes a payload-less `READ_PLACED` frame per segment
+//! once its bytes are in place. The segments of a lone Read of 2 MiB or more are
+//! 2 MiB each and copied by two threads at once ([`split_copy`]). The right to do so is agreed per QP
 //! at the handshake by a real probe (a `process_vm_writev` into a word the peer named),
 //! for the pid `SO_PEERCRED` gave (0, a pid outside this pid namespace, is refused); it
 //! fails under Yama's `ptrace_scope` ≥ 1, across user namespaces, or into a
