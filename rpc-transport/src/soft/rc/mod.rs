@@ -473,10 +473,13 @@ fn unacked(st: &RcProtocol) -> u32 {
 }
 
 /// Whether ACKs of enough messages are owed to be sent before every poller of the
-/// QP sleeps ([`ACKS_BEFORE_SLEEP`]).
+/// QP sleeps ([`ACKS_BEFORE_SLEEP`]). Not in ERR, which sends none: a flag left
+/// set would cost every sleep of its CQs a poll.
 pub(crate) fn acks_owed(g: &Inner) -> bool {
-    g.rc.as_ref()
-        .is_some_and(|rc| unacked(&rc.st) >= ACKS_BEFORE_SLEEP)
+    g.state != QpState::Err
+        && g.rc
+            .as_ref()
+            .is_some_and(|rc| unacked(&rc.st) >= ACKS_BEFORE_SLEEP)
 }
 
 /// Whether output waits for the socket: the last flush found it full, or the last
