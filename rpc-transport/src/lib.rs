@@ -67,7 +67,8 @@ pub use qp_state::{
     ack_timeout_us, rnr_timer_us, transition_allowed, Mtu, QpAttr, QpState, QpType,
 };
 pub use soft::{
-    SoftConfig, SoftLink, SoftProfile, SoftStats, UdFaults, SOFT_LINK_ENV, SOFT_PROFILE_ENV,
+    copied_for_peers, SoftConfig, SoftLink, SoftProfile, SoftStats, UdFaults, SOFT_LINK_ENV,
+    SOFT_PROFILE_ENV,
 };
 pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};

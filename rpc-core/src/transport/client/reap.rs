@@ -46,7 +46,7 @@ use super::conn::Conn;
 use super::link::Link;
 use crate::client::IncomingReply;
 use crate::status::Status;
-use crate::transport::completion::{yield_stealable, CompletionMode, SpinTurns};
+use crate::transport::completion::{yield_stealable, CompletionMode, SpinClock, SpinTurns};
 
 /// Where a caller's reply arrives.
 pub(super) type ReplyReceiver = oneshot::Receiver<Result<IncomingReply, Status>>;
@@ -100,11 +100,11 @@ pub(super) async fn reap_until_reply<L: Link>(
                 Some(false) => {}
                 None => kick_once(),
             }
-            let since = *spinning_since.get_or_insert_with(Instant::now);
+            let clock = spinning_since.get_or_insert_with(SpinClock::start);
             if !turns.turn() {
                 continue;
             }
-            if spin.is_some_and(|d| since.elapsed() >= d) {
+            if spin.is_some_and(|d| clock.spun(d)) {
                 break;
             }
             yield_stealable().await;

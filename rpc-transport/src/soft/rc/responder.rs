@@ -345,6 +345,7 @@ pub(super) fn take_lent(
         into.clear();
         match taken {
             Ok(()) => {
+                super::super::peer_copies::add(lent.len as usize);
                 cx.st.taken += lent.len as usize;
                 let s = &cx.qp.dev.stats.rc_lent_bytes_taken;
                 s.fetch_add(u64::from(lent.len), Ordering::Relaxed);
@@ -512,6 +513,7 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) -> Result<bool, Fault> {
                     // request time, in the buffer `buf` holds.
                     match unsafe { w.write(ptr.add(start as usize), seg, at + start, split) } {
                         Ok(()) => {
+                            super::super::peer_copies::add(seg);
                             *off += seg as u64;
                             let mut flags = if start == 0 { wire::FIRST } else { 0 };
                             let last = start + seg as u64 == len;
