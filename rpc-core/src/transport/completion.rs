@@ -241,32 +241,31 @@ impl SpinTurns {
 pub(crate) struct SpinClock {
     start: Instant,
     last: Instant,
-    /// Where the copies are counted (`copied_for_peers`; a test's own counter).
-    count: fn() -> u64,
     copied: u64,
     working: Duration,
 }
 
 impl SpinClock {
     pub(crate) fn start() -> SpinClock {
-        SpinClock::counting(rpc_transport::copied_for_peers)
+        SpinClock::at(Instant::now(), rpc_transport::copied_for_peers())
     }
 
-    fn counting(count: fn() -> u64) -> SpinClock {
-        let now = Instant::now();
+    fn at(now: Instant, copied: u64) -> SpinClock {
         SpinClock {
             start: now,
             last: now,
-            count,
-            copied: count(),
+            copied,
             working: Duration::ZERO,
         }
     }
 
     /// At a turn: whether the poller has spun for `d`.
     pub(crate) fn spun(&mut self, d: Duration) -> bool {
-        let now = Instant::now();
-        let copied = (self.count)();
+        self.spun_at(d, Instant::now(), rpc_transport::copied_for_peers())
+    }
+
+    /// [`SpinClock::spun`] at `now`, with `copied` bytes counted so far.
+    fn spun_at(&mut self, d: Duration, now: Instant, copied: u64) -> bool {
         if copied != self.copied {
             self.copied = copied;
             self.working += now - self.last;
@@ -334,7 +333,6 @@ mod tests {
     use std::task::{Context, Waker};
 
     use super::{Kicks, SpinClock};
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
 
     /// One poll of a fresh `next()` (dropped after it, as a `select!` that another
@@ -367,30 +365,20 @@ mod tests {
         assert!(!kicked(&mut kicks));
     }
 
-    static COPIED: AtomicU64 = AtomicU64::new(0);
-
-    fn copied() -> u64 {
-        COPIED.load(Ordering::Relaxed)
-    }
-
-    /// Stands in for a poll that takes `t`, copying for a peer or not.
-    fn poll_for(t: Duration, copies: bool) {
-        std::thread::sleep(t);
-        if copies {
-            COPIED.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     #[test]
     fn a_spin_does_not_count_its_own_copies_for_peers_as_spinning() {
         const SPIN: Duration = Duration::from_millis(1);
-        let mut clock = SpinClock::counting(copied);
-        poll_for(5 * SPIN, true);
+        let t0 = std::time::Instant::now();
+        let mut clock = SpinClock::at(t0, 0);
+        // A turn after a poll that copied for a peer for five spins' time.
         assert!(
-            !clock.spun(SPIN),
+            !clock.spun_at(SPIN, t0 + 5 * SPIN, 1),
             "a poll that copied for a peer for five spins' time ended the spin"
         );
-        poll_for(5 * SPIN, false);
-        assert!(clock.spun(SPIN), "time with no copy is spinning");
+        // Five spins' time more with no copy is spinning.
+        assert!(
+            clock.spun_at(SPIN, t0 + 10 * SPIN, 1),
+            "time with no copy is spinning"
+        );
     }
 }
