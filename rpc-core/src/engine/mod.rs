@@ -73,7 +73,6 @@ pub use rendezvous::ReadOp;
 pub use server::{Incoming, RequestBody, ServerConfig, ServerConn, ServerStats};
 pub use stream::client::{ClientStreams, StreamEvent};
 pub use stream::server::{ServerStreamEvent, ServerStreams};
-pub(crate) use stream::stream_window;
 pub use stream::Arrived;
 
 /// The clock as the engine takes it: an `Instant` the caller read, or a read

@@ -218,11 +218,10 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A stream window as `initial_stream_window_size` sets it: `None` is the default
-/// (the wire's window at open, 1 MiB); a size is kept within what a window can be
-/// (the engine raises it to that minimum, caps it at 2^31 - 1).
+/// (the wire's window at open, 1 MiB). The engine keeps a size within what a window
+/// can be (at least that, at most 2^31 - 1).
 pub(crate) fn stream_window_setting(size: Option<u32>) -> u32 {
-    let size = size.unwrap_or(crate::engine::wire::STREAM_WINDOW);
-    crate::engine::stream_window(size)
+    size.unwrap_or(crate::engine::wire::STREAM_WINDOW)
 }
 
 /// Default frame (slot) size: one slot holds small calls whole.

@@ -586,7 +586,7 @@ fn a_larger_server_window_is_granted_as_the_call_opens_and_bounds_the_client() {
 
 #[test]
 fn a_window_is_at_least_the_wires_and_at_most_http2s_largest() {
-    use crate::engine::stream_window;
+    use crate::engine::stream::stream_window;
     assert_eq!(stream_window(64 << 10), STREAM_WINDOW);
     assert_eq!(stream_window(LARGE), LARGE);
     assert_eq!(stream_window(u32::MAX), i32::MAX as u32);
