@@ -1,11 +1,13 @@
 //! The slow-consumer bound, end to end: a reader that takes 64 KiB messages one at
 //! a time never has more than a window (`STREAM_WINDOW`, 1 MiB: 16 such messages,
-//! or what `initial_stream_window_size` sets) produced ahead of it, whichever side reads, while another stream on the same channel
-//! (the same connection) keeps moving. The producers count what they were asked
-//! for, so the bound is checked on counts, not on time. Each test runs twice: with
-//! the messages by reference (above the rendezvous threshold, the default) and in
-//! chunks (the threshold out of reach): the window counts a message by reference
-//! as its body, so the bound is the same.
+//! or what `initial_stream_window_size` sets) produced ahead of it, whichever side
+//! reads, while another stream on the same channel (the same connection) keeps
+//! moving. The producers count what they were asked for, so the bound is checked on
+//! counts, not on time. Each test runs twice: with the messages by reference (above
+//! the rendezvous threshold, the default) and in chunks (the threshold out of
+//! reach): the window counts a message by reference as its body, so the bound is
+//! the same, but for the one message a writer encodes ahead after one by reference
+//! (`AHEAD`).
 
 use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
 use tests::raw_stream::{next, open, read_all, CountSource, Seen, StreamService, Witness};
@@ -14,6 +16,20 @@ use tests::raw_stream::{next, open, read_all, CountSource, Seen, StreamService, 
 /// 1 MiB counts each message as its length plus 32 B (`MESSAGE_CHARGE`), and a
 /// message begins while credit is left: 16 of 64 KiB.
 const WINDOW: u64 = 16;
+/// Messages by reference a producer is asked for beyond its window: after one, the
+/// writer polls and encodes the next while the reader reads that one.
+const AHEAD: u64 = 1;
+
+/// Messages a producer is asked for before its reader took any: its `window`, and
+/// the one encoded ahead when they go by reference.
+fn asked(by_ref: bool, window: u64) -> u64 {
+    if by_ref {
+        window + AHEAD
+    } else {
+        window
+    }
+}
+
 /// 64 KiB messages: larger than a slot, and than the default rendezvous threshold
 /// (32 KiB): one `MSG` each by reference, or several in chunks.
 const KIB: u64 = 64;
@@ -109,7 +125,7 @@ async fn a_slow_client_reader_holds_the_server_producer_to_a_window_in_chunks() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_window_of_4_mib_lets_the_server_producer_run_64_messages_ahead() {
     let (mut ch, stats, _stop) = channel_with_windows(true, Some(LARGE_WINDOW), None).await;
-    slow_reader_on(&mut ch, 721, LARGE).await;
+    slow_reader_on(&mut ch, 721, asked(true, LARGE)).await;
     went(true, &stats);
 }
 
@@ -118,7 +134,7 @@ async fn a_client_window_of_4_mib_lets_the_server_producer_run_64_messages_ahead
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_window_of_4_mib_lets_the_client_producer_run_64_messages_ahead() {
     let (mut ch, stats, _stop) = channel_with_windows(true, None, Some(LARGE_WINDOW)).await;
-    reading_nothing_on(&mut ch, 723, LARGE).await;
+    reading_nothing_on(&mut ch, 723, asked(true, LARGE)).await;
     went(true, &stats);
 }
 
@@ -129,13 +145,13 @@ const LARGE: u64 = 64;
 
 async fn slow_client_reader(by_ref: bool) {
     let (mut ch, stats, _stop) = channel(by_ref).await;
-    slow_reader_on(&mut ch, 701 + tags(by_ref), WINDOW).await;
+    slow_reader_on(&mut ch, 701 + tags(by_ref), asked(by_ref, WINDOW)).await;
     went(by_ref, &stats);
 }
 
 /// A stream from "Endless" (tag `tag`, another stream `tag + 1`) whose reader takes
-/// nothing, then one message at a time: `window` messages produced ahead of it, and
-/// never more.
+/// nothing, then one message at a time: `window` messages (see [`asked`]) produced
+/// ahead of it, and never more.
 async fn slow_reader_on(ch: &mut Channel, tag: u64, window: u64) {
     let mut w = Witness::new(tag);
     let nothing = CountSource::boxed(0, 0, 0, None);
@@ -183,12 +199,12 @@ async fn a_server_handler_that_reads_nothing_holds_the_client_producer_to_a_wind
 
 async fn handler_reading_nothing(by_ref: bool) {
     let (mut ch, stats, _stop) = channel(by_ref).await;
-    reading_nothing_on(&mut ch, 703 + tags(by_ref), WINDOW).await;
+    reading_nothing_on(&mut ch, 703 + tags(by_ref), asked(by_ref, WINDOW)).await;
     went(by_ref, &stats);
 }
 
 /// A client stream to "Block" (tag `tag`, another stream `tag + 1`), whose handler
-/// never reads: `window` messages produced, and no more.
+/// never reads: `window` messages (see [`asked`]) produced, and no more.
 async fn reading_nothing_on(ch: &mut Channel, tag: u64, window: u64) {
     let mut w = Witness::new(tag);
     // `Block` never reads its inbound: the client's writer stops at the window.

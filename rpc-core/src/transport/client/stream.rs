@@ -279,45 +279,58 @@ pub(crate) async fn start(
 async fn write_stream(
     conn: Arc<Conn<RcLink>>,
     id: u32,
-    mut source: BoxMessageSource,
+    source: BoxMessageSource,
     shared: Arc<StreamShared>,
 ) {
+    if let Some(end) = write_messages(&conn, id, source, &shared).await {
+        end_source(&conn, id, end);
+    }
+}
+
+/// [`write_stream`]'s messages: the source's end (or error) once it ended, `None`
+/// once the call did.
+async fn write_messages(
+    conn: &Conn<RcLink>,
+    id: u32,
+    mut source: BoxMessageSource,
+    shared: &StreamShared,
+) -> Option<Result<MetadataMap, Status>> {
     let mut staged = Staged::default();
     let mut next: Option<usize> = None;
+    // The last message went by reference: the next is polled (and encoded, if it
+    // goes by reference too) while the server reads that one, before the call has
+    // credit for it. Encoding 1 MiB takes about as long as its Read; in series
+    // they held a stream to one at a time. A producer thus runs at most one
+    // message beyond its window, as tonic's, whose encoder polls it while the
+    // window has any room and h2 holds what does not fit.
+    let mut ahead = false;
     loop {
         // The call's credit first: a producer is not polled beyond its window.
-        let room = poll_fn(|cx| {
-            let mut st = conn.lock();
-            let frame = st.link.engine.frame_size();
-            let streams = st.link.engine.streams();
-            if streams.ended(id) {
-                return Poll::Ready(None);
-            }
-            if streams.can_send(id) {
-                // Read under the same lock: the credit only grows until this
-                // writer sends, so packing within it is safe.
-                let credit = streams.send_credit(id);
-                return Poll::Ready(Some((frame, credit, streams.max_send_message())));
-            }
-            // Registered under the connection's lock, which the `Writable` event
-            // is routed under: a grant after the look above still wakes us.
-            lock(&shared.0).writer = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await;
-        let Some((frame, credit, max)) = room else {
-            return;
+        let mut room = if std::mem::take(&mut ahead) {
+            None
+        } else {
+            Some(wait_credit(conn, id, shared).await?)
         };
         let len = match next.take() {
             Some(len) => len,
             None => match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
                 Some(Ok(len)) => len,
-                Some(Err(s)) => return end_source(&conn, id, Err(s)),
-                None => return end_source(&conn, id, Ok(MetadataMap::new())),
+                Some(Err(s)) => return Some(Err(s)),
+                None => return Some(Ok(MetadataMap::new())),
             },
         };
         if conn.by_ref_above.is_some_and(|t| len > t) {
-            if let Some(mut region) = lend_region(&conn, len).await {
+            // Ahead of the call's credit only into room free now: a reader that
+            // takes nothing keeps one message of the pool, never a place in its
+            // line (as the server's writer: `server/rc_stream.rs`).
+            let mut region = room.is_none().then(|| lend_region_now(conn, len)).flatten();
+            if region.is_none() {
+                if room.is_none() {
+                    room = Some(wait_credit(conn, id, shared).await?);
+                }
+                region = lend_region(conn, len).await;
+            }
+            if let Some(mut region) = region {
                 if len >= HAND_OFF_STREAM_ENCODING_FROM {
                     // Moved to the blocking pool and back: the copy holds no other
                     // task of this worker (`transport/encode_off.rs`).
@@ -326,18 +339,24 @@ async fn write_stream(
                     };
                     match encode_on_blocking_pool((source, region), encode).await {
                         Ok(back) => (source, region) = back,
-                        Err(s) => return end_source(&conn, id, Err(s)),
+                        Err(s) => return Some(Err(s)),
                     }
                 } else {
                     source.as_mut().encode_current(&mut region.buf_mut()[..len]);
                 }
-                let send = |link: &mut RcLink| link.send_message_by_ref(id, region, len);
-                if !reserve_and_send(&conn, id, send).await {
-                    return;
+                if room.is_none() {
+                    wait_credit(conn, id, shared).await?;
                 }
+                let send = |link: &mut RcLink| link.send_message_by_ref(id, region, len);
+                reserve_and_send(conn, id, send).await.then_some(())?;
+                ahead = true;
                 continue;
             }
         }
+        let (frame, credit, max) = match room {
+            Some(room) => room,
+            None => wait_credit(conn, id, shared).await?,
+        };
         // What else the source has ready now rides in the same frame.
         let batched = Staged::fits(len, frame, max);
         let after = if batched {
@@ -347,20 +366,46 @@ async fn write_stream(
         };
         // Then a token and a send slot, shared with the connection's other calls.
         let sent = if batched {
-            reserve_and_send(&conn, id, |link| link.send_staged(id, &staged)).await
+            reserve_and_send(conn, id, |link| link.send_staged(id, &staged)).await
         } else {
             let send = |link: &mut RcLink| link.send_message(id, len, &mut source);
-            reserve_and_send(&conn, id, send).await
+            reserve_and_send(conn, id, send).await
         };
-        if !sent {
-            return;
-        }
+        sent.then_some(())?;
         match after {
             Next::Nothing => {}
             Next::Message(len) => next = Some(len),
-            Next::End(r) => return end_source(&conn, id, r),
+            Next::End(r) => return Some(r),
         }
     }
+}
+
+/// Waits until call `id` may send a message: the frame size, the call's credit
+/// and the largest message the server takes, read under one lock (the credit
+/// only grows until this writer sends, so packing within it is safe); `None` once
+/// the call ended.
+async fn wait_credit(
+    conn: &Conn<RcLink>,
+    id: u32,
+    shared: &StreamShared,
+) -> Option<(usize, i64, usize)> {
+    poll_fn(|cx| {
+        let mut st = conn.lock();
+        let frame = st.link.engine.frame_size();
+        let streams = st.link.engine.streams();
+        if streams.ended(id) {
+            return Poll::Ready(None);
+        }
+        if streams.can_send(id) {
+            let credit = streams.send_credit(id);
+            return Poll::Ready(Some((frame, credit, streams.max_send_message())));
+        }
+        // Registered under the connection's lock, which the `Writable` event is
+        // routed under: a grant after the look above still wakes us.
+        lock(&shared.0).writer = Some(cx.waker().clone());
+        Poll::Pending
+    })
+    .await
 }
 
 /// A token and a send slot for call `id`, shared with the connection's other
@@ -397,6 +442,12 @@ async fn reserve_and_send(conn: &Conn<RcLink>, id: u32, send: impl FnOnce(&mut R
 async fn lend_region(conn: &Conn<RcLink>, len: usize) -> Option<PooledRegion> {
     let ticket = conn.lock().link.region_for(len)?.ok()?;
     ticket.await.ok()
+}
+
+/// [`lend_region`] only if the pool has room now and nobody waits in its line.
+fn lend_region_now(conn: &Conn<RcLink>, len: usize) -> Option<PooledRegion> {
+    let mut ticket = conn.lock().link.region_for(len)?.ok()?;
+    ticket.try_take()?.ok()
 }
 
 /// The caller's source ended: its end half-closes the call, its error resets it.

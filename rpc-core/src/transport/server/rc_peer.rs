@@ -441,20 +441,27 @@ impl RcPeer {
     /// in line with the server's other responses and reads (waiting while the pool
     /// has no room); `None` when it goes inline or in fragments.
     pub(super) async fn response_region(&self, len: usize) -> Option<Result<PooledRegion, Status>> {
-        let ticket = {
-            let st = lock(&self.state);
-            let rdv = st.rdv.as_ref()?;
-            if st.dead || !st.engine.response_by_ref(len) {
-                return None;
-            }
-            rdv.lend_pool.request(len)
-        };
+        let ticket = self.by_ref_pool(len)?.request(len);
         Some(match ticket {
             Ok(t) => t
                 .await
                 .map_err(|e| Status::unavailable(format!("no registered memory: {e}"))),
             Err(e) => Err(pool_refusal(e)),
         })
+    }
+
+    /// [`RcPeer::response_region`] only if the pool has room now and nobody waits
+    /// in its line (nothing is queued).
+    pub(super) fn response_region_now(&self, len: usize) -> Option<PooledRegion> {
+        self.by_ref_pool(len)?.try_take(len).ok().flatten()
+    }
+
+    /// The pool a response body of `len` bytes goes by reference from; `None` when
+    /// it goes inline or in fragments.
+    fn by_ref_pool(&self, len: usize) -> Option<RegionPool> {
+        let st = lock(&self.state);
+        let rdv = st.rdv.as_ref()?;
+        (!st.dead && st.engine.response_by_ref(len)).then(|| rdv.lend_pool.clone())
     }
 
     /// Encodes the reply into a send slot (waiting for one if all are in flight);

@@ -188,27 +188,56 @@ impl RcPeer {
     /// Sends the handler's messages, then its end as the trailers. Returns when the
     /// stream ended, or the call did (reset, refused, connection lost). Messages
     /// the source has ready together go as one batch frame; a lone one at once.
-    async fn write_stream(&self, id: u32, mut source: BoxMessageSource) {
+    async fn write_stream(&self, id: u32, source: BoxMessageSource) {
+        if let Some(end) = self.write_messages(id, source).await {
+            self.finish_stream(id, end);
+        }
+    }
+
+    /// [`RcPeer::write_stream`]'s messages: the source's end (or error) once it
+    /// ended, `None` once the call did.
+    async fn write_messages(
+        &self,
+        id: u32,
+        mut source: BoxMessageSource,
+    ) -> Option<Result<MetadataMap, Status>> {
         let mut staged = Staged::default();
         let mut next: Option<usize> = None;
+        // After a message by reference, the next is polled and encoded while the
+        // client reads that one (as the client's writer does: `client/stream.rs`).
+        let mut ahead = false;
         loop {
             // The call's credit first: a producer is not polled beyond its window.
-            let Some(room) = self.wait_sendable(id).await else {
-                return;
+            let mut room = if std::mem::take(&mut ahead) {
+                None
+            } else {
+                Some(self.wait_sendable(id).await?)
             };
             let len = match next.take() {
                 Some(len) => len,
                 None => match poll_fn(|cx| source.as_mut().poll_message(cx)).await {
                     Some(Ok(len)) => len,
-                    Some(Err(s)) => return self.finish_stream(id, Err(s)),
-                    None => return self.finish_stream(id, Ok(MetadataMap::new())),
+                    Some(Err(s)) => return Some(Err(s)),
+                    None => return Some(Ok(MetadataMap::new())),
                 },
             };
             if self.by_ref_above.is_some_and(|t| len > t) {
                 // By reference: encoded once into a region the client reads; in
                 // chunks if the pool cannot ever hold it (or over the max message,
-                // which the engine refuses below).
-                if let Some(Ok(mut region)) = self.response_region(len).await {
+                // which the engine refuses below). Ahead of the call's credit only
+                // into room free now: a reader that takes nothing then keeps one
+                // message of the pool per stream, and never a place in its line.
+                let mut region = room
+                    .is_none()
+                    .then(|| self.response_region_now(len))
+                    .flatten();
+                if region.is_none() {
+                    if room.is_none() {
+                        room = Some(self.wait_sendable(id).await?);
+                    }
+                    region = self.response_region(len).await.and_then(Result::ok);
+                }
+                if let Some(mut region) = region {
                     let out = &mut region.buf_mut()[..len];
                     if len >= HAND_OFF_STREAM_ENCODING_FROM {
                         // Not on the receive loop that may have started this call
@@ -218,30 +247,29 @@ impl RcPeer {
                     } else {
                         source.as_mut().encode_current(out);
                     }
-                    if !self.send_by_ref(id, region, len).await {
-                        return;
-                    }
+                    // Waits for the call's credit (ahead, it may have none yet).
+                    self.send_by_ref(id, region, len).await.then_some(())?;
+                    ahead = true;
                     continue;
                 }
             }
-            let Room { frame, credit, max } = room;
+            let Room { frame, credit, max } = match room {
+                Some(room) => room,
+                None => self.wait_sendable(id).await?,
+            };
             if !Staged::fits(len, frame, max) {
                 // Alone: in chunks, or refused by the engine (over the max).
-                if !self.send_alone(id, len, &mut source).await {
-                    return;
-                }
+                self.send_alone(id, len, &mut source).await.then_some(())?;
                 continue;
             }
             let after =
                 poll_fn(|cx| Poll::Ready(staged.pack(cx, &mut source, len, frame, credit, max)))
                     .await;
-            if !self.send_staged(id, &staged).await {
-                return;
-            }
+            self.send_staged(id, &staged).await.then_some(())?;
             match after {
                 Next::Nothing => {}
                 Next::Message(len) => next = Some(len),
-                Next::End(r) => return self.finish_stream(id, r),
+                Next::End(r) => return Some(r),
             }
         }
     }
