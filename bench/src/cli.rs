@@ -48,14 +48,15 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) ud: bool,
     /// Workloads to run, comma separated: unary, upload, server_stream,
-    /// bidi_pingpong. Streaming workloads run on rdma-rpc (RC) and tonic only;
-    /// upload on every system but the TCP loops.
+    /// client_stream, bidi_pingpong. Streaming workloads run on rdma-rpc (RC) and
+    /// tonic only; upload on every system but the TCP loops.
     #[arg(long, value_delimiter = ',', default_value = "unary")]
     pub(crate) workloads: Vec<Workload>,
     /// Message sizes of the streaming workloads (suffixes K and M).
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "32,64K,1M")]
     pub(crate) stream_sizes: Vec<usize>,
-    /// Concurrent streams of `server_stream` (one connection); `bidi_pingpong` runs one.
+    /// Concurrent streams of `server_stream` and `client_stream` (one connection);
+    /// `bidi_pingpong` runs one.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     pub(crate) streams: Vec<usize>,
     /// Payload sizes of unary and upload calls in bytes (suffixes K and M are

@@ -12,8 +12,9 @@ use crate::workload::Workload;
 
 /// One measured cell. The first ten fields are the documented JSON shape. Streaming
 /// rows fill the same fields, counting one message as one call: `server_stream`'s
-/// `calls_per_s` is messages/s over all its streams and its latencies are the gaps
-/// between consecutive messages of one stream; `bidi_pingpong`'s are round trips.
+/// and `client_stream`'s `calls_per_s` is messages/s over all their streams and
+/// their latencies are the gaps between consecutive messages of one stream (read by
+/// the client, or taken by the client stream); `bidi_pingpong`'s are round trips.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Run {
     pub(crate) system: &'static str,
@@ -278,13 +279,17 @@ fn failures(errors: &[Failure]) -> String {
 /// The streaming cells, with ratios against tonic's same cell.
 pub(crate) fn stream_table(runs: &[Run]) -> String {
     let mut s = String::new();
-    for workload in [Workload::ServerStream, Workload::BidiPingpong] {
+    for workload in [
+        Workload::ServerStream,
+        Workload::ClientStream,
+        Workload::BidiPingpong,
+    ] {
         let rows = rows_of(runs, workload);
         if rows.is_empty() {
             continue;
         }
         let (what, lat) = match workload {
-            Workload::ServerStream => ("streams", "gap"),
+            Workload::ServerStream | Workload::ClientStream => ("streams", "gap"),
             _ => ("streams", "rtt"),
         };
         let _ = writeln!(
@@ -292,6 +297,7 @@ pub(crate) fn stream_table(runs: &[Run]) -> String {
             "\n{workload}: latencies are {}",
             match workload {
                 Workload::ServerStream => "gaps between messages of one stream",
+                Workload::ClientStream => "gaps between messages the stream took",
                 _ => "round trips (send one, read one)",
             }
         );
@@ -440,6 +446,20 @@ mod tests {
         let row = streams.lines().find(|l| l.contains("rdma-rpc")).unwrap();
         assert!(row.contains("3.00") && row.contains("0.20"), "{row}");
         // The unary table leaves the streaming rows out.
+        assert_eq!(table(&runs, &[]).matches("rdma-rpc").count(), 1);
+    }
+
+    #[test]
+    fn client_stream_rows_get_their_own_table_of_gaps() {
+        let runs = two_cells("client_stream", [(0.5, 2e6), (1.0, 1e6)]);
+        let streams = stream_table(&runs);
+        let (_, client) = streams
+            .split_once("client_stream: latencies are gaps between messages the stream took")
+            .unwrap_or_else(|| panic!("no client_stream table: {streams}"));
+        assert!(client.contains("gap p50"), "{streams}");
+        assert!(!streams.contains("server_stream"), "{streams}");
+        let row = client.lines().find(|l| l.contains("rdma-rpc")).unwrap();
+        assert!(row.contains("2.00") && row.contains("0.50"), "{row}");
         assert_eq!(table(&runs, &[]).matches("rdma-rpc").count(), 1);
     }
 

@@ -66,7 +66,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
             duration,
             min_calls: conc.max(10) as u64,
             limit: warmup + duration + STALL_GRACE,
-            gaps: workload == Workload::ServerStream,
+            // A stream's messages, either way: the gaps between them.
+            gaps: matches!(workload, Workload::ServerStream | Workload::ClientStream),
         };
         let outcome = match servers.get_mut(&system.server()) {
             Some(Ok(server)) => cell(system, workload, server, &provider, size, conc, window).await,
@@ -153,7 +154,7 @@ pub(crate) fn cells(args: &RunArgs, systems: &[System]) -> Vec<(Workload, usize,
     for &w in &args.workloads {
         let (sizes, concs): (&[usize], &[usize]) = match w {
             Workload::Unary | Workload::Upload => (&args.sizes, &args.concurrency),
-            Workload::ServerStream => (&args.stream_sizes, &args.streams),
+            Workload::ServerStream | Workload::ClientStream => (&args.stream_sizes, &args.streams),
             Workload::BidiPingpong => (&args.stream_sizes, &[1]),
         };
         for &size in sizes {
@@ -219,13 +220,19 @@ mod tests {
 
     #[test]
     fn streaming_cells_skip_systems_that_do_not_stream() {
-        let cells = cells_of(&["--ud", "--workloads", "server_stream,bidi_pingpong"]);
+        let cells = cells_of(&[
+            "--ud",
+            "--workloads",
+            "server_stream,client_stream,bidi_pingpong",
+        ]);
         assert!(cells
             .iter()
             .all(|c| matches!(c.3, System::RdmaRpc | System::Tonic)));
-        // server_stream: 3 sizes x 2 stream counts; bidi_pingpong: 3 sizes x 1 stream.
+        // server_stream and client_stream: 3 sizes x 2 stream counts; bidi_pingpong:
+        // 3 sizes x 1 stream.
         let count = |w| cells.iter().filter(|c| c.0 == w).count();
         assert_eq!(count(Workload::ServerStream), 3 * 2 * 2);
+        assert_eq!(count(Workload::ClientStream), 3 * 2 * 2);
         assert_eq!(count(Workload::BidiPingpong), 3 * 2);
         assert!(cells
             .iter()
@@ -235,12 +242,15 @@ mod tests {
             .any(|c| c == &(Workload::ServerStream, 65536, 16, System::Tonic)));
         assert!(cells
             .iter()
+            .any(|c| c == &(Workload::ClientStream, 1 << 20, 16, System::RdmaRpc)));
+        assert!(cells
+            .iter()
             .all(|c| c.0 != Workload::BidiPingpong || c.2 == 1));
     }
 
     #[test]
     fn an_unknown_workload_is_refused() {
-        let r = Cli::try_parse_from(["rpc-bench", "--workloads", "unary,client_stream"]);
+        let r = Cli::try_parse_from(["rpc-bench", "--workloads", "unary,pub_sub"]);
         assert!(r.is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! The call shapes a run measures: unary echo, and the streaming workloads.
+//! The call shapes a run measures: unary echo, upload, and the streaming workloads.
 
 use std::fmt;
 
@@ -13,6 +13,10 @@ pub(crate) enum Workload {
     /// One server stream per caller, read as fast as it comes: messages/s and MB/s.
     #[value(name = "server_stream")]
     ServerStream,
+    /// One client stream per caller, written as fast as the server takes it:
+    /// messages/s and MB/s.
+    #[value(name = "client_stream")]
+    ClientStream,
     /// One bidirectional stream: send one message, read its echo, repeat.
     #[value(name = "bidi_pingpong")]
     BidiPingpong,
@@ -28,6 +32,7 @@ impl Workload {
         match self {
             Workload::Unary => "unary",
             Workload::ServerStream => "server_stream",
+            Workload::ClientStream => "client_stream",
             Workload::BidiPingpong => "bidi_pingpong",
             Workload::Upload => "upload",
         }
@@ -35,7 +40,10 @@ impl Workload {
 
     /// Whether this workload streams (and so runs only on systems that stream).
     pub(crate) fn is_streaming(self) -> bool {
-        matches!(self, Workload::ServerStream | Workload::BidiPingpong)
+        matches!(
+            self,
+            Workload::ServerStream | Workload::ClientStream | Workload::BidiPingpong
+        )
     }
 
     /// Whether `system` can run this workload: the raw TCP loops have no streams
@@ -46,7 +54,9 @@ impl Workload {
         match self {
             Workload::Unary => true,
             Workload::Upload => !matches!(system, System::Tcp | System::TcpSpin),
-            _ => matches!(system, System::RdmaRpc | System::Tonic),
+            Workload::ServerStream | Workload::ClientStream | Workload::BidiPingpong => {
+                matches!(system, System::RdmaRpc | System::Tonic)
+            }
         }
     }
 }

@@ -168,6 +168,50 @@ fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip
     );
 }
 
+/// `client_stream` at 1 KiB: tonic's server (h2) closes a connection whose unread
+/// DATA frames under 256 B outgrow its budget, which a 32 B client stream written
+/// faster than the handler reads does (that cell then fails, named in `errors`).
+#[test]
+fn client_stream_writes_rows_for_rdma_rpc_and_tonic_and_name_what_it_skips() {
+    let (report, stdout) = run_without_errors(
+        "client_stream.json",
+        &[
+            "--workloads",
+            "client_stream",
+            "--stream-sizes",
+            "1K",
+            "--streams",
+            "2",
+        ],
+    );
+    let runs = report["runs"].as_array().expect("runs is a list");
+    for system in ["rdma-rpc", "tonic"] {
+        let run = runs
+            .iter()
+            .find(|r| r["system"] == system)
+            .unwrap_or_else(|| panic!("no client_stream run of {system}: {report}"));
+        for f in FIELDS {
+            assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
+        }
+        assert_eq!(run["workload"], "client_stream", "{run}");
+        assert_eq!(run["payload_bytes"], 1024, "{run}");
+        assert_eq!(run["concurrency"], 2, "{run}");
+        assert!(run["calls_per_s"].as_f64().unwrap() > 0.0, "{run}");
+        assert!(run["mb_per_s"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    assert_eq!(runs.len(), 2, "only rdma-rpc and tonic stream: {report}");
+    // The transport-free ceiling is server_stream's alone.
+    assert!(report.get("stream_floor").is_none(), "{report}");
+    assert!(
+        stdout.contains("\nclient_stream: latencies are gaps between messages the stream took"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("skipped for client_stream: tonic-uds, tcp, tcp-spin"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn upload_writes_rows_for_rdma_rpc_and_tonic_and_skips_the_tcp_loop() {
     let (report, stdout) = run_without_errors(

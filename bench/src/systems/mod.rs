@@ -38,7 +38,7 @@ pub(crate) enum Caller {
     Tcp(tcp::Caller),
     /// Its own busy-polled TCP connection.
     TcpSpin(tcp_spin::Caller),
-    /// One rdma-rpc stream (server or bidirectional) on the cell's shared connection
+    /// One rdma-rpc stream (server, client or bidirectional) on the cell's shared connection
     /// (boxed: a stream's state is large; one box per caller per cell).
     RdmaStream(Box<rdma_stream::Caller>),
     /// One tonic stream on the cell's shared HTTP/2 connection.
@@ -51,8 +51,9 @@ pub(crate) enum Caller {
 
 impl Caller {
     /// One echo call of `payload` (streaming workloads: the next message of the
-    /// server stream, or one ping-pong round trip; upload: one call carrying it);
-    /// the reply's length (upload: the length the server counted) is checked.
+    /// server stream, one message taken by the client stream, or one ping-pong
+    /// round trip; upload: one call carrying it); the reply's length (upload: the
+    /// length the server counted; client stream: the message's own) is checked.
     pub(crate) async fn call(&mut self, payload: &Bytes) -> Result<(), String> {
         let got = match self {
             Caller::Rdma(c) => c.call(payload).await?,
@@ -178,5 +179,71 @@ pub(crate) async fn serve(
         System::TonicUds => tonic_uds::serve(listener, stop).await,
         System::Tcp => tcp::serve(listener, stop).await,
         System::TcpSpin => tcp_spin::serve(listener, stop).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::provider::ProviderArg;
+
+    /// Serves `system` in this process until the returned sender is dropped.
+    async fn server(system: System, provider: &Provider) -> (SocketAddr, oneshot::Sender<()>) {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let provider = provider.clone();
+        tokio::spawn(async move {
+            let stop = async {
+                let _ = stopped.await;
+            };
+            serve(system, listener, &provider, stop).await
+        });
+        (addr, stop)
+    }
+
+    /// Every message a client stream's calls handed over reaches the server, which
+    /// counts them and their bytes once the caller ends the stream; a caller dropped
+    /// mid-stream ends its stream too (the server still answers the next one).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_stream_delivers_every_message_it_took() {
+        const CALLS: u64 = 40;
+        let provider = Provider::resolve(ProviderArg::Soft, None).unwrap();
+        let payload = Bytes::from(vec![0xa5; 64 * 1024]);
+        for system in [System::RdmaRpc, System::Tonic] {
+            let (addr, _stop) = server(system, &provider).await;
+            let url = system.url(addr);
+            for finished in [false, true] {
+                let summary = match system {
+                    System::Tonic => {
+                        let channel = tonic::channel(&url).await.unwrap();
+                        let mut c = tonic_stream::Caller::new(channel, Workload::ClientStream);
+                        for _ in 0..CALLS {
+                            assert_eq!(c.call(&payload).await, Ok(payload.len()));
+                        }
+                        if !finished {
+                            continue;
+                        }
+                        c.finish().await.map(|s| (s.messages, s.bytes))
+                    }
+                    _ => {
+                        let channel = rdma::channel(&url, &provider, false).await.unwrap();
+                        let mut c = rdma_stream::Caller::new(channel, Workload::ClientStream);
+                        for _ in 0..CALLS {
+                            assert_eq!(c.call(&payload).await, Ok(payload.len()));
+                        }
+                        if !finished {
+                            continue;
+                        }
+                        c.finish().await.map(|s| (s.messages, s.bytes))
+                    }
+                };
+                let (messages, bytes) = summary.unwrap_or_else(|e| panic!("{system}: {e}"));
+                assert_eq!(messages, CALLS, "{system}");
+                assert_eq!(bytes, CALLS * payload.len() as u64, "{system}");
+            }
+        }
     }
 }
