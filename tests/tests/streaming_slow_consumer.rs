@@ -17,7 +17,8 @@ use tests::raw_stream::{next, open, read_all, CountSource, Seen, StreamService, 
 /// message begins while credit is left: 16 of 64 KiB.
 const WINDOW: u64 = 16;
 /// Messages by reference a producer is asked for beyond its window: after one, the
-/// writer polls and encodes the next while the reader reads that one.
+/// writer of a connection's lone stream polls and encodes the next while the
+/// reader reads that one.
 const AHEAD: u64 = 1;
 
 /// Messages a producer is asked for before its reader took any: its `window`, and
@@ -185,6 +186,45 @@ async fn slow_reader_on(ch: &mut Channel, tag: u64, window: u64) {
         *s == Seen::ProducerDropped
     })
     .await;
+}
+
+/// Encoding ahead is for a connection's lone stream: once another stream is open
+/// on the connection, a producer whose reader takes nothing stops at its window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_beside_another_encodes_nothing_ahead() {
+    let (mut ch, stats, _stop) = channel(true).await;
+    let tag = 731;
+    let mut lone = Witness::new(tag);
+    let mut beside = Witness::new(tag + 1);
+    let nothing = || CountSource::boxed(0, 0, 0, None);
+    let first = open(&mut ch, "Endless", tag, &[KIB], None, nothing())
+        .await
+        .unwrap();
+    lone.wait_for("the lone stream's window and one ahead", |s| {
+        *s == Seen::Polled(asked(true, WINDOW))
+    })
+    .await;
+    let second = open(&mut ch, "Endless", tag + 1, &[KIB], None, nothing())
+        .await
+        .unwrap();
+    beside
+        .wait_for("the second stream's window", |s| *s == Seen::Polled(WINDOW))
+        .await;
+    // Ten windows' worth on a third stream: time for the second to run ahead.
+    others_move(&mut ch, tag + 2, 10 * WINDOW).await;
+    let ahead = most_polled(&beside.drain());
+    assert!(
+        ahead <= WINDOW,
+        "{ahead} messages produced for a reader that took none, beside another stream"
+    );
+    went(true, &stats);
+    drop((first, second));
+    for w in [&mut lone, &mut beside] {
+        w.wait_for("the producer dropped with its stream", |s| {
+            *s == Seen::ProducerDropped
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -81,6 +81,7 @@ pub mod channel;
 mod channel_stream;
 mod client;
 mod completion;
+mod encode_ahead;
 mod encode_off;
 mod endpoint;
 mod endpoint_uri;

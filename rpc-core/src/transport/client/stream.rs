@@ -30,6 +30,7 @@ use crate::metadata::MetadataMap;
 use crate::payload::Payload;
 use crate::status::Status;
 use crate::stream::{BoxMessageSource, InboundMessages, MessageBytes};
+use crate::transport::encode_ahead::encode_ahead;
 use crate::transport::encode_off::{encode_on_blocking_pool, HAND_OFF_STREAM_ENCODING_FROM};
 use crate::transport::lock;
 use crate::transport::stream_batch::{Next, Staged};
@@ -297,16 +298,14 @@ async fn write_messages(
 ) -> Option<Result<MetadataMap, Status>> {
     let mut staged = Staged::default();
     let mut next: Option<usize> = None;
-    // The last message went by reference: the next is polled (and encoded, if it
-    // goes by reference too) while the server reads that one, before the call has
-    // credit for it. Encoding 1 MiB takes about as long as its Read; in series
-    // they held a stream to one at a time. A producer thus runs at most one
-    // message beyond its window, as tonic's, whose encoder polls it while the
-    // window has any room and h2 holds what does not fit.
-    let mut ahead = false;
+    // The last message went by reference.
+    let mut after_by_ref = false;
     loop {
-        // The call's credit first: a producer is not polled beyond its window.
-        let mut room = if std::mem::take(&mut ahead) {
+        // The call's credit first: a producer is not polled beyond its window,
+        // but for one message a connection's lone stream encodes ahead
+        // (`transport/encode_ahead.rs`).
+        let ahead = after_by_ref && encode_ahead(conn.lock().link.engine.streams().len());
+        let mut room = if ahead {
             None
         } else {
             Some(wait_credit(conn, id, shared).await?)
@@ -323,7 +322,7 @@ async fn write_messages(
             // Ahead of the call's credit only into room free now: a reader that
             // takes nothing keeps one message of the pool, never a place in its
             // line (as the server's writer: `server/rc_stream.rs`).
-            let mut region = room.is_none().then(|| lend_region_now(conn, len)).flatten();
+            let mut region = ahead.then(|| lend_region_now(conn, len)).flatten();
             if region.is_none() {
                 if room.is_none() {
                     room = Some(wait_credit(conn, id, shared).await?);
@@ -349,7 +348,7 @@ async fn write_messages(
                 }
                 let send = |link: &mut RcLink| link.send_message_by_ref(id, region, len);
                 reserve_and_send(conn, id, send).await.then_some(())?;
-                ahead = true;
+                after_by_ref = true;
                 continue;
             }
         }

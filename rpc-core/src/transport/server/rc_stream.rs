@@ -32,6 +32,7 @@ use crate::payload::Payload;
 use crate::server::{BoxMessage, ReplyBody, ServerReply};
 use crate::status::Status;
 use crate::stream::{BoxInbound, BoxMessageSource, InboundMessages, MessageSource};
+use crate::transport::encode_ahead::encode_ahead;
 use crate::transport::encode_off::{encode_off_worker, HAND_OFF_STREAM_ENCODING_FROM};
 use crate::transport::lend_windows::Lent;
 use crate::transport::lock;
@@ -203,12 +204,14 @@ impl RcPeer {
     ) -> Option<Result<MetadataMap, Status>> {
         let mut staged = Staged::default();
         let mut next: Option<usize> = None;
-        // After a message by reference, the next is polled and encoded while the
-        // client reads that one (as the client's writer does: `client/stream.rs`).
-        let mut ahead = false;
+        // The last message went by reference.
+        let mut after_by_ref = false;
         loop {
-            // The call's credit first: a producer is not polled beyond its window.
-            let mut room = if std::mem::take(&mut ahead) {
+            // The call's credit first: a producer is not polled beyond its window,
+            // but for one message a connection's lone stream encodes ahead
+            // (`transport/encode_ahead.rs`).
+            let ahead = after_by_ref && encode_ahead(lock(&self.state).engine.streams().len());
+            let mut room = if ahead {
                 None
             } else {
                 Some(self.wait_sendable(id).await?)
@@ -226,11 +229,8 @@ impl RcPeer {
                 // chunks if the pool cannot ever hold it (or over the max message,
                 // which the engine refuses below). Ahead of the call's credit only
                 // into room free now: a reader that takes nothing then keeps one
-                // message of the pool per stream, and never a place in its line.
-                let mut region = room
-                    .is_none()
-                    .then(|| self.response_region_now(len))
-                    .flatten();
+                // message of the pool, and never a place in its line.
+                let mut region = ahead.then(|| self.response_region_now(len)).flatten();
                 if region.is_none() {
                     if room.is_none() {
                         room = Some(self.wait_sendable(id).await?);
@@ -249,7 +249,7 @@ impl RcPeer {
                     }
                     // Waits for the call's credit (ahead, it may have none yet).
                     self.send_by_ref(id, region, len).await.then_some(())?;
-                    ahead = true;
+                    after_by_ref = true;
                     continue;
                 }
             }
