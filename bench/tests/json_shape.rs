@@ -61,14 +61,7 @@ fn one_cell_per_system_writes_every_field_and_the_link_and_ud_fails_cleanly() {
     );
     let runs = report["runs"].as_array().expect("runs is a list");
     for system in ["rdma-rpc", "tonic", "tonic-uds", "tcp", "tcp-spin"] {
-        let run = runs
-            .iter()
-            .find(|r| r["system"] == system)
-            .unwrap_or_else(|| panic!("no run of {system}: {report}"));
-        for f in FIELDS {
-            assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
-        }
-        assert_eq!(run["workload"], "unary");
+        let run = row(runs, system, "unary");
         assert_eq!(run["payload_bytes"], 32);
         assert_eq!(run["concurrency"], 2);
         assert!(run["calls"].as_u64().unwrap() > 0, "{run}");
@@ -112,6 +105,18 @@ fn run_without_errors(name: &str, args: &[&str]) -> (Value, String) {
     (report, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The run of `system` and `workload` among `runs`, with every field filled.
+fn row<'a>(runs: &'a [Value], system: &str, workload: &str) -> &'a Value {
+    let run = runs
+        .iter()
+        .find(|r| r["system"] == system && r["workload"] == workload)
+        .unwrap_or_else(|| panic!("no {workload} run of {system}: {runs:?}"));
+    for f in FIELDS {
+        assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
+    }
+    run
+}
+
 #[test]
 fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip() {
     let (report, stdout) = run_without_errors(
@@ -128,13 +133,7 @@ fn streaming_workloads_write_rows_for_rdma_rpc_and_tonic_and_name_what_they_skip
     let runs = report["runs"].as_array().expect("runs is a list");
     for (workload, streams) in [("server_stream", 2), ("bidi_pingpong", 1)] {
         for system in ["rdma-rpc", "tonic"] {
-            let run = runs
-                .iter()
-                .find(|r| r["system"] == system && r["workload"] == workload)
-                .unwrap_or_else(|| panic!("no {workload} run of {system}: {report}"));
-            for f in FIELDS {
-                assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
-            }
+            let run = row(runs, system, workload);
             assert_eq!(run["concurrency"], streams, "{run}");
             assert!(run["calls_per_s"].as_f64().unwrap() > 0.0, "{run}");
             assert!(run["mb_per_s"].as_f64().unwrap() > 0.0, "{run}");
@@ -186,14 +185,7 @@ fn client_stream_writes_rows_for_rdma_rpc_and_tonic_and_name_what_it_skips() {
     );
     let runs = report["runs"].as_array().expect("runs is a list");
     for system in ["rdma-rpc", "tonic"] {
-        let run = runs
-            .iter()
-            .find(|r| r["system"] == system)
-            .unwrap_or_else(|| panic!("no client_stream run of {system}: {report}"));
-        for f in FIELDS {
-            assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
-        }
-        assert_eq!(run["workload"], "client_stream", "{run}");
+        let run = row(runs, system, "client_stream");
         assert_eq!(run["payload_bytes"], 1024, "{run}");
         assert_eq!(run["concurrency"], 2, "{run}");
         assert!(run["calls_per_s"].as_f64().unwrap() > 0.0, "{run}");
@@ -229,14 +221,7 @@ fn upload_writes_rows_for_rdma_rpc_and_tonic_and_skips_the_tcp_loop() {
     );
     let runs = report["runs"].as_array().expect("runs is a list");
     for system in ["rdma-rpc", "tonic"] {
-        let run = runs
-            .iter()
-            .find(|r| r["system"] == system)
-            .unwrap_or_else(|| panic!("no upload run of {system}: {report}"));
-        for f in FIELDS {
-            assert!(!run[f].is_null(), "{system} lacks {f}: {run}");
-        }
-        assert_eq!(run["workload"], "upload", "{run}");
+        let run = row(runs, system, "upload");
         assert_eq!(run["payload_bytes"], 65536, "{run}");
         assert!(run["mb_per_s"].as_f64().unwrap() > 0.0, "{run}");
     }
