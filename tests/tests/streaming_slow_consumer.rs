@@ -10,7 +10,10 @@
 //! (`AHEAD`).
 
 use rpc_core::transport::{Channel, Endpoint, RendezvousStats, Server};
-use tests::raw_stream::{next, open, read_all, CountSource, Seen, StreamService, Witness};
+use tests::raw_stream::{
+    next, open, read_all, ChanSource, CountSource, Seen, StreamService, Witness,
+};
+use tests::Echo;
 
 /// Messages a reader lets its peer send ahead: the engine's `STREAM_WINDOW` of
 /// 1 MiB counts each message as its length plus 32 B (`MESSAGE_CHARGE`), and a
@@ -225,6 +228,50 @@ async fn a_stream_beside_another_encodes_nothing_ahead() {
         })
         .await;
     }
+}
+
+/// Only right after a message by reference is the next one asked for ahead of
+/// credit: a client stream of one 64 KiB message (by reference) and then 16 KiB
+/// ones (inline, each alone in its frames) to a handler that reads nothing has
+/// exactly what the window begins asked of its producer, and no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_inline_message_the_producer_waits_for_credit_again() {
+    let (mut ch, stats, _stop) = channel(true).await;
+    let tag = 741;
+    let mut w = Witness::new(tag);
+    let message = |id: u64| Echo {
+        id,
+        data: vec![7; if id == 0 { 64 << 10 } else { 16 << 10 }],
+    };
+    // A message begins while credit is left (`STREAM_WINDOW`, 1 MiB of charges:
+    // each message's length plus 32 B).
+    let (mut credit, mut begun) = (1i64 << 20, 0);
+    while credit > 0 {
+        credit -= prost::Message::encoded_len(&message(begun)) as i64 + 32;
+        begun += 1;
+    }
+    let (tx, source) = ChanSource::new(tag, 1);
+    let feed = tokio::spawn(async move {
+        for id in 0.. {
+            if tx.send(Ok(message(id))).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut ch2 = ch.clone();
+    let blocked =
+        tokio::spawn(async move { open(&mut ch2, "Block", tag, &[], None, source.boxed()).await });
+    w.wait_for("the window's worth sent", |s| *s == Seen::Polled(begun))
+        .await;
+    others_move(&mut ch, tag + 1, 10 * WINDOW).await;
+    let asked = most_polled(&w.drain());
+    assert!(
+        asked <= begun,
+        "{asked} messages asked for where the window begins {begun}"
+    );
+    went(true, &stats);
+    blocked.abort();
+    feed.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -210,7 +210,8 @@ impl RcPeer {
             // The call's credit first: a producer is not polled beyond its window,
             // but for one message a connection's lone stream encodes ahead
             // (`transport/encode_ahead.rs`).
-            let ahead = after_by_ref && encode_ahead(lock(&self.state).engine.streams().len());
+            let ahead = std::mem::take(&mut after_by_ref)
+                && encode_ahead(lock(&self.state).engine.streams().len());
             let mut room = if ahead {
                 None
             } else {
