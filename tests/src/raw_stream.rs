@@ -327,7 +327,7 @@ pub fn stream_path(method: &str) -> &'static str {
 ///   `data` = the total of their lengths as 8 big-endian bytes (client-streaming).
 /// * `Bidi`: answers each request message with itself, until the client ends.
 /// * `Endless`: messages of `args[0]` KiB until cancelled (its producer's drop is
-///   reported).
+///   reported); the first of `args[1]` KiB instead when that is not 0.
 /// * `Hold`: reads the client's messages and never answers one: a stream that
 ///   stays open until the call ends (its inbound's end is reported when it comes).
 /// * `Ignore`: drops its inbound at once and answers one message (`id` = the tag)
@@ -427,10 +427,15 @@ impl tower::Service<ServerCall> for StreamService {
                 }
                 "Endless" => {
                     let kib = arg(0).max(1) as usize * 1024;
+                    let first = match arg(1) as usize * 1024 {
+                        0 => kib,
+                        first => first,
+                    };
                     let (tx, src) = ChanSource::new(tag, 1);
                     tokio::spawn(async move {
                         let mut i = 0;
-                        while tx.send(Ok(msg(i, vec![7; kib]))).await.is_ok() {
+                        let len = |i| if i == 0 { first } else { kib };
+                        while tx.send(Ok(msg(i, vec![7; len(i)]))).await.is_ok() {
                             i += 1;
                         }
                     });

@@ -230,26 +230,37 @@ async fn a_stream_beside_another_encodes_nothing_ahead() {
     }
 }
 
+/// Stream messages of 16 KiB (inline, each alone in its frames) after a first of
+/// 64 KiB (by reference).
+fn mixed(id: u64) -> Echo {
+    let kib = if id == 0 { KIB } else { 16 };
+    Echo {
+        id,
+        data: vec![7; kib as usize * 1024],
+    }
+}
+
+/// How many [`mixed`] messages a window of the default 1 MiB begins: a message
+/// begins while credit is left (each is charged its length plus 32 B).
+fn mixed_begun() -> u64 {
+    let (mut credit, mut begun) = (1i64 << 20, 0);
+    while credit > 0 {
+        credit -= prost::Message::encoded_len(&mixed(begun)) as i64 + 32;
+        begun += 1;
+    }
+    begun
+}
+
 /// Only right after a message by reference is the next one asked for ahead of
-/// credit: a client stream of one 64 KiB message (by reference) and then 16 KiB
-/// ones (inline, each alone in its frames) to a handler that reads nothing has
-/// exactly what the window begins asked of its producer, and no more.
+/// credit: a client stream of [`mixed`] messages to a handler that reads nothing
+/// has exactly what the window begins asked of its producer, and no more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_an_inline_message_the_producer_waits_for_credit_again() {
+async fn after_an_inline_message_the_client_producer_waits_for_credit_again() {
     let (mut ch, stats, _stop) = channel(true).await;
     let tag = 741;
     let mut w = Witness::new(tag);
-    let message = |id: u64| Echo {
-        id,
-        data: vec![7; if id == 0 { 64 << 10 } else { 16 << 10 }],
-    };
-    // A message begins while credit is left (`STREAM_WINDOW`, 1 MiB of charges:
-    // each message's length plus 32 B).
-    let (mut credit, mut begun) = (1i64 << 20, 0);
-    while credit > 0 {
-        credit -= prost::Message::encoded_len(&message(begun)) as i64 + 32;
-        begun += 1;
-    }
+    let message = mixed;
+    let begun = mixed_begun();
     let (tx, source) = ChanSource::new(tag, 1);
     let feed = tokio::spawn(async move {
         for id in 0.. {
@@ -272,6 +283,30 @@ async fn after_an_inline_message_the_producer_waits_for_credit_again() {
     went(true, &stats);
     blocked.abort();
     feed.abort();
+}
+
+/// The server's writer likewise: a server stream of [`mixed`] messages to a reader
+/// that takes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_inline_message_the_server_producer_waits_for_credit_again() {
+    let (mut ch, stats, _stop) = channel(true).await;
+    let tag = 743;
+    let mut w = Witness::new(tag);
+    let begun = mixed_begun();
+    let nothing = CountSource::boxed(0, 0, 0, None);
+    let unread = open(&mut ch, "Endless", tag, &[16, KIB], None, nothing)
+        .await
+        .unwrap();
+    w.wait_for("the window's worth produced", |s| *s == Seen::Polled(begun))
+        .await;
+    others_move(&mut ch, tag + 1, 10 * WINDOW).await;
+    let asked = most_polled(&w.drain());
+    assert!(
+        asked <= begun,
+        "{asked} messages asked for where the window begins {begun}"
+    );
+    went(true, &stats);
+    drop(unread);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
