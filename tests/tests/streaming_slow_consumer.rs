@@ -114,6 +114,17 @@ async fn others_move(ch: &mut Channel, tag: u64, n: u64) {
     assert_eq!(msgs.len() as u64, n, "the other stream moved every message");
 }
 
+/// Ten windows' worth move on another stream of `ch` (tag `other`), time for `w`'s
+/// producer to run ahead if it would: it was asked for at most `bound` messages.
+async fn held_at(ch: &mut Channel, w: &mut Witness, other: u64, bound: u64, reader: &str) {
+    others_move(ch, other, 10 * WINDOW).await;
+    let asked = most_polled(&w.drain());
+    assert!(
+        asked <= bound,
+        "{asked} messages asked for by {reader} that took none, where the window begins {bound}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_client_reader_holds_the_server_producer_to_a_window() {
     slow_client_reader(true).await;
@@ -167,12 +178,7 @@ async fn slow_reader_on(ch: &mut Channel, tag: u64, window: u64) {
         .await;
     // Ten windows' worth on another stream of the connection while this one is
     // not read at all: that one moves, and this producer stays where it was.
-    others_move(ch, tag + 1, 10 * WINDOW).await;
-    let ahead = most_polled(&w.drain());
-    assert!(
-        ahead <= window,
-        "{ahead} messages produced for a reader that took none"
-    );
+    held_at(ch, &mut w, tag + 1, window, "a reader").await;
     // Read one at a time: never more than a window produced ahead of the reader.
     for read in 1..=4 * WINDOW {
         let m = next(&mut slow).await.unwrap().unwrap();
@@ -213,13 +219,14 @@ async fn a_stream_beside_another_encodes_nothing_ahead() {
     beside
         .wait_for("the second stream's window", |s| *s == Seen::Polled(WINDOW))
         .await;
-    // Ten windows' worth on a third stream: time for the second to run ahead.
-    others_move(&mut ch, tag + 2, 10 * WINDOW).await;
-    let ahead = most_polled(&beside.drain());
-    assert!(
-        ahead <= WINDOW,
-        "{ahead} messages produced for a reader that took none, beside another stream"
-    );
+    held_at(
+        &mut ch,
+        &mut beside,
+        tag + 2,
+        WINDOW,
+        "a reader beside another",
+    )
+    .await;
     went(true, &stats);
     drop((first, second));
     for w in [&mut lone, &mut beside] {
@@ -259,12 +266,11 @@ async fn after_an_inline_message_the_client_producer_waits_for_credit_again() {
     let (mut ch, stats, _stop) = channel(true).await;
     let tag = 741;
     let mut w = Witness::new(tag);
-    let message = mixed;
     let begun = mixed_begun();
     let (tx, source) = ChanSource::new(tag, 1);
     let feed = tokio::spawn(async move {
         for id in 0.. {
-            if tx.send(Ok(message(id))).await.is_err() {
+            if tx.send(Ok(mixed(id))).await.is_err() {
                 break;
             }
         }
@@ -274,12 +280,7 @@ async fn after_an_inline_message_the_client_producer_waits_for_credit_again() {
         tokio::spawn(async move { open(&mut ch2, "Block", tag, &[], None, source.boxed()).await });
     w.wait_for("the window's worth sent", |s| *s == Seen::Polled(begun))
         .await;
-    others_move(&mut ch, tag + 1, 10 * WINDOW).await;
-    let asked = most_polled(&w.drain());
-    assert!(
-        asked <= begun,
-        "{asked} messages asked for where the window begins {begun}"
-    );
+    held_at(&mut ch, &mut w, tag + 1, begun, "a handler").await;
     went(true, &stats);
     blocked.abort();
     feed.abort();
@@ -299,12 +300,7 @@ async fn after_an_inline_message_the_server_producer_waits_for_credit_again() {
         .unwrap();
     w.wait_for("the window's worth produced", |s| *s == Seen::Polled(begun))
         .await;
-    others_move(&mut ch, tag + 1, 10 * WINDOW).await;
-    let asked = most_polled(&w.drain());
-    assert!(
-        asked <= begun,
-        "{asked} messages asked for where the window begins {begun}"
-    );
+    held_at(&mut ch, &mut w, tag + 1, begun, "a reader").await;
     went(true, &stats);
     drop(unread);
 }
@@ -337,11 +333,6 @@ async fn reading_nothing_on(ch: &mut Channel, tag: u64, window: u64) {
     });
     w.wait_for("a window's worth sent", |s| *s == Seen::Polled(window))
         .await;
-    others_move(ch, tag + 1, 10 * WINDOW).await;
-    let ahead = most_polled(&w.drain());
-    assert!(
-        ahead <= window,
-        "{ahead} messages produced for a handler that took none"
-    );
+    held_at(ch, &mut w, tag + 1, window, "a handler").await;
     blocked.abort();
 }
