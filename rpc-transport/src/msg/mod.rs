@@ -39,6 +39,7 @@ mod one_read;
 mod reader;
 #[cfg(test)]
 mod reader_tests;
+mod reads_in_flight;
 mod recv_pool;
 mod region_pool;
 mod send_ring;
@@ -53,6 +54,7 @@ pub use handshake::Envelope;
 pub use imm_mode::{ImmMode, IMM_HEADER_LEN};
 pub use one_read::OneRead;
 pub use reader::{Piece, ReadError, Reader};
+pub use reads_in_flight::reads_in_flight;
 pub use recv_pool::{OnRepost, RecvBatch, RecvPool, RecvSlot, RecvTarget};
 pub use region_pool::{
     PoolStats, PooledRegion, RegionPool, SharedRegion, Ticket, WeakRegionPool, GRAIN,

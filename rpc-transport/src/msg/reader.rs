@@ -24,6 +24,7 @@ use crate::qp::QueuePair;
 use crate::wc::{WcStatus, WorkCompletion};
 use crate::wr::{SendOp, SendWr};
 
+use super::reads_in_flight::InFlight;
 use super::region_pool::{PooledRegion, RegionPool, Ticket};
 
 /// Bit of a Read WR's `wr_id` that tells its completion from a send slot's.
@@ -104,6 +105,8 @@ struct Active {
     /// Read WRs posted and not completed.
     outstanding: u32,
     failed: Option<WcStatus>,
+    /// Counted in [`super::reads_in_flight`] until finished or abandoned.
+    _in_flight: InFlight,
 }
 
 impl Active {
@@ -269,6 +272,7 @@ impl Reader {
                 posted: 0,
                 outstanding: 0,
                 failed: None,
+                _in_flight: InFlight::new(w.len),
             });
         }
         self.post_reads()?;
