@@ -213,10 +213,11 @@ impl<'a, 'b> Kicks<'a, 'b> {
 /// flight, of [`LONE_READ_FROM`] bytes to fewer than [`LONE_READ_BELOW`]: its
 /// completion comes once the peer copied the bytes (about 100 µs per MiB between
 /// two processes on one host), after a 50 µs spin ran out, so a stream of 1 MiB
-/// messages paid a sleep and a wake-up per message. Spinning on, one 1 MiB server stream went from 3,076 and
-/// 2,918 to 3,796 and 3,670 msgs/s, one client stream from 3,377 and 3,002 to
-/// 4,398 and 3,916 (`rpc-bench --workloads client_stream,server_stream
-/// --stream-sizes 1M --streams 1,16`, two alternating rounds).
+/// messages paid a sleep and a wake-up per message. Spinning on, one 1 MiB server
+/// stream went from 2,728 and 2,660 to 3,480 and 3,168 msgs/s, one client stream
+/// from 2,975 and 2,756 to 3,518 and 3,486 (`rpc-bench --systems rdma-rpc,tonic
+/// --workloads client_stream,server_stream --stream-sizes 64K,1M --streams 1,16`,
+/// two alternating rounds).
 const LONE_READ_SPIN: Duration = Duration::from_micros(300);
 /// With several Reads in flight the cores have their copies to make, and from
 /// 2 MiB the soft provider's peer copies a Read with two threads: a spinning
