@@ -27,6 +27,18 @@ pub(crate) use tonic_uds::socket_path as uds_socket_path;
 /// maximum; tonic's and the TCP loop's are raised to it).
 pub(crate) const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
+/// A request stream fed by a channel of capacity 1 (the streaming callers' of both
+/// systems): a send waits for the stream to take the previous message.
+fn channel_stream<T: Send + 'static>() -> (
+    tokio::sync::mpsc::Sender<T>,
+    impl futures_util::Stream<Item = T> + Send + 'static,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<T>(1);
+    let items =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    (tx, items)
+}
+
 /// One call in flight at a time; a cell runs `concurrency` of them at once.
 pub(crate) enum Caller {
     /// A clone of one rdma-rpc client (clones share the connection).

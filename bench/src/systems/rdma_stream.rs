@@ -69,12 +69,12 @@ impl Caller {
     async fn open(&mut self, size: usize) -> Result<(), String> {
         let replies = match self.workload {
             Workload::BidiPingpong => {
-                let (tx, outbound) = outbound();
+                let (tx, outbound) = super::channel_stream();
                 self.outbound = Some(tx);
                 self.client.bidi_echo(outbound).await
             }
             Workload::ClientStream => {
-                let (tx, outbound) = outbound();
+                let (tx, outbound) = super::channel_stream();
                 let mut client = self.client.clone();
                 self.summary = Some(tokio::spawn(async move {
                     let summary = client.client_stream(outbound).await?;
@@ -118,17 +118,6 @@ impl Caller {
             .map_err(|e| e.to_string())?
             .map_err(|s| s.to_string())
     }
-}
-
-/// A request stream fed by a channel of capacity 1: a send waits for the stream
-/// to take the previous message.
-fn outbound() -> (
-    mpsc::Sender<Chunk>,
-    impl Stream<Item = Chunk> + Send + 'static,
-) {
-    let (tx, rx) = mpsc::channel::<Chunk>(1);
-    let chunks = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
-    (tx, chunks)
 }
 
 type Chunks = Pin<Box<dyn Stream<Item = Result<Chunk, Status>> + Send>>;
