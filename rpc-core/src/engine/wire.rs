@@ -60,13 +60,16 @@
 //!   handshake; otherwise the handshake's grant is the window for good.
 //!
 //! **Why RNR stays impossible.** Let `S` be the receives posted on the server's
-//! SRQ. For each connection the server keeps `window` (the client's window once it
+//! SRQ that credits count (all but one spare, where the device has room for it).
+//! For each connection the server keeps `window` (the client's window once it
 //! has read every answer sent so far) and reserves `R >= window` slots of `S`, with
 //! `sum(R) <= S`. Let `u` be the frames of the connection that hold or will take
 //! an SRQ receive: sent by the client, not yet answered (a frame's slot is reposted
 //! before its answer leaves: the poller reposts its batch's receives before it
 //! posts the answers it corked, and a slot dropped on another thread, a handler's,
-//! is reposted at once). Each holds a client token, so `u <= w`, the client's
+//! is reposted at once). The one frame whose answer may leave first, a batch's lone
+//! frame answered uncorked, reposts before the next batch and is covered by the
+//! spare. Each holds a client token, so `u <= w`, the client's
 //! current window. A grant: the server reserves the slot (`R += 1`) *before* the
 //! flagged answer leaves, so `w <= window <= R` throughout. A revoke: once the
 //! flagged answer leaves, the frame it answers no longer counts in `u`, and its token

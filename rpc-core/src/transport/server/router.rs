@@ -19,7 +19,7 @@ use super::log_limit::RateLimit;
 use super::pending::PendingHandshakes;
 use super::rc_peer::RcPeer;
 use super::settings::ServerSettings;
-use super::srq_side::{accept, receive_loop, SrqSide};
+use super::srq_side::{accept, receive_loop, SrqSide, LONE_ANSWER_SPARE};
 use super::ud_side::{UdSide, UdSideConfig};
 use crate::id_map::IdMap;
 use crate::server::{CallService, RoutableService};
@@ -169,9 +169,15 @@ where
             (None, None) => rpc_transport::Device::open_default_on(device_ip)?,
         };
         let pd = dev.alloc_pd()?;
-        let pool_slots = s.pool_slots.min(dev.attr().max_srq_wr.max(1));
+        let max_srq_wr = dev.attr().max_srq_wr.max(1);
+        let pool_slots = s.pool_slots.min(max_srq_wr);
+        // The credits' receives, and one more where the device has room: the spare
+        // lets a lone frame's answer leave before its receive is back
+        // (`srq_side::handle`).
+        let receives = (pool_slots + LONE_ANSWER_SPARE).min(max_srq_wr);
+        let answer_lone_early = receives > pool_slots;
         let srq = Arc::new(pd.create_srq(&SrqInitAttr {
-            max_wr: pool_slots,
+            max_wr: receives,
             max_sge: 1,
             srq_limit: 0,
         })?);
@@ -182,12 +188,12 @@ where
         // And the memory-window binds and invalidations of bodies lent, a few per connection.
         let windows = crate::transport::lend_windows::WINDOW_WRS as usize * s.max_connections;
         let extra = (reads + windows).min(1 << 17) as u32;
-        let cq = Arc::new(dev.create_cq(2 * pool_slots + 64 + extra)?);
+        let cq = Arc::new(dev.create_cq(2 * receives + 64 + extra)?);
         // Shared by every connection: framed in this device's mode (`handshake::device`).
         let pool = RecvPool::with_mode(
             &pd,
             RecvTarget::Srq(srq.clone()),
-            pool_slots,
+            receives,
             s.slot_size,
             None,
             rpc_transport::msg::ImmMode::for_caps(&dev.caps()),
@@ -257,6 +263,7 @@ where
             pool,
             kick: Notify::new(),
             closing: AtomicBool::new(false),
+            answer_lone_early,
             settings: s,
         });
         let poller = tokio::spawn(receive_loop(shared.clone()));

@@ -95,8 +95,15 @@ pub(super) struct SrqSide {
     pub(super) pool: RecvPool,
     pub(super) kick: Notify,
     pub(super) closing: AtomicBool,
+    /// The SRQ has [`LONE_ANSWER_SPARE`] receives beyond the credits: a batch's lone
+    /// frame is answered uncorked ([`handle`]).
+    pub(super) answer_lone_early: bool,
     pub(super) settings: ServerSettings,
 }
+
+/// Receives the SRQ holds beyond the credits (where the device has room), for the
+/// one frame whose answer may leave before its receive is back ([`handle`]).
+pub(super) const LONE_ANSWER_SPARE: u32 = 1;
 
 /// The server's one poller: every connection's receives (through the SRQ) and sends.
 pub(super) async fn receive_loop(sh: Arc<SrqSide>) {
@@ -126,7 +133,8 @@ async fn start_in_order(
 
 /// Handles a batch of completions; complete requests collect in `calls` and run once
 /// the connection table's lock is released. Every connection the batch touches is
-/// corked until its inline answers are in, so they leave as one post list.
+/// corked until its inline answers are in, so they leave as one post list; a batch
+/// of one frame corks nothing (its answer leaves at once).
 ///
 /// Requests whose body came by reference (`read_calls`, completed by their Read) are
 /// queued for `start_in_order`, never run on this loop: their handler decodes, and
@@ -143,17 +151,24 @@ fn handle(
     // Read only if a frame needs the time (a streaming call's deadline).
     let now = ReadOnce::default();
     let batch = sh.pool.batch();
+    // A lone frame (one call at a time) is answered as soon as its handler is done:
+    // its cleanup and its receive's repost follow the answer instead of delaying it.
+    // Until that repost the client may spend the answer's credit on a frame that
+    // finds the receive missing; the SRQ's spare receive is there for it (one frame
+    // per batch, and the batch reposts before the next: `engine::wire`, "Why RNR
+    // stays impossible").
+    let lone = sh.answer_lone_early && wcs.iter().filter(|wc| is_receive(wc)).count() == 1;
     let conns = lock(&sh.conns);
     for wc in wcs {
         let conn = conns.get(&wc.qp_num);
-        if let Some(c) = conn {
+        if let Some(c) = conn.filter(|_| !lone) {
             if !corked.iter().any(|k| Arc::ptr_eq(k, c)) {
                 c.cork();
                 corked.push(c.clone());
             }
         }
-        match wc.opcode {
-            WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => {
+        match is_receive(wc) {
+            true => {
                 let slot = sh.pool.complete(wc);
                 match (conn, slot) {
                     (Some(c), Ok(slot)) => {
@@ -164,7 +179,7 @@ fn handle(
                     (None, _) => {}
                 }
             }
-            _ => {
+            false => {
                 if let Some(c) = conn {
                     // A Read of a request by reference may complete its call.
                     for call in c.on_send_completion(wc) {
@@ -181,7 +196,7 @@ fn handle(
         call.run(&sh.served, sh.settings.inline);
     }
     // The batch's receives (of frames read here, and of requests answered inline)
-    // go back before any answer leaves: an answer returns its frame's credit, and
+    // go back before any corked answer leaves: an answer returns its frame's credit, and
     // the client may spend it at once (`engine::wire`, "Why RNR stays impossible";
     // siw, which has no RNR retry, closes the connection on a frame that finds the
     // SRQ empty).
@@ -189,6 +204,10 @@ fn handle(
     for c in corked.drain(..) {
         c.uncork();
     }
+}
+
+fn is_receive(wc: &WorkCompletion) -> bool {
+    matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
 }
 
 /// Completes after `t` if the peer has sent no frame on its queue pair by then
