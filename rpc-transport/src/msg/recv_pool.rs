@@ -1,6 +1,6 @@
 //! `RecvPool`: registered receive slots posted to an SRQ or a QP's receive queue.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::access::AccessFlags;
@@ -56,6 +56,9 @@ struct Inner {
     pending: Mutex<Vec<u32>>,
     /// The thread whose [`RecvBatch`] is open ([`thread_token`]), or 0.
     batching: AtomicUsize,
+    /// A slot dropped after [`RecvSlot::repost_later`] may wait in `pending` for
+    /// [`RecvPool::flush_deferred`].
+    deferred: AtomicBool,
     reposted: AtomicU64,
     on_repost: Option<OnRepost>,
 }
@@ -83,6 +86,8 @@ pub struct RecvSlot {
     len: usize,
     imm: Option<u32>,
     retired: bool,
+    /// Dropped, it may wait for [`RecvPool::flush_deferred`] ([`RecvSlot::repost_later`]).
+    later: bool,
 }
 
 /// While alive, [`RecvSlot`]s dropped on the thread that opened it wait and are
@@ -149,6 +154,7 @@ impl RecvPool {
                 hdr_at,
                 pending: Mutex::new((0..n).collect()),
                 batching: AtomicUsize::new(0),
+                deferred: AtomicBool::new(false),
                 reposted: AtomicU64::new(0),
                 on_repost: None,
             }),
@@ -224,6 +230,7 @@ impl RecvPool {
             len: (wc.byte_len as usize).min(self.inner.slot_size),
             imm: wc.imm_data,
             retired: false,
+            later: false,
         };
         if wc.is_ok() {
             if self.inner.skip != 0 {
@@ -235,6 +242,14 @@ impl RecvPool {
         // straight back. An SRQ outlives the QP, so its buffer goes back.
         slot.retired = matches!(self.inner.target, RecvTarget::Qp(_));
         Err(wc.status)
+    }
+
+    /// Posts a receive whose repost [`RecvSlot::repost_later`] left waiting, if any.
+    /// Cheap when there is none (one atomic swap).
+    pub fn flush_deferred(&self) {
+        if self.inner.deferred.swap(false, Ordering::AcqRel) {
+            self.inner.flush();
+        }
     }
 
     /// Starts a batch: reposts of slots dropped on this thread wait until the
@@ -411,6 +426,17 @@ impl RecvSlot {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// When this slot drops with no other repost waiting, its own waits for the
+    /// pool's next post (a batch's end, or [`RecvPool::flush_deferred`]) instead of
+    /// being posted on the spot: the slot of a reply read on its caller's task, whose
+    /// repost (several hundred instructions) then leaves the reply's path for the
+    /// wait on the next. Its owner must call `flush_deferred` where a receive's
+    /// return matters (before waiting for room that only reposts bring back); at
+    /// most one slot waits so.
+    pub fn repost_later(&mut self) {
+        self.later = true;
+    }
 }
 
 impl Drop for RecvSlot {
@@ -418,11 +444,15 @@ impl Drop for RecvSlot {
         if self.retired {
             return;
         }
-        self.pool
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(self.idx);
+        let waiting = {
+            let mut pending = self.pool.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.push(self.idx);
+            pending.len()
+        };
+        if self.later && waiting == 1 {
+            self.pool.deferred.store(true, Ordering::Release);
+            return;
+        }
         // Pairs with the store in `RecvBatch::drop`: either the batch's flush sees
         // this slot, or this load sees the batch over (or another thread's) and
         // flushes it here.

@@ -175,6 +175,40 @@ fn one_srq_pool_serves_two_connections_and_batches_reposts() {
 }
 
 #[test]
+fn a_slot_left_for_later_waits_for_the_next_flush_and_never_two_wait() {
+    let (a, b) = (side(), side());
+    let (qa, qb) = (qp(&a, None), qp(&b, None));
+    connect(&qa, &qb);
+    let pool = RecvPool::new(&b.pd, RecvTarget::Qp(qb.clone()), 4, 512, None).unwrap();
+    let mut ring = SendRing::new(&a.pd, qa.clone(), 4, 512).unwrap();
+    let mut got = Vec::new();
+    for i in 0..3u32 {
+        let s = ring.acquire().unwrap();
+        ring.post(s, 1, i + 1).unwrap();
+        let wc = next(&b.cq, &a.cq);
+        got.push(pool.complete(&wc).unwrap());
+    }
+    let later = |mut slot: RecvSlot| {
+        slot.repost_later();
+        drop(slot);
+    };
+    later(got.remove(0));
+    assert_eq!(pool.reposted(), 0, "left for the next flush");
+    pool.flush_deferred();
+    assert_eq!(pool.reposted(), 1, "posted by flush_deferred");
+    pool.flush_deferred();
+    assert_eq!(pool.reposted(), 1, "nothing more was waiting");
+    later(got.remove(0));
+    assert_eq!(pool.reposted(), 1);
+    later(got.remove(0));
+    assert_eq!(
+        pool.reposted(),
+        3,
+        "a second one posts both: one waits at most"
+    );
+}
+
+#[test]
 fn a_corked_ring_holds_posts_and_uncork_sends_them_in_order() {
     let (a, b) = (side(), side());
     let wide = |s: &Side| {

@@ -99,6 +99,14 @@ impl<L: Dial> LinkChannel<L> {
             self.reserved = Some(conn.clone());
             return Some(Ok(()));
         }
+        drop(st);
+        // A reply's receive left for later holds a credit back: it comes now.
+        conn.flush_deferred_receive();
+        let mut st = conn.lock();
+        if st.link.reserve() {
+            self.reserved = Some(conn.clone());
+            return Some(Ok(()));
+        }
         // Room comes back with completions: someone must reap them.
         conn.driver_reaps();
         None

@@ -171,7 +171,20 @@ impl<L: Link> Conn<L> {
                 self.sig.kick.notify_one();
             }
         }
-        Ok((id, self.caller_reaps(&st)))
+        let alone = self.caller_reaps(&st);
+        drop(st);
+        // The last reply's receive, left for now (`RecvSlot::repost_later`): posted
+        // while this request is on its way rather than before.
+        self.pool.flush_deferred();
+        Ok((id, alone))
+    }
+
+    /// Posts a receive left waiting by [`RecvSlot::repost_later`]: its credit comes
+    /// back with it, which a caller finding no room waits for.
+    ///
+    /// [`RecvSlot::repost_later`]: rpc_transport::msg::RecvSlot::repost_later
+    pub(crate) fn flush_deferred_receive(&self) {
+        self.pool.flush_deferred();
     }
 
     /// How this connection's completions are reaped.

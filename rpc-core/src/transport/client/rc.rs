@@ -584,10 +584,13 @@ impl Link for RcLink {
             }
             match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => match pool.complete(wc) {
-                    Ok(slot) => {
+                    Ok(mut slot) => {
                         let imm = slot.imm().unwrap_or(0);
                         if let Some(c) = self.engine.handle_frame(NO_CLOCK, imm, slot.bytes()) {
                             let keep = matches!(c.result, Ok(Reply::InFrame { .. }));
+                            // Read on the caller's task: reposted once the next
+                            // request is out (`Conn::start`), off the reply's path.
+                            slot.repost_later();
                             deliver(c.waiter, c.result, keep.then_some(slot), 0);
                         }
                     }
