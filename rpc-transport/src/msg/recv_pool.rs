@@ -244,12 +244,14 @@ impl RecvPool {
         Err(wc.status)
     }
 
-    /// Posts a receive whose repost [`RecvSlot::repost_later`] left waiting, if any.
-    /// Cheap when there is none (one atomic swap).
-    pub fn flush_deferred(&self) {
-        if self.inner.deferred.swap(false, Ordering::AcqRel) {
+    /// Posts a receive whose repost [`RecvSlot::repost_later`] left waiting, if any
+    /// (`true`: there may have been one). Cheap when there is none (one atomic swap).
+    pub fn flush_deferred(&self) -> bool {
+        let deferred = self.inner.deferred.swap(false, Ordering::AcqRel);
+        if deferred {
             self.inner.flush();
         }
+        deferred
     }
 
     /// Starts a batch: reposts of slots dropped on this thread wait until the

@@ -101,9 +101,7 @@ impl<L: Dial> LinkChannel<L> {
         }
         drop(st);
         // A reply's receive left for later holds a credit back: it comes now.
-        conn.flush_deferred_receive();
-        let mut st = conn.lock();
-        if st.link.reserve() {
+        if conn.flush_deferred_receive() && conn.lock().link.reserve() {
             self.reserved = Some(conn.clone());
             return Some(Ok(()));
         }

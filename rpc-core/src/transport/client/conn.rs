@@ -175,7 +175,7 @@ impl<L: Link> Conn<L> {
         drop(st);
         // The last reply's receive, left for now (`RecvSlot::repost_later`): posted
         // while this request is on its way rather than before.
-        self.pool.flush_deferred();
+        let _ = self.pool.flush_deferred();
         Ok((id, alone))
     }
 
@@ -183,8 +183,9 @@ impl<L: Link> Conn<L> {
     /// back with it, which a caller finding no room waits for.
     ///
     /// [`RecvSlot::repost_later`]: rpc_transport::msg::RecvSlot::repost_later
-    pub(crate) fn flush_deferred_receive(&self) {
-        self.pool.flush_deferred();
+    /// `true` if there may have been one.
+    pub(crate) fn flush_deferred_receive(&self) -> bool {
+        self.pool.flush_deferred()
     }
 
     /// How this connection's completions are reaped.

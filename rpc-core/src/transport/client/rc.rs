@@ -588,9 +588,15 @@ impl Link for RcLink {
                         let imm = slot.imm().unwrap_or(0);
                         if let Some(c) = self.engine.handle_frame(NO_CLOCK, imm, slot.bytes()) {
                             let keep = matches!(c.result, Ok(Reply::InFrame { .. }));
-                            // Read on the caller's task: reposted once the next
-                            // request is out (`Conn::start`), off the reply's path.
-                            slot.repost_later();
+                            // The last call open: its caller, alone, reads the
+                            // reply on its task, and its receive is reposted once
+                            // the next request is out (`Conn::start`), off the
+                            // reply's path. Among several calls, reposts go on
+                            // as they come (one deferred repost would only add
+                            // a flush to every start).
+                            if self.engine.calls() == 0 {
+                                slot.repost_later();
+                            }
                             deliver(c.waiter, c.result, keep.then_some(slot), 0);
                         }
                     }

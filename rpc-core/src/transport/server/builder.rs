@@ -118,7 +118,9 @@ impl<L> Server<L> {
     /// window is used up wait for a credit, they do not fail. While
     /// `2 * max_connections` is at most half the pool (as by default), a connection
     /// under the limit is never refused for credit; otherwise one that finds fewer
-    /// than 2 free is refused at the handshake (`no receive credits left`).
+    /// than 2 free is refused at the handshake (`no receive credits left`). The
+    /// SRQ holds one receive more than this, which no credit counts: the answer to
+    /// a lone frame leaves before that frame's receive is back.
     pub fn receive_pool_slots(mut self, n: u32) -> Self {
         self.settings.pool_slots = n.max(2);
         self
