@@ -69,8 +69,8 @@
 //! posts the answers it corked, and a slot dropped on another thread, a handler's,
 //! is reposted at once). The one frame whose answer may leave first, a batch's lone
 //! frame answered uncorked, reposts before the next batch and is covered by the
-//! spare. Each holds a client token, so `u <= w`, the client's
-//! current window. A grant: the server reserves the slot (`R += 1`) *before* the
+//! spare. Each holds a client token, so `u <= w`, the client's current window. A
+//! grant: the server reserves the slot (`R += 1`) *before* the
 //! flagged answer leaves, so `w <= window <= R` throughout. A revoke: once the
 //! flagged answer leaves, the frame it answers no longer counts in `u`, and its token
 //! is never returned, so `u <= window` at once even though the client's `w` shrinks

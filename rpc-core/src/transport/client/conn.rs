@@ -179,11 +179,11 @@ impl<L: Link> Conn<L> {
         Ok((id, alone))
     }
 
-    /// Posts a receive left waiting by [`RecvSlot::repost_later`]: its credit comes
-    /// back with it, which a caller finding no room waits for.
+    /// Posts a receive left waiting by [`RecvSlot::repost_later`] (`true` if there
+    /// may have been one): its credit comes back with it, which a caller finding no
+    /// room waits for.
     ///
     /// [`RecvSlot::repost_later`]: rpc_transport::msg::RecvSlot::repost_later
-    /// `true` if there may have been one.
     pub(crate) fn flush_deferred_receive(&self) -> bool {
         self.pool.flush_deferred()
     }

@@ -167,27 +167,22 @@ fn handle(
                 corked.push(c.clone());
             }
         }
-        match is_receive(wc) {
-            true => {
-                let slot = sh.pool.complete(wc);
-                match (conn, slot) {
-                    (Some(c), Ok(slot)) => {
-                        calls.extend(c.on_frame(&now, slot.imm().unwrap_or(0), slot));
-                    }
-                    (Some(c), Err(_)) => c.kill(),
-                    // A connection already gone: the slot goes back to the pool.
-                    (None, _) => {}
+        if is_receive(wc) {
+            let slot = sh.pool.complete(wc);
+            match (conn, slot) {
+                (Some(c), Ok(slot)) => {
+                    calls.extend(c.on_frame(&now, slot.imm().unwrap_or(0), slot));
                 }
+                (Some(c), Err(_)) => c.kill(),
+                // A connection already gone: the slot goes back to the pool.
+                (None, _) => {}
             }
-            false => {
-                if let Some(c) = conn {
-                    // A Read of a request by reference may complete its call.
-                    for call in c.on_send_completion(wc) {
-                        // Only when the server stops is the queue gone (its calls
-                        // end with their connections).
-                        let _ = read_calls.send(call);
-                    }
-                }
+        } else if let Some(c) = conn {
+            // A Read of a request by reference may complete its call.
+            for call in c.on_send_completion(wc) {
+                // Only when the server stops is the queue gone (its calls end with
+                // their connections).
+                let _ = read_calls.send(call);
             }
         }
     }
@@ -196,10 +191,10 @@ fn handle(
         call.run(&sh.served, sh.settings.inline);
     }
     // The batch's receives (of frames read here, and of requests answered inline)
-    // go back before any corked answer leaves: an answer returns its frame's credit, and
-    // the client may spend it at once (`engine::wire`, "Why RNR stays impossible";
-    // siw, which has no RNR retry, closes the connection on a frame that finds the
-    // SRQ empty).
+    // go back before any corked answer leaves: an answer returns its frame's
+    // credit, and the client may spend it at once (`engine::wire`, "Why RNR stays
+    // impossible"; siw, which has no RNR retry, closes the connection on a frame
+    // that finds the SRQ empty).
     drop(batch);
     for c in corked.drain(..) {
         c.uncork();
