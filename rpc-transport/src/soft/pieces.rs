@@ -192,19 +192,30 @@ impl Pieces {
         self.clear();
     }
 
-    /// Copies provider-private bytes into the next `data.len()` bytes of the pieces
-    /// (at most [`Pieces::left`]).
-    pub(crate) fn put(&mut self, data: &[u8]) {
+    /// Fills the next `n` bytes of the pieces (at most [`Pieces::left`]) piece by
+    /// piece: `copy(offset, dst)` writes bytes `offset..offset + dst.len()` of the
+    /// source into `dst`. No iovec list is built first: a ring's payload is copied
+    /// straight into its receive, a small one in a single call.
+    pub(crate) fn fill_with(&mut self, n: usize, mut copy: impl FnMut(usize, &mut [u8])) {
         let mut done = 0;
-        while done < data.len() && self.first < self.n {
+        while done < n && self.first < self.n {
             let (ptr, len) = (self.at[self.first].ptr, self.at[self.first].len);
-            let k = (data.len() - done).min(len);
+            let k = (n - done).min(len);
             // SAFETY: `ptr..+k` is inside a checked range of a buffer the piece keeps
-            // alive; `data` is provider-private, so the two cannot overlap.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(done), ptr, k) };
+            // alive, and nothing else borrows it while the provider moves the payload
+            // (the QP lock is held).
+            copy(done, unsafe { std::slice::from_raw_parts_mut(ptr, k) });
             done += k;
             self.advance(k);
         }
+        debug_assert_eq!(done, n, "the pieces hold the whole payload");
+    }
+
+    /// Copies provider-private bytes into the next `data.len()` bytes of the pieces
+    /// (at most [`Pieces::left`]).
+    pub(crate) fn put(&mut self, data: &[u8]) {
+        let n = data.len().min(self.left);
+        self.fill_with(n, |at, dst| dst.copy_from_slice(&data[at..at + dst.len()]));
     }
 }
 

@@ -385,22 +385,7 @@ impl RxBuf {
 
 /// Copies `n` bytes at ring position `at` into the sink's first `n` bytes.
 fn copy_to_sink(inbox: &Inbox, at: u64, n: usize, sink: &mut Pieces) {
-    let mut iov = [iov_of(&mut []); super::super::device::MAX_SGE];
-    let k = sink.iovecs(&mut iov);
-    let mut done = 0;
-    for v in &iov[..k] {
-        let m = v.iov_len.min(n - done);
-        if m == 0 {
-            break;
-        }
-        // SAFETY: the sink's iovecs name checked ranges of registered memory that it
-        // keeps alive, not otherwise borrowed during the copy.
-        let dst = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), m) };
-        inbox.copy_at(at + done as u64, dst);
-        done += m;
-    }
-    debug_assert_eq!(done, n, "the sink holds the whole payload");
-    sink.advance(done);
+    sink.fill_with(n, |off, dst| inbox.copy_at(at + off as u64, dst));
 }
 
 fn iov_of(b: &mut [u8]) -> libc::iovec {
