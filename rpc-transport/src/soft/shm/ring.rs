@@ -97,6 +97,11 @@ const PAGE: usize = 4096;
 const HEADER: usize = 4096;
 const MAP_LEN: usize = HEADER + RING_BYTES;
 const MAGIC: u64 = u64::from_be_bytes(*b"rrpcring");
+/// A cache line.
+const LINE: u64 = 64;
+/// How much of a read's bytes [`Inbox::window`] asks the CPU for ahead of use: a
+/// few small frames' worth.
+const PREFETCH_BYTES: u64 = 4 * LINE;
 const OFF_MAGIC: usize = 0;
 const OFF_CAP: usize = 8;
 const OFF_TAIL: usize = 64;
@@ -539,7 +544,36 @@ impl Inbox {
         if tail.wrapping_sub(head) > RING_BYTES as u64 {
             return Err(Corrupt);
         }
+        self.prefetch(head, tail);
         Ok((head, tail))
+    }
+
+    /// Asks the CPU for the first lines of bytes `head..tail` at once (up to
+    /// [`PREFETCH_BYTES`]), without waiting for them. The writer's core holds them,
+    /// and each costs about 100 ns to fetch; loaded as the frames are decoded, one
+    /// after the other, a frame across two lines waited for both in turn.
+    fn prefetch(&self, head: u64, tail: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let end = tail.min(head + PREFETCH_BYTES);
+            let mut at = head & !(LINE - 1);
+            while at < end {
+                let p = self
+                    .map
+                    .data()
+                    .wrapping_add((at as usize) & (RING_BYTES - 1));
+                // SAFETY: a prefetch only hints the cache and never faults; `p` is
+                // inside the data area anyway.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        p.cast_const().cast(),
+                    )
+                };
+                at += LINE;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (head, tail);
     }
 
     /// Copies the bytes at positions `at..at + out.len()`, inside the last
