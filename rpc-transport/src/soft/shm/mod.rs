@@ -25,14 +25,14 @@
 //!
 //! Limits. A malicious peer of the same uid can put any bytes into a ring it writes:
 //! they are decoded exactly as bytes from a TCP peer are (a malformed frame breaks the
-//! connection), and out-of-range indices are [`ring::Corrupt`]; it cannot make this
-//! side read or write outside the mapping, nor shrink it (seals). It can stop
-//! consuming, which blocks this side's output exactly as a full TCP window would (the
-//! retry budget applies). A writer that finds the ring full asks to be woken when space
-//! frees (see [`ring`]). Each QP pair maps two rings of 1 MiB ([`ring::RING_BYTES`]);
-//! an empty ring jumps its writer back to its start, so a connection of small
-//! messages keeps about two pages of each resident, and one that carried bulk data
-//! gives the pages back once its ring has been idle for 100 ms.
+//! connection), and out-of-range indices or record seals are [`ring::Corrupt`]; it
+//! cannot make this side read or write outside the mapping, nor shrink it (memfd
+//! seals). It can stop consuming, which blocks this side's output exactly as a full TCP
+//! window would (the retry budget applies). A writer that finds the ring full asks to
+//! be woken when space frees (see [`ring`]). Each QP pair maps two rings of 1 MiB
+//! ([`ring::RING_BYTES`]); an empty ring jumps its writer back to its start, so a
+//! connection of small messages keeps about two pages of each resident, and one that
+//! carried bulk data gives the pages back once its ring has been idle for 100 ms.
 //!
 //! Read responses with one copy ([`direct`]). A Read whose destination is one
 //! contiguous range (a single SGE, checked against its lkey) names that address in its
@@ -84,6 +84,7 @@
 pub(crate) mod direct;
 pub(crate) mod handshake;
 pub(crate) mod ident;
+pub(crate) mod records;
 pub(crate) mod ring;
 pub(crate) mod split_copy;
 pub(crate) mod unix;

@@ -86,13 +86,13 @@ fn malformed_ring_frame_moves_qp_to_err() {
     assert_eq!(a.dev.soft_stats().unwrap().rc_frames_malformed, 1);
 }
 
-/// A peer publishing a `tail` beyond the ring's capacity breaks the connection
+/// A peer sealing a record beyond the ring's capacity breaks the connection
 /// instead of making the reader copy from outside what was written.
 #[test]
-fn lying_ring_index_moves_qp_to_err() {
+fn lying_ring_seal_moves_qp_to_err() {
     let a = side(QpType::Rc);
     let (mut to_a, _s) = fake_shm_peer(&a);
-    to_a.poke_tail(u64::MAX / 2);
+    to_a.poke_seal(u64::MAX / 2);
     wait_err(&a);
 }
 
