@@ -89,9 +89,11 @@
 //! page it touched, so once its link has seen the ring empty with nothing written for
 //! a while (`rc::link`), the producer punches those pages out of the memfd
 //! ([`Producer::release_idle`], `MADV_REMOVE`) beyond the first [`KEEP_BYTES`]. That
-//! is safe without the reader's help: with the ring empty every byte outside the
-//! reader's next slot belongs to the producer, and the pages read as zeros (empty
-//! slots) afterwards.
+//! is safe without the reader's help: with the ring empty every byte belongs to the
+//! producer but the reader's next slot, which is clear (empty) and reads as zeros
+//! (empty) once released. The producer first jumps to the start of the data area, so
+//! that the slot the reader polls lies in the pages kept: polled, a released page
+//! came back (a page more per idle ring).
 //!
 //! Trust: the peer can write anything into the shared page. Seals are checked on
 //! every use (a record's end within a ring of its start, `jump` within a ring ahead
@@ -464,6 +466,12 @@ impl Producer {
         if self.touched <= KEEP_BYTES || self.head() != self.tail {
             return false;
         }
+        // The reader polls the slot where the next record starts: moved to the start
+        // of the data area, it lies in the pages kept (polling a released page would
+        // fault it back in).
+        if (self.tail as usize) & (RING_BYTES - 1) != 0 {
+            self.jump_to_start();
+        }
         let len = self.touched.next_multiple_of(PAGE) - KEEP_BYTES;
         // SAFETY: `KEEP_BYTES..KEEP_BYTES + len` lies inside the data area (`touched`
         // is at most `RING_BYTES`, a multiple of the page), page-aligned, in a shared
@@ -490,6 +498,12 @@ impl Producer {
         if at < JUMP_AFTER || self.head() != self.tail {
             return;
         }
+        self.jump_to_start();
+    }
+
+    /// With the ring empty: the next record starts at the start of the data area.
+    fn jump_to_start(&mut self) {
+        let at = (self.tail as usize) & (RING_BYTES - 1);
         let to = self.tail + (RING_BYTES - at) as u64;
         self.map.seal_at(to).store(0, Ordering::Relaxed);
         self.map.u64_at(OFF_JUMP).store(to, Ordering::Release);
@@ -616,8 +630,13 @@ impl Inbox {
         if self.end.load(Ordering::Relaxed) > head {
             return true;
         }
-        self.map.seal_at(head).load(Ordering::Acquire) != 0
-            || self.map.u64_at(OFF_JUMP).load(Ordering::Acquire) > head
+        // After a jump the reader's slot is the jump's target (a jump with no record
+        // behind it yet is not input).
+        let at = match self.jumped_from(head) {
+            Ok(to) => to.unwrap_or(head),
+            Err(Corrupt) => return true,
+        };
+        self.map.seal_at(at).load(Ordering::Acquire) != 0
     }
 
     /// What the seal at record start `at` says.
@@ -1038,6 +1057,8 @@ mod tests {
         assert_eq!(c.read(&mut [&mut buf[..]]).unwrap().0, big.len());
         assert!(resident_pages(&c) > RING_BYTES / PAGE / 2);
         assert!(p.release_idle());
+        // The reader goes on polling its next slot, which stays in the pages kept.
+        assert!(!c.has_data(), "a release is not input");
         let resident = resident_pages(&c);
         assert!(
             resident <= KEEP_BYTES / PAGE,
