@@ -7,8 +7,9 @@
 pub(crate) const ALIGN: u64 = 64;
 /// The seal word at the start of each record.
 pub(crate) const SEAL: u64 = 8;
-/// Records a window holds at most; a reader takes the rest in its next pass.
-pub(crate) const WINDOW_RECORDS: usize = 16;
+/// Records a window holds at most; a reader takes the rest in its next pass. Few,
+/// so that a window is cheap to make and to move (one is made per read pass).
+pub(crate) const WINDOW_RECORDS: usize = 8;
 
 /// What the seal at a record start holds.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,12 +31,18 @@ pub(crate) fn parse(seal: u64, at: u64, cap: u64) -> Option<Slot> {
 }
 
 /// One record's bytes in a window: window bytes `at..at + len` lie at ring
-/// positions `pos..pos + len`.
+/// positions `pos..pos + len` (a window spans at most a ring: `u32` offsets).
 #[derive(Clone, Copy, Default)]
 struct Run {
-    at: u64,
     pos: u64,
-    len: u64,
+    at: u32,
+    len: u32,
+}
+
+impl Run {
+    fn end(&self) -> u64 {
+        u64::from(self.at) + u64::from(self.len)
+    }
 }
 
 /// The bytes a reader found, as window positions `0..len()`: the rest of the record
@@ -64,11 +71,11 @@ impl Window {
     /// Adds the `len` bytes at ring position `pos`: a record's (or the rest of one),
     /// the next record starting on the line after them. The window is not full.
     pub(crate) fn push(&mut self, pos: u64, len: u64) {
-        debug_assert!(!self.is_full());
+        debug_assert!(!self.is_full() && self.len + len <= u64::from(u32::MAX));
         self.runs[self.n] = Run {
-            at: self.len,
             pos,
-            len,
+            at: self.len as u32,
+            len: len as u32,
         };
         self.n += 1;
         self.len += len;
@@ -82,12 +89,22 @@ impl Window {
     /// Where the record after the window's last one starts (`None` while empty).
     pub(crate) fn next_start(&self) -> Option<u64> {
         let last = self.runs[..self.n].last()?;
-        Some((last.pos + last.len).next_multiple_of(ALIGN))
+        Some((last.pos + u64::from(last.len)).next_multiple_of(ALIGN))
     }
 
     /// Bytes in the window.
     pub(crate) fn len(&self) -> u64 {
         self.len
+    }
+
+    /// The ring position of window bytes `at..at + len` if one record holds them
+    /// all (the common case: a frame inside one record).
+    pub(crate) fn within_one(&self, at: u64, len: usize) -> Option<u64> {
+        let r = self.runs[..self.n]
+            .iter()
+            .find(|r| at < r.end() || (len == 0 && at == r.end()))?;
+        let from = at - u64::from(r.at);
+        (from + len as u64 <= u64::from(r.len)).then_some(r.pos + from)
     }
 
     /// The ring pieces `(position, length)` of window bytes `at..at + len`, in
@@ -96,11 +113,11 @@ impl Window {
         let end = at + len as u64;
         self.runs[..self.n]
             .iter()
-            .filter(move |r| r.at < end && at < r.at + r.len)
+            .filter(move |r| u64::from(r.at) < end && at < r.end())
             .map(move |r| {
-                let from = at.max(r.at);
-                let to = end.min(r.at + r.len);
-                (r.pos + (from - r.at), (to - from) as usize)
+                let from = at.max(u64::from(r.at));
+                let to = end.min(r.end());
+                (r.pos + (from - u64::from(r.at)), (to - from) as usize)
             })
     }
 
@@ -113,12 +130,12 @@ impl Window {
             return self.from;
         }
         for r in &self.runs[..self.n] {
-            let end = r.at + r.len;
-            if to < end {
-                return (r.pos + (to - r.at), r.pos + r.len);
+            let ends = r.pos + u64::from(r.len);
+            if to < r.end() {
+                return (r.pos + (to - u64::from(r.at)), ends);
             }
-            if to == end {
-                return ((r.pos + r.len).next_multiple_of(ALIGN), 0);
+            if to == r.end() {
+                return (ends.next_multiple_of(ALIGN), 0);
             }
         }
         debug_assert!(false, "consumed past the window");
@@ -154,6 +171,10 @@ mod tests {
         assert_eq!(w.next_start(), Some((1 << 20) + 64));
         let pieces: Vec<_> = w.pieces(60, 20).collect();
         assert_eq!(pieces, [(160, 4), (200, 10), (1 << 20, 6)]);
+        assert_eq!(w.within_one(60, 20), None, "across three records");
+        assert_eq!(w.within_one(66, 8), Some(202));
+        assert_eq!(w.within_one(74, 30), Some(1 << 20));
+        assert_eq!(w.within_one(74, 31), None, "past the window");
         assert_eq!(w.position(0), (100, 164), "nothing consumed");
         assert_eq!(w.position(10), (110, 164), "inside the first record");
         assert_eq!(w.position(64), (192, 0), "at its end: the next start");

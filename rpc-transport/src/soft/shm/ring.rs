@@ -748,6 +748,9 @@ impl Inbox {
 
     /// Copies window bytes `at..at + out.len()` (inside `w`, not yet consumed).
     pub(crate) fn copy_at(&self, w: &Window, at: u64, out: &mut [u8]) {
+        if let Some(pos) = w.within_one(at, out.len()) {
+            return copy_out(&self.map, pos, out);
+        }
         let mut done = 0;
         for (pos, len) in w.pieces(at, out.len()) {
             copy_out(&self.map, pos, &mut out[done..done + len]);
