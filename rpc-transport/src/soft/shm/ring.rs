@@ -76,8 +76,8 @@
 //! `jump` is seen before any byte written after it); a reader whose `head` is below
 //! `jump` goes on there. Only an empty ring jumps, so the reader's `head` is exactly
 //! where the producer left, no record stands there, and a stale `jump` is never
-//! above it. The reader looks at `jump` again after loading the seal at its `head`:
-//! the producer may have jumped and written over that slot meanwhile. The skipped
+//! above it. The reader looks at `jump` after loading the seal at its `head`: the
+//! producer may have jumped and written over that slot before that load. The skipped
 //! bytes are free at once: the producer counts its space from `max(head, jump)`, so
 //! a jump never shrinks the ring (counted from `head`, the skipped gap stayed "in
 //! use" until the reader moved, and a bulk transfer that kept finding the ring empty
@@ -662,11 +662,10 @@ impl Inbox {
     /// The first slot a read looks at: the one at the reader's record start `head`,
     /// or, if the producer jumped from there, the one it jumped to.
     fn first_slot(&self, head: u64) -> Result<(u64, Slot), Corrupt> {
-        if let Some(to) = self.jumped_from(head)? {
-            return Ok((to, self.slot(to)?));
-        }
         let seal = self.map.seal_at(head).load(Ordering::Acquire);
-        // A jump meanwhile may have put any bytes in this slot.
+        // `jump` after the slot: a jump before that load (which may have put any
+        // bytes in the slot) is seen; one after it found the slot empty, and the next
+        // read goes there.
         if let Some(to) = self.jumped_from(head)? {
             return Ok((to, self.slot(to)?));
         }
