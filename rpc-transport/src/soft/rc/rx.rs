@@ -287,8 +287,8 @@ impl RxBuf {
             if std::mem::take(&mut self.ring_stopped_short) && window.len() > 0 {
                 self.ring_queued = true;
             }
-            let start = 0;
-            let mut at = start;
+            // Window positions: `at` is also the bytes this pass took.
+            let mut at = 0;
             let stop = loop {
                 let tail = window.len();
                 if let Some(c) = self.cur.as_mut() {
@@ -311,7 +311,7 @@ impl RxBuf {
                 }
                 if at == tail {
                     if !self.ring_queued {
-                        self.ring_stopped_short = at > start;
+                        self.ring_stopped_short = at > 0;
                         break Stop::Drained;
                     }
                     if inbox.extend(&mut window).map_err(broken)? {
@@ -320,7 +320,7 @@ impl RxBuf {
                     self.ring_queued = false;
                     break Stop::Drained;
                 }
-                if (at - start) as usize >= budget {
+                if at as usize >= budget {
                     break Stop::Budget;
                 }
                 if h.sated() {
@@ -352,9 +352,9 @@ impl RxBuf {
             } else {
                 stop
             };
-            let found = at != start;
+            let found = at != 0;
             let wanted = found && inbox.consume_to(&window, at);
-            *read += (at - start) as usize;
+            *read += at as usize;
             let gone_now = sock.after_ring_pass(wanted, found)?;
             if stop == Stop::Budget || found {
                 return Ok(stop);

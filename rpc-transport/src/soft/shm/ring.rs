@@ -311,7 +311,7 @@ fn copy_in(m: &Mapping, pos: u64, src: &[u8]) {
     let at = (pos as usize) & (RING_BYTES - 1);
     let first = src.len().min(RING_BYTES - at);
     // SAFETY: both ranges lie inside the data area (`at + first <= RING_BYTES`, the
-    // rest from 0); the producer owns this free space until it publishes `tail`.
+    // rest from 0); the producer owns this free space until it stores the seal.
     unsafe {
         std::ptr::copy_nonoverlapping(src.as_ptr(), m.data().add(at), first);
         std::ptr::copy_nonoverlapping(src.as_ptr().add(first), m.data(), src.len() - first);
@@ -328,6 +328,11 @@ fn copy_out(m: &Mapping, pos: u64, dst: &mut [u8]) {
         std::ptr::copy_nonoverlapping(m.data().add(at), dst.as_mut_ptr(), first);
         std::ptr::copy_nonoverlapping(m.data(), dst.as_mut_ptr().add(first), dst.len() - first);
     }
+}
+
+/// What `seal`, loaded at record start `at` of this ring, says.
+fn slot_of(seal: u64, at: u64) -> Result<Slot, Corrupt> {
+    records::parse(seal, at, RING_BYTES as u64).ok_or(Corrupt)
 }
 
 /// The writing end of a ring the peer created (and reads).
@@ -641,8 +646,7 @@ impl Inbox {
 
     /// What the seal at record start `at` says.
     fn slot(&self, at: u64) -> Result<Slot, Corrupt> {
-        let seal = self.map.seal_at(at).load(Ordering::Acquire);
-        records::parse(seal, at, RING_BYTES as u64).ok_or(Corrupt)
+        slot_of(self.map.seal_at(at).load(Ordering::Acquire), at)
     }
 
     /// Where the producer jumped to from the reader's record start `head`, if it did
@@ -669,10 +673,7 @@ impl Inbox {
         if let Some(to) = self.jumped_from(head)? {
             return Ok((to, self.slot(to)?));
         }
-        Ok((
-            head,
-            records::parse(seal, head, RING_BYTES as u64).ok_or(Corrupt)?,
-        ))
+        Ok((head, slot_of(seal, head)?))
     }
 
     /// Copies available bytes into `bufs` in order; returns how many (0: empty) and
