@@ -6,6 +6,11 @@
 //! threads; the payload sits after the 40-byte GRH area on receive), and event-driven
 //! variants under tokio (`poll_async` against tokio's `TcpStream`).
 //!
+//! A third argument `--count` prints only how many round trips each made, without
+//! sorting the samples: `scripts/callgrind-per-call` counts the instructions of the
+//! event-driven soft RC ping-pong that way, as the floor the provider sets under
+//! rdma-rpc (sorting grows faster than the run, so it would not cancel out).
+//!
 //! Across network namespaces: `SOFT_BIND` is the address this process's soft devices
 //! bind, and `SOFT_CHILD_WRAP` a command prefix for the child process, e.g.
 //! `SOFT_BIND=10.77.0.1 SOFT_CHILD_WRAP="ip netns exec softB env SOFT_BIND=10.77.0.2"`
@@ -479,7 +484,13 @@ fn main() {
         ("soft RC (event)", soft_async),
         ("raw TCP (threads)", raw_tcp),
     ];
+    let count_only = args.get(3).map(String::as_str) == Some("--count");
     for (name, f) in runs.into_iter().filter(|(n, _)| n.contains(only.as_str())) {
-        report(name, f(iters));
+        let samples = f(iters);
+        if count_only {
+            println!("{name:<24} n={}", samples.len());
+        } else {
+            report(name, samples);
+        }
     }
 }
