@@ -34,6 +34,7 @@ use crate::event::{AsyncEvent, ObjectId};
 use crate::wc::{WcStatus, WorkCompletion};
 
 use super::device::{next_object_id, Device};
+use super::wrap::wrap;
 use super::qp::Qp;
 use super::rc::WRITE_PER_POLL;
 use super::shm::Inbox;
@@ -183,7 +184,7 @@ impl Cq {
         let cap = r.buf.len();
         for slot in wc.iter_mut().take(n) {
             *slot = r.buf[r.head];
-            r.head = (r.head + 1) % cap;
+            r.head = wrap(r.head + 1, cap);
         }
         r.len -= n;
         let left = r.len;
@@ -318,7 +319,7 @@ impl Cq {
                 self.signal();
                 return false;
             }
-            let tail = (r.head + r.len) % cap;
+            let tail = wrap(r.head + r.len, cap);
             r.buf[tail] = wc;
             r.len += 1;
         }

@@ -78,6 +78,7 @@ mod sys;
 #[cfg(test)]
 mod tests;
 mod ud;
+mod wrap;
 #[doc(hidden)]
 pub(crate) mod wire;
 

@@ -5,6 +5,7 @@ use crate::wc::WcStatus;
 use crate::wr::{RecvWr, SendFlags, SendOp, Sge};
 
 use super::super::device::MAX_SGE;
+use super::super::wrap::wrap;
 
 /// A posted receive.
 #[derive(Clone, Copy)]
@@ -156,7 +157,7 @@ impl SendQueue {
     }
 
     fn slot(&self, i: usize) -> usize {
-        (self.head + i) % self.slots.len()
+        wrap(self.head + i, self.slots.len())
     }
 
     pub(crate) fn get(&self, i: usize) -> &SendWqe {
@@ -253,7 +254,7 @@ impl SendQueue {
         if self.len == 0 {
             return;
         }
-        self.head = (self.head + 1) % self.slots.len();
+        self.head = wrap(self.head + 1, self.slots.len());
         self.len -= 1;
         self.tx = self.tx.saturating_sub(1);
     }
