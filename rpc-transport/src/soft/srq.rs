@@ -109,7 +109,7 @@ impl Srq {
         let Some(w) = g.q.back() else {
             return false;
         };
-        *dst = *w;
+        dst.copy_from(w);
         g.q.pop_back();
         if g.limit > 0 && (g.q.len() as u32) < g.limit {
             g.limit = 0;

@@ -157,7 +157,7 @@ impl Qp {
         match &self.srq {
             Some(s) => s.take_into(dst).then_some(s.pd),
             None => {
-                *dst = *rq.front()?;
+                dst.copy_from(rq.front()?);
                 rq.pop_front();
                 Some(self.pd.id)
             }

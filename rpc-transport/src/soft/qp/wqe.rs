@@ -29,13 +29,24 @@ impl RecvWqe {
 
     /// The caller has checked `wr.sg_list.len() <= MAX_SGE`.
     pub(crate) fn new(wr: &RecvWr<'_>) -> RecvWqe {
-        let mut sges = [Sge::default(); MAX_SGE];
-        sges[..wr.sg_list.len()].copy_from_slice(wr.sg_list);
-        RecvWqe {
-            wr_id: wr.wr_id,
-            sges,
-            n: wr.sg_list.len() as u8,
+        let mut w = RecvWqe::EMPTY;
+        w.fill(wr.wr_id, wr.sg_list);
+        w
+    }
+
+    /// Copies `wr_id` and `sges` in, SGE by SGE: a receive holds one or two, and a
+    /// `copy_from_slice` of a length known only at run time is a `memmove` call.
+    fn fill(&mut self, wr_id: u64, sges: &[Sge]) {
+        self.wr_id = wr_id;
+        for (to, from) in self.sges.iter_mut().zip(sges) {
+            *to = *from;
         }
+        self.n = sges.len() as u8;
+    }
+
+    /// Copies `from` into `self`: only its SGEs in use, not the whole array.
+    pub(crate) fn copy_from(&mut self, from: &RecvWqe) {
+        self.fill(from.wr_id, from.sges());
     }
 
     pub(crate) fn sges(&self) -> &[Sge] {
