@@ -5,8 +5,8 @@
 //! it costs anything, to set beside `rpc-bench`'s rdma-rpc and rdma-rpc-tcp cells at
 //! the same depth (whose ratio counts everything rdma-rpc does per call too).
 //!
-//! `cargo run --release -p rpc-transport --example soft_echo_rate [depth] [round trips] [rounds]`
-//! (defaults 256, 400000, 3).
+//! `cargo run --release -p rpc-transport --example soft_echo_rate [depth] [round trips] [rounds] [shm|tcp]`
+//! (defaults 256, 400000, 3, both links; one link alone for a profile).
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -188,15 +188,21 @@ fn main() {
             .map_or(default, |s| s.parse().expect("a number"))
     };
     let (depth, total, rounds) = (arg(1, 256), arg(2, 400_000), arg(3, 3));
+    let only = std::env::args().nth(4);
+    let run = |name: &str, link| {
+        (only.is_none() || only.as_deref() == Some(name)).then(|| rate(link, depth, total))
+    };
     println!("raw soft RC echo, {SIZE} B, {depth} in flight, {total} round trips per run");
     for round in 1..=rounds {
-        let shm = rate(SoftLink::Auto, depth, total);
-        let tcp = rate(SoftLink::Tcp, depth, total);
+        let (shm, tcp) = (run("shm", SoftLink::Auto), run("tcp", SoftLink::Tcp));
+        let show = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.0}"));
+        let ratio = shm
+            .zip(tcp)
+            .map_or("-".to_string(), |(s, t)| format!("{:.2}", s / t));
         println!(
-            "round {round}: shared memory {:9.0} /s   TCP {:9.0} /s   ratio {:.2}",
-            shm,
-            tcp,
-            shm / tcp
+            "round {round}: shared memory {:>9} /s   TCP {:>9} /s   ratio {ratio}",
+            show(shm),
+            show(tcp)
         );
     }
 }
