@@ -34,11 +34,11 @@ use crate::event::{AsyncEvent, ObjectId};
 use crate::wc::{WcStatus, WorkCompletion};
 
 use super::device::{next_object_id, Device};
-use super::wrap::wrap;
 use super::qp::Qp;
 use super::rc::WRITE_PER_POLL;
 use super::shm::Inbox;
 use super::sys::{self, Epoll, EventFd};
+use super::wrap::wrap;
 
 /// Up to this many QPs, a poll tries every QP directly instead of asking epoll.
 const DIRECT_MAX: usize = 4;

@@ -78,9 +78,9 @@ mod sys;
 #[cfg(test)]
 mod tests;
 mod ud;
-mod wrap;
 #[doc(hidden)]
 pub(crate) mod wire;
+mod wrap;
 
 use std::net::Ipv4Addr;
 

@@ -511,7 +511,10 @@ pub(super) fn pump(cx: &mut FrameContext<'_>) {
             let mut from = Pieces::discard();
             let (keys, pd) = (&cx.qp.dev.keys, cx.qp.pd.id);
             let need = AccessFlags::empty();
-            if from.resolve(keys, pd, cx.sq.get(i).sges(), off, seg, need).is_err() {
+            if from
+                .resolve(keys, pd, cx.sq.get(i).sges(), off, seg, need)
+                .is_err()
+            {
                 fail(cx, i, WcStatus::LocProtErr);
                 return;
             }
