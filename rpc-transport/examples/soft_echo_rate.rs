@@ -53,6 +53,24 @@ impl Side {
         }
     }
 
+    /// Opens a side, trades endpoints with the other thread, connects and posts a
+    /// receive per message in flight.
+    fn connected(
+        link: SoftLink,
+        depth: usize,
+        to_peer: &mpsc::Sender<QpEndpoint>,
+        from_peer: &mpsc::Receiver<QpEndpoint>,
+    ) -> Side {
+        let s = Side::open(link, depth);
+        to_peer.send(s.qp.endpoint(0).unwrap()).unwrap();
+        s.qp.connect_rc(&from_peer.recv().unwrap(), 0, AccessFlags::empty())
+            .unwrap();
+        for slot in 0..depth as u64 {
+            s.post_recv(slot);
+        }
+        s
+    }
+
     fn post_recv(&self, slot: u64) {
         let sge = [self.mr.sge(SIZE * (1 + slot as usize), SIZE as u32)];
         // SAFETY: the MR outlives the QP's use of it (both dropped together, after
@@ -120,13 +138,7 @@ fn rate(link: SoftLink, depth: usize, total: usize) -> f64 {
     let (to_server, from_client) = mpsc::channel::<QpEndpoint>();
     let all = (WARMUP + total) as u64;
     let server = std::thread::spawn(move || {
-        let s = Side::open(link, depth);
-        to_client.send(s.qp.endpoint(0).unwrap()).unwrap();
-        s.qp.connect_rc(&from_client.recv().unwrap(), 0, AccessFlags::empty())
-            .unwrap();
-        for slot in 0..depth as u64 {
-            s.post_recv(slot);
-        }
+        let s = Side::connected(link, depth, &to_client, &from_client);
         let mut wc = [WorkCompletion::default(); 64];
         let (mut got, mut batch, mut answered) = (Vec::new(), Vec::new(), 0u64);
         while answered < all {
@@ -144,13 +156,7 @@ fn rate(link: SoftLink, depth: usize, total: usize) -> f64 {
         }
         s.linger(&mut wc);
     });
-    let c = Side::open(link, depth);
-    to_server.send(c.qp.endpoint(0).unwrap()).unwrap();
-    c.qp.connect_rc(&from_server.recv().unwrap(), 0, AccessFlags::empty())
-        .unwrap();
-    for slot in 0..depth as u64 {
-        c.post_recv(slot);
-    }
+    let c = Side::connected(link, depth, &to_server, &from_server);
     let mut wc = [WorkCompletion::default(); 64];
     let (mut got, mut batch) = (Vec::new(), Vec::new());
     let first: Vec<(u64, u64)> = (0..(depth as u64).min(all)).map(|n| (0, n)).collect();
