@@ -76,8 +76,9 @@
 //! `jump` is seen before any byte written after it); a reader whose `head` is below
 //! `jump` goes on there. Only an empty ring jumps, so the reader's `head` is exactly
 //! where the producer left, no record stands there, and a stale `jump` is never
-//! above it. The reader looks at `jump` after loading the seal at its `head`: the
-//! producer may have jumped and written over that slot before that load. The skipped
+//! above it. The reader looks at `jump` before loading the seal at its `head` (after
+//! a jump, that slot's page may have been given back: see below) and again after it
+//! (the producer may have jumped and written over the slot meanwhile). The skipped
 //! bytes are free at once: the producer counts its space from `max(head, jump)`, so
 //! a jump never shrinks the ring (counted from `head`, the skipped gap stayed "in
 //! use" until the reader moved, and a bulk transfer that kept finding the ring empty
@@ -93,7 +94,10 @@
 //! producer but the reader's next slot, which is clear (empty) and reads as zeros
 //! (empty) once released. The producer first jumps to the start of the data area, so
 //! that the slot the reader polls lies in the pages kept: polled, a released page
-//! came back (a page more per idle ring).
+//! came back (a page more per idle ring). Polls and reads look at `jump` before that
+//! slot; only a reader stopped between those two loads for the whole jump and
+//! release still loads the old slot, and brings its one page back until the next
+//! release.
 //!
 //! Trust: the peer can write anything into the shared page. Seals are checked on
 //! every use (a record's end within a ring of its start, `jump` within a ring ahead
@@ -666,10 +670,15 @@ impl Inbox {
     /// The first slot a read looks at: the one at the reader's record start `head`,
     /// or, if the producer jumped from there, the one it jumped to.
     fn first_slot(&self, head: u64) -> Result<(u64, Slot), Corrupt> {
+        // `jump` before the slot: after a jump the slot at `head` may lie in a page
+        // an idle release gave back, and a load there would fault it in again.
+        if let Some(to) = self.jumped_from(head)? {
+            return Ok((to, self.slot(to)?));
+        }
         let seal = self.map.seal_at(head).load(Ordering::Acquire);
-        // `jump` after the slot: a jump before that load (which may have put any
-        // bytes in the slot) is seen; one after it found the slot empty, and the next
-        // read goes there.
+        // And after it: a jump between the two loads may have put any bytes in the
+        // slot; one after the second found the slot empty, and the next read goes
+        // there.
         if let Some(to) = self.jumped_from(head)? {
             return Ok((to, self.slot(to)?));
         }
@@ -1060,8 +1069,11 @@ mod tests {
         assert_eq!(c.read(&mut [&mut buf[..]]).unwrap().0, big.len());
         assert!(resident_pages(&c) > RING_BYTES / PAGE / 2);
         assert!(p.release_idle());
-        // The reader goes on polling its next slot, which stays in the pages kept.
+        // The reader goes on polling and reading at its next slot, which stays in
+        // the pages kept: neither looks at the slot it stopped at, in a page given
+        // back (a load there faults the page in again).
         assert!(!c.has_data(), "a release is not input");
+        assert_eq!(c.read(&mut [&mut buf[..]]).unwrap().0, 0, "nothing to read");
         let resident = resident_pages(&c);
         assert!(
             resident <= KEEP_BYTES / PAGE,
